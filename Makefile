@@ -1,0 +1,38 @@
+# The two commands of the quick start:
+#   make up    installs Ferryman into .venv and runs the platform locally
+#   make test  installs Ferryman into .venv and runs lint, types and the test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+# torch comes from the CPU build on local disk; every later install is held to it.
+PIP_INSTALL := $(BIN)/pip install --quiet --constraint constraints.txt
+
+.PHONY: install up test lint protos clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(PIP_INSTALL) torch==2.13.0
+	$(PIP_INSTALL) --editable '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+up: install
+	$(BIN)/ferryman db upgrade
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy .
+	$(BIN)/python -m ferryman.protogen --check
+
+test: lint
+	$(BIN)/python -m pytest tests
+
+protos: install
+	$(BIN)/python -m ferryman.protogen
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

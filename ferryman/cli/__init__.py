@@ -1,0 +1,1 @@
+"""The ``ferryman`` command: the one composition root that may import every service."""

@@ -1,0 +1,39 @@
+"""Entry point of the ``ferryman`` console script."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ferryman import __version__
+from ferryman.cli.registry_cmds import db_app, key_app, model_app, quota_app, route_app, tenant_app
+
+app = typer.Typer(
+    name="ferryman",
+    help="Ferryman: a gRPC-native, multi-tenant inference platform.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(db_app, name="db")
+app.add_typer(tenant_app, name="tenant")
+app.add_typer(key_app, name="key")
+app.add_typer(quota_app, name="quota")
+app.add_typer(model_app, name="model")
+app.add_typer(route_app, name="route")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"ferryman {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    """Ferryman: a gRPC-native, multi-tenant inference platform."""

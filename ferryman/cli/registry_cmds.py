@@ -1,0 +1,305 @@
+"""Registry commands: db, tenant, key, quota, model, route."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ferryman.cli.context import engine, migrated_engine, settings
+from ferryman.cli.output import JsonFlag, console, emit, fail, refusals, table
+from registry.migrate import upgrade
+from registry.reader import RegistryReader
+from registry.validation import parse_weights
+from registry.writer import QuotaLimits, RegistryWriter, VersionSpec
+
+db_app = typer.Typer(help="Registry database.", no_args_is_help=True)
+tenant_app = typer.Typer(help="Tenants.", no_args_is_help=True)
+key_app = typer.Typer(help="API keys.", no_args_is_help=True)
+quota_app = typer.Typer(help="Quota policies.", no_args_is_help=True)
+model_app = typer.Typer(help="Models and versions.", no_args_is_help=True)
+route_app = typer.Typer(help="Routes: canary weights, stickiness, fallback.", no_args_is_help=True)
+
+
+def _writer() -> RegistryWriter:
+    return RegistryWriter(migrated_engine(), actor="cli")
+
+
+def _reader() -> RegistryReader:
+    return RegistryReader(migrated_engine())
+
+
+@db_app.command("upgrade")
+def db_upgrade(as_json: JsonFlag = False) -> None:
+    """Create or migrate the registry schema to the newest revision."""
+    revision = upgrade(engine())
+    url = settings().resolved_database_url()
+    emit(
+        {"revision": revision},
+        as_json,
+        lambda: console.print(f"registry at revision {revision} ({url})"),
+    )
+
+
+@tenant_app.command("create")
+def tenant_create(
+    name: str,
+    tier: Annotated[str, typer.Option(help="Tier label.")] = "standard",
+    priority: Annotated[int, typer.Option(help="Default priority: 1 low, 2 normal, 3 high.")] = 2,
+    models: Annotated[str, typer.Option(help="Comma-separated model aliases allowed (default all).")] = "",
+    as_json: JsonFlag = False,
+) -> None:
+    """Create a tenant and print its first API key (shown only this once)."""
+    allowed = [m for m in models.split(",") if m]
+    with refusals():
+        key = _writer().create_tenant(name, tier=tier, priority=priority, allowed_models=allowed)
+    emit(
+        {"tenant": name, "key": key.plaintext, "prefix": key.prefix},
+        as_json,
+        lambda: console.print(
+            f"tenant [bold]{name}[/bold] created\nAPI key (shown once): [bold]{key.plaintext}[/bold]",
+            soft_wrap=True,
+        ),
+    )
+
+
+@tenant_app.command("list")
+def tenant_list(as_json: JsonFlag = False) -> None:
+    """List tenants with their active key prefixes."""
+    tenants = _reader().tenants()
+    rows = [
+        [
+            t.name,
+            t.tier,
+            t.priority,
+            ",".join(t.allowed_models) or "*",
+            t.disabled,
+            " ".join(t.active_keys),
+        ]
+        for t in tenants
+    ]
+    emit(
+        [
+            {
+                "name": t.name,
+                "tier": t.tier,
+                "priority": t.priority,
+                "allowed_models": list(t.allowed_models),
+                "disabled": t.disabled,
+                "key_prefixes": list(t.active_keys),
+            }
+            for t in tenants
+        ],
+        as_json,
+        lambda: table("tenants", ["name", "tier", "priority", "models", "disabled", "keys"], rows),
+    )
+
+
+@key_app.command("issue")
+def key_issue(tenant: str, as_json: JsonFlag = False) -> None:
+    """Issue another API key for a tenant (shown only this once)."""
+    with refusals():
+        key = _writer().issue_key(tenant)
+    emit(
+        {"tenant": tenant, "key": key.plaintext, "prefix": key.prefix},
+        as_json,
+        lambda: console.print(f"API key (shown once): [bold]{key.plaintext}[/bold]", soft_wrap=True),
+    )
+
+
+@key_app.command("revoke")
+def key_revoke(prefix: str, as_json: JsonFlag = False) -> None:
+    """Revoke the key with this visible prefix."""
+    with refusals():
+        _writer().revoke_key(prefix)
+    emit({"revoked": prefix}, as_json, lambda: console.print(f"key {prefix} revoked"))
+
+
+@quota_app.command("set")
+def quota_set(
+    tenant: str,
+    rpm: Annotated[int | None, typer.Option(help="Requests per minute.")] = None,
+    tpm: Annotated[int | None, typer.Option(help="Tokens per minute.")] = None,
+    cost_per_day: Annotated[float | None, typer.Option(help="US dollars per day.")] = None,
+    burst: Annotated[int | None, typer.Option(help="Most requests at once (default: rpm).")] = None,
+    max_concurrency: Annotated[int | None, typer.Option(help="Most requests in flight.")] = None,
+    mode: Annotated[str, typer.Option(help="hard: reject; soft: admit and degrade.")] = "hard",
+    model: Annotated[str, typer.Option(help="Limit only this model alias.")] = "",
+    as_json: JsonFlag = False,
+) -> None:
+    """Set a tenant's limits (replacing the previous ones for that scope)."""
+    limits = QuotaLimits(
+        rpm=rpm,
+        tpm=tpm,
+        cost_per_day_usd=cost_per_day,
+        burst=burst,
+        max_concurrency=max_concurrency,
+        mode=mode,
+    )
+    with refusals():
+        _writer().set_quota(tenant, limits, model=model)
+    emit(
+        {"tenant": tenant, "model": model, **vars(limits)},
+        as_json,
+        lambda: console.print(f"quota of {tenant} set: {vars(limits)}"),
+    )
+
+
+@quota_app.command("show")
+def quota_show(tenant: str, as_json: JsonFlag = False) -> None:
+    """Show a tenant's quota policies."""
+    policies = [p.model_dump(exclude={"id", "tenant_id"}) for p in _reader().quota_policies(tenant)]
+    emit(
+        policies,
+        as_json,
+        lambda: table(
+            f"quotas of {tenant}",
+            ["model", "rpm", "tpm", "cost/day", "burst", "concurrency", "mode"],
+            [
+                [
+                    p["model"] or "*",
+                    p["rpm"],
+                    p["tpm"],
+                    p["cost_per_day_usd"],
+                    p["burst"],
+                    p["max_concurrency"],
+                    p["mode"],
+                ]
+                for p in policies
+            ],
+        ),
+    )
+
+
+def _load_schema(value: str) -> dict[str, Any]:
+    text = Path(value).read_text() if not value.lstrip().startswith("{") else value
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail(f"--schema is not valid JSON: {exc}")
+    if not isinstance(schema, dict):
+        fail("--schema must be a JSON object")
+    return schema
+
+
+@model_app.command("register")
+def model_register(
+    name: str,
+    version: Annotated[str, typer.Option(help="Version label.")],
+    artifact: Annotated[str, typer.Option(help="Artifact path or file:// URI.")],
+    format: Annotated[str, typer.Option("--format", help="torch_export, torchscript or python.")],
+    schema: Annotated[str, typer.Option(help="IO schema: JSON text or a JSON file path.")],
+    handler: Annotated[str, typer.Option(help="module:Class, for format python.")] = "",
+    sha256: Annotated[str, typer.Option(help="Expected checksum (computed for local files).")] = "",
+    max_batch_size: Annotated[int, typer.Option(help="Largest batch in rows.")] = 32,
+    price_per_1k_tokens: Annotated[float, typer.Option(help="USD per 1000 tokens.")] = 0.0,
+    price_per_item: Annotated[float, typer.Option(help="USD per item.")] = 0.0,
+    cacheable: Annotated[bool, typer.Option(help="Deterministic: answers may be cached.")] = False,
+    shareable: Annotated[bool, typer.Option(help="Tenants may share identical executions.")] = False,
+    description: Annotated[str, typer.Option(help="Model description.")] = "",
+    as_json: JsonFlag = False,
+) -> None:
+    """Register a model version (the model is created on first use)."""
+    spec = VersionSpec(
+        model=name,
+        version=version,
+        artifact=artifact,
+        format=format,
+        io_schema=_load_schema(schema),
+        sha256=sha256,
+        handler=handler,
+        description=description,
+        max_batch_size=max_batch_size,
+        price_per_1k_tokens_usd=price_per_1k_tokens,
+        price_per_item_usd=price_per_item,
+        cacheable=cacheable,
+        shareable=shareable,
+    )
+    with refusals():
+        row = _writer().register_version(spec)
+    emit(
+        {"model": name, "version": version, "sha256": row.sha256, "status": row.status},
+        as_json,
+        lambda: console.print(f"registered {name}:{version} (sha256 {row.sha256[:12]}…, {row.status})"),
+    )
+
+
+@model_app.command("list")
+def model_list(as_json: JsonFlag = False) -> None:
+    """List models and their versions."""
+    reader = _reader()
+    data: list[dict[str, Any]] = [
+        {
+            "model": m.name,
+            "versions": [
+                {"version": v.version, "status": v.status, "format": v.format, "sha256": v.sha256}
+                for v in reader.versions(m.name)
+            ],
+        }
+        for m in reader.models()
+    ]
+    emit(
+        data,
+        as_json,
+        lambda: table(
+            "models",
+            ["model", "version", "status", "format", "sha256"],
+            [
+                [d["model"], v["version"], v["status"], v["format"], v["sha256"][:12]]
+                for d in data
+                for v in d["versions"]
+            ],
+        ),
+    )
+
+
+@route_app.command("set")
+def route_set(
+    model: str,
+    targets: Annotated[list[str], typer.Argument(help="VERSION=WEIGHT pairs summing to 100.")],
+    sticky: Annotated[str, typer.Option(help="none, tenant or user.")] = "none",
+    fallback: Annotated[str, typer.Option(help="Model alias to answer when this one cannot.")] = "",
+    as_json: JsonFlag = False,
+) -> None:
+    """Set a model's route: weights per version, stickiness, fallback."""
+    with refusals():
+        _writer().set_route(model, parse_weights(targets), sticky=sticky, fallback=fallback)
+    _print_route(model, as_json)
+
+
+@route_app.command("rollback")
+def route_rollback(model: str, as_json: JsonFlag = False) -> None:
+    """Restore the route's previous weights."""
+    with refusals():
+        _writer().rollback_route(model)
+    _print_route(model, as_json)
+
+
+@route_app.command("show")
+def route_show(model: str, as_json: JsonFlag = False) -> None:
+    """Show a model's route."""
+    _print_route(model, as_json)
+
+
+def _print_route(model: str, as_json: bool) -> None:
+    route = _reader().route(model)
+    if route is None:
+        fail(f"model {model!r} has no route")
+    data = {
+        "model": model,
+        "targets": dict(route.targets),
+        "sticky": route.sticky,
+        "fallback": route.fallback,
+        "previous_targets": dict(route.previous_targets),
+    }
+    emit(
+        data,
+        as_json,
+        lambda: table(
+            f"route {model} (sticky: {route.sticky}, fallback: {route.fallback or '-'})",
+            ["version", "weight"],
+            [[v, f"{w}%"] for v, w in route.targets],
+        ),
+    )

@@ -1,0 +1,91 @@
+import datetime
+
+from ferryman.v1 import common_pb2 as _common_pb2
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.rpc import status_pb2 as _status_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SubmitItem(_message.Message):
+    __slots__ = ("request_id", "tenant", "model", "version", "parameters", "priority", "time_budget", "inputs", "cancel", "traceparent")
+    class ParametersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    TIME_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    tenant: str
+    model: str
+    version: str
+    parameters: _containers.ScalarMap[str, str]
+    priority: _common_pb2.Priority
+    time_budget: _duration_pb2.Duration
+    inputs: _containers.RepeatedCompositeFieldContainer[_common_pb2.NamedTensor]
+    cancel: bool
+    traceparent: str
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., parameters: _Optional[_Mapping[str, str]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., time_budget: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[_common_pb2.NamedTensor, _Mapping]]] = ..., cancel: _Optional[bool] = ..., traceparent: _Optional[str] = ...) -> None: ...
+
+class ItemResult(_message.Message):
+    __slots__ = ("request_id", "status", "outputs", "usage", "timing", "coalesced", "cached", "node")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    TIMING_FIELD_NUMBER: _ClassVar[int]
+    COALESCED_FIELD_NUMBER: _ClassVar[int]
+    CACHED_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    status: _status_pb2.Status
+    outputs: _containers.RepeatedCompositeFieldContainer[_common_pb2.NamedTensor]
+    usage: _common_pb2.Usage
+    timing: _common_pb2.Timing
+    coalesced: bool
+    cached: bool
+    node: str
+    def __init__(self, request_id: _Optional[str] = ..., status: _Optional[_Union[_status_pb2.Status, _Mapping]] = ..., outputs: _Optional[_Iterable[_Union[_common_pb2.NamedTensor, _Mapping]]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., timing: _Optional[_Union[_common_pb2.Timing, _Mapping]] = ..., coalesced: _Optional[bool] = ..., cached: _Optional[bool] = ..., node: _Optional[str] = ...) -> None: ...
+
+class QueueStatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class QueueStats(_message.Message):
+    __slots__ = ("model", "version", "depth", "capacity", "drain_rate", "window", "target_batch_size")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DEPTH_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_RATE_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    TARGET_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    version: str
+    depth: int
+    capacity: int
+    drain_rate: float
+    window: _duration_pb2.Duration
+    target_batch_size: int
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., depth: _Optional[int] = ..., capacity: _Optional[int] = ..., drain_rate: _Optional[float] = ..., window: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., target_batch_size: _Optional[int] = ...) -> None: ...
+
+class QueueStatsResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueStats]
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueStats, _Mapping]]] = ...) -> None: ...

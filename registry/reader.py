@@ -1,0 +1,152 @@
+"""Read access to the registry. Reads never write; the writer is the only writer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlmodel import Session, col, select
+
+from registry.keys import matches, parse_prefix
+from registry.tables import (
+    ApiKey,
+    AuditEvent,
+    ConfigRevision,
+    DeadLetter,
+    Model,
+    ModelVersion,
+    Node,
+    Placement,
+    QuotaPolicy,
+    Route,
+    Tenant,
+)
+
+
+@dataclass(frozen=True)
+class TenantView:
+    name: str
+    tier: str
+    priority: int
+    allowed_models: tuple[str, ...]
+    disabled: bool
+    active_keys: tuple[str, ...] = ()
+    """Visible prefixes of the tenant's unrevoked keys."""
+
+
+@dataclass(frozen=True)
+class RouteView:
+    model: str
+    targets: tuple[tuple[str, int], ...]
+    sticky: str
+    salt: str
+    fallback: str
+    previous_targets: tuple[tuple[str, int], ...] = field(default=())
+
+
+class RegistryReader:
+    """Queries the services, CLI and console use."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def revision(self) -> int:
+        with Session(self._engine) as s:
+            row = s.get(ConfigRevision, 1)
+            return row.revision if row else 0
+
+    def verify_key(self, plaintext: str) -> str | None:
+        """The tenant name a presented key belongs to; None if unknown, revoked or disabled."""
+        prefix = parse_prefix(plaintext)
+        if prefix is None:
+            return None
+        with Session(self._engine) as s:
+            found = s.exec(select(ApiKey, Tenant).join(Tenant).where(ApiKey.prefix == prefix)).first()
+            if found is None:
+                return None
+            key, tenant = found
+            if key.revoked_at is not None or tenant.disabled or not matches(plaintext, key.key_hash):
+                return None
+            return tenant.name
+
+    def tenants(self) -> list[TenantView]:
+        with Session(self._engine) as s:
+            keys: dict[int, list[str]] = {}
+            for key in s.exec(select(ApiKey).where(col(ApiKey.revoked_at).is_(None))):
+                keys.setdefault(key.tenant_id, []).append(key.prefix)
+            return [
+                TenantView(
+                    name=t.name,
+                    tier=t.tier,
+                    priority=t.priority,
+                    allowed_models=tuple(t.allowed_models),
+                    disabled=t.disabled,
+                    active_keys=tuple(sorted(keys.get(t.id or 0, []))),
+                )
+                for t in s.exec(select(Tenant).order_by(Tenant.name))
+            ]
+
+    def quota_policies(self, tenant: str) -> list[QuotaPolicy]:
+        with Session(self._engine) as s:
+            return list(
+                s.exec(
+                    select(QuotaPolicy).join(Tenant).where(Tenant.name == tenant).order_by(QuotaPolicy.model)
+                )
+            )
+
+    def models(self) -> list[Model]:
+        with Session(self._engine) as s:
+            return list(s.exec(select(Model).order_by(Model.name)))
+
+    def versions(self, model: str) -> list[ModelVersion]:
+        with Session(self._engine) as s:
+            return list(
+                s.exec(
+                    select(ModelVersion).join(Model).where(Model.name == model).order_by(col(ModelVersion.id))
+                )
+            )
+
+    def route(self, model: str) -> RouteView | None:
+        with Session(self._engine) as s:
+            found = s.exec(select(Route, Model).join(Model).where(Model.name == model)).first()
+            if found is None:
+                return None
+            route, _ = found
+            return RouteView(
+                model=model,
+                targets=_pairs(route.targets),
+                sticky=route.sticky,
+                salt=route.salt,
+                fallback=route.fallback_model,
+                previous_targets=_pairs(route.previous_targets),
+            )
+
+    def nodes(self) -> list[Node]:
+        with Session(self._engine) as s:
+            return list(s.exec(select(Node).order_by(Node.name)))
+
+    def placements_for(self, node_name: str) -> list[tuple[str, ModelVersion]]:
+        """(model name, version row) pairs placed on this node or on every node."""
+        with Session(self._engine) as s:
+            rows = s.exec(
+                select(Model.name, ModelVersion)
+                .select_from(Placement)
+                .join(ModelVersion, col(Placement.version_id) == col(ModelVersion.id))
+                .join(Model, col(ModelVersion.model_id) == col(Model.id))
+                .where(col(Placement.node_name).in_([node_name, "*"]))
+                .order_by(Model.name, ModelVersion.version)
+            )
+            return [(name, version) for name, version in rows]
+
+    def audit_events(self, limit: int = 100) -> list[AuditEvent]:
+        with Session(self._engine) as s:
+            return list(s.exec(select(AuditEvent).order_by(col(AuditEvent.id).desc()).limit(limit)))
+
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        with Session(self._engine) as s:
+            return list(s.exec(select(DeadLetter).order_by(col(DeadLetter.id).desc()).limit(limit)))
+
+
+def _pairs(targets: list[dict[str, Any]]) -> tuple[tuple[str, int], ...]:
+    return tuple((str(t["version"]), int(t["weight"])) for t in targets)

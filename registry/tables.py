@@ -1,0 +1,172 @@
+"""SQLModel tables of the registry.
+
+Schema changes go through Alembic migrations (``registry/migrations``); a test
+checks that the migrated schema matches these tables.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Column, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    """Timezone-aware now, the one clock of registry timestamps."""
+    return datetime.now(UTC)
+
+
+class ConfigRevision(SQLModel, table=True):
+    """One row: bumped by every config write; services refresh when it moves."""
+
+    __tablename__ = "config_revision"
+
+    id: int = Field(default=1, primary_key=True)
+    revision: int = 0
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class Tenant(SQLModel, table=True):
+    __tablename__ = "tenants"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True, max_length=64)
+    tier: str = Field(default="standard", max_length=32)
+    priority: int = 2
+    """Default scheduling class (ferryman.v1.Priority)."""
+    allowed_models: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    """Model aliases the tenant may call; empty means all."""
+    disabled: bool = False
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ApiKey(SQLModel, table=True):
+    __tablename__ = "api_keys"
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id", index=True)
+    prefix: str = Field(index=True, unique=True, max_length=16)
+    """Visible part of the key, for support and lookup."""
+    key_hash: str = Field(max_length=128)
+    """sha256 of the whole key; the key itself is never stored."""
+    created_at: datetime = Field(default_factory=utcnow)
+    revoked_at: datetime | None = None
+
+
+class QuotaPolicy(SQLModel, table=True):
+    __tablename__ = "quota_policies"
+    __table_args__ = (UniqueConstraint("tenant_id", "model", name="uq_quota_tenant_model"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant_id: int = Field(foreign_key="tenants.id", index=True)
+    model: str = Field(default="", max_length=64)
+    """Model alias the limits apply to; empty means all of the tenant's traffic."""
+    rpm: int | None = None
+    tpm: int | None = None
+    cost_per_day_usd: float | None = None
+    burst: int | None = None
+    max_concurrency: int | None = None
+    mode: str = Field(default="hard", max_length=8)
+
+
+class Model(SQLModel, table=True):
+    __tablename__ = "models"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True, max_length=64)
+    description: str = ""
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ModelVersion(SQLModel, table=True):
+    __tablename__ = "model_versions"
+    __table_args__ = (UniqueConstraint("model_id", "version", name="uq_model_version"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    model_id: int = Field(foreign_key="models.id", index=True)
+    version: str = Field(max_length=64)
+    artifact_uri: str
+    sha256: str = Field(max_length=64)
+    format: str = Field(max_length=16)
+    handler: str = ""
+    """``module:Class`` for the python format."""
+    io_schema: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    max_batch_size: int = 32
+    max_queue_delay_ms: float = 10.0
+    price_per_1k_tokens_usd: float = 0.0
+    price_per_item_usd: float = 0.0
+    cacheable: bool = False
+    shareable: bool = False
+    """Identical inputs of different tenants may share one execution."""
+    status: str = Field(default="REGISTERED", max_length=16)
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Route(SQLModel, table=True):
+    __tablename__ = "routes"
+
+    id: int | None = Field(default=None, primary_key=True)
+    model_id: int = Field(foreign_key="models.id", unique=True)
+    targets: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    """``[{"version": "1", "weight": 90}, ...]``, weights summing to 100."""
+    previous_targets: list[dict[str, Any]] = Field(
+        default_factory=list, sa_column=Column(JSON, nullable=False)
+    )
+    """The targets before the last change, for one-step rollback."""
+    sticky: str = Field(default="none", max_length=8)
+    salt: str = Field(max_length=32)
+    fallback_model: str = Field(default="", max_length=64)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class Node(SQLModel, table=True):
+    __tablename__ = "nodes"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True, max_length=128)
+    address: str = Field(max_length=256)
+    device: str = Field(default="cpu", max_length=32)
+    capacity: int = 1
+    """Batches it runs at once."""
+    lifecycle: str = Field(default="STARTING", max_length=16)
+    loaded_versions: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    """``model:version`` names that are SERVING there."""
+    last_heartbeat: datetime = Field(default_factory=utcnow)
+
+
+class Placement(SQLModel, table=True):
+    __tablename__ = "placements"
+    __table_args__ = (UniqueConstraint("version_id", "node_name", name="uq_placement"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    version_id: int = Field(foreign_key="model_versions.id", index=True)
+    node_name: str = Field(max_length=128)
+    """A node's name, or ``*`` for every node."""
+
+
+class DeadLetter(SQLModel, table=True):
+    __tablename__ = "dead_letters"
+
+    id: int | None = Field(default=None, primary_key=True)
+    model: str = Field(max_length=64, index=True)
+    version: str = Field(max_length=64)
+    request_id: str = Field(max_length=128)
+    tenant: str = Field(max_length=64)
+    input_sha256: str = Field(max_length=64)
+    error: str
+    created_at: datetime = Field(default_factory=utcnow, index=True)
+
+
+class AuditEvent(SQLModel, table=True):
+    __tablename__ = "audit_events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    revision: int = Field(index=True)
+    actor: str = Field(max_length=64)
+    action: str = Field(max_length=64, index=True)
+    entity: str = Field(max_length=32)
+    entity_key: str = Field(max_length=200)
+    detail: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, index=True)

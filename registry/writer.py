@@ -1,0 +1,452 @@
+"""The registry's one write path.
+
+Every config change goes through ``RegistryWriter``: it validates, applies the
+change, bumps the config revision and writes an audit event in one transaction, so
+an invalid write leaves the database unchanged and every valid one is traceable.
+Node heartbeats and dead letters are operational records, not config: they are
+written here too, but neither bump the revision nor audit (they would drown both).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import Engine, update
+from sqlmodel import Session, select
+
+from ferryman.artifacts import artifact_path, file_sha256
+from ferryman.schema import IOSchema
+from registry import validation as v
+from registry.keys import NewKey, generate_key
+from registry.states import (
+    InvalidTransition,
+    NodeLifecycle,
+    VersionStatus,
+    next_node_lifecycle,
+    next_version_status,
+)
+from registry.tables import (
+    ApiKey,
+    AuditEvent,
+    ConfigRevision,
+    DeadLetter,
+    Model,
+    ModelVersion,
+    Node,
+    Placement,
+    QuotaPolicy,
+    Route,
+    Tenant,
+    utcnow,
+)
+
+ROUTE_SALT_BYTES = 8
+
+
+@dataclass
+class Change:
+    """The open transaction of one write: where the audit detail accumulates."""
+
+    session: Session
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class QuotaLimits:
+    """Limits of one quota policy; None means unlimited."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    cost_per_day_usd: float | None = None
+    burst: int | None = None
+    max_concurrency: int | None = None
+    mode: str = "hard"
+
+
+@dataclass(frozen=True)
+class VersionSpec:
+    """What ``register_version`` needs to know about a new model version."""
+
+    model: str
+    version: str
+    artifact: str
+    format: str
+    io_schema: Mapping[str, Any]
+    sha256: str = ""
+    handler: str = ""
+    description: str = ""
+    max_batch_size: int = 32
+    max_queue_delay_ms: float = 10.0
+    price_per_1k_tokens_usd: float = 0.0
+    price_per_item_usd: float = 0.0
+    cacheable: bool = False
+    shareable: bool = False
+
+
+class RegistryWriter:
+    """Validated, audited writes to the registry, each one transaction."""
+
+    def __init__(self, engine: Engine, actor: str = "cli") -> None:
+        self._engine = engine
+        self.actor = actor
+
+    @contextmanager
+    def _change(self, action: str, entity: str, key: str) -> Iterator[Change]:
+        # Rows returned to callers stay readable after the commit.
+        with Session(self._engine, expire_on_commit=False) as session:
+            change = Change(session=session, detail={})
+            try:
+                yield change
+                session.flush()
+                revision = self._bump_revision(session)
+                session.add(
+                    AuditEvent(
+                        revision=revision,
+                        actor=self.actor,
+                        action=action,
+                        entity=entity,
+                        entity_key=key,
+                        detail=change.detail,
+                    )
+                )
+                session.commit()
+            except InvalidTransition as exc:
+                session.rollback()
+                raise v.RegistryError(str(exc)) from exc
+            except BaseException:
+                session.rollback()
+                raise
+
+    @staticmethod
+    def _bump_revision(session: Session) -> int:
+        # One UPDATE ... RETURNING-free statement; the row lock serializes writers.
+        session.execute(
+            update(ConfigRevision)
+            .where(ConfigRevision.id == 1)  # type: ignore[arg-type]
+            .values(revision=ConfigRevision.revision + 1, updated_at=utcnow())
+        )
+        row = session.get(ConfigRevision, 1, populate_existing=True)
+        if row is None:
+            raise v.RegistryError("registry is not migrated: run `ferryman db upgrade`")
+        return row.revision
+
+    # -- tenants and keys -------------------------------------------------------
+
+    def create_tenant(
+        self,
+        name: str,
+        *,
+        tier: str = "standard",
+        priority: int = 2,
+        allowed_models: Sequence[str] = (),
+    ) -> NewKey:
+        """Create a tenant with its first API key; the key's plaintext is returned once."""
+        v.check_name("tenant", name)
+        _check_priority(priority)
+        with self._change("tenant.create", "tenant", name) as c:
+            if _find_tenant(c.session, name) is not None:
+                raise v.RegistryError(f"tenant {name!r} already exists")
+            tenant = Tenant(name=name, tier=tier, priority=priority, allowed_models=list(allowed_models))
+            c.session.add(tenant)
+            c.session.flush()
+            key = self._add_key(c, tenant)
+            c.detail.update(tier=tier, priority=priority, allowed_models=list(allowed_models))
+        return key
+
+    def update_tenant(
+        self,
+        name: str,
+        *,
+        tier: str | None = None,
+        priority: int | None = None,
+        allowed_models: Sequence[str] | None = None,
+        disabled: bool | None = None,
+    ) -> None:
+        """Change a tenant's tier, default priority, allowed models or disabled flag."""
+        if priority is not None:
+            _check_priority(priority)
+        with self._change("tenant.update", "tenant", name) as c:
+            tenant = _tenant(c.session, name)
+            changes = {
+                "tier": tier,
+                "priority": priority,
+                "allowed_models": list(allowed_models) if allowed_models is not None else None,
+                "disabled": disabled,
+            }
+            for field, value in changes.items():
+                if value is not None:
+                    setattr(tenant, field, value)
+                    c.detail[field] = value
+            c.session.add(tenant)
+
+    def issue_key(self, tenant_name: str) -> NewKey:
+        """A new API key for the tenant; the plaintext is returned once."""
+        with self._change("key.issue", "tenant", tenant_name) as c:
+            return self._add_key(c, _tenant(c.session, tenant_name))
+
+    @staticmethod
+    def _add_key(change: Change, tenant: Tenant) -> NewKey:
+        assert tenant.id is not None
+        key = generate_key()
+        change.session.add(ApiKey(tenant_id=tenant.id, prefix=key.prefix, key_hash=key.key_hash))
+        change.detail["key_prefix"] = key.prefix
+        return key
+
+    def revoke_key(self, prefix: str) -> None:
+        """Revoke the key with this visible prefix."""
+        with self._change("key.revoke", "api_key", prefix) as c:
+            key = c.session.exec(select(ApiKey).where(ApiKey.prefix == prefix)).first()
+            if key is None:
+                raise v.NotFound(f"no API key with prefix {prefix!r}")
+            if key.revoked_at is not None:
+                raise v.RegistryError(f"key {prefix!r} is already revoked")
+            key.revoked_at = utcnow()
+            c.session.add(key)
+
+    def set_quota(self, tenant_name: str, limits: QuotaLimits, *, model: str = "") -> None:
+        """Set (replace) the tenant's limits, for all traffic or for one model alias."""
+        v.check_mode(limits.mode)
+        for field in ("rpm", "tpm", "cost_per_day_usd", "burst", "max_concurrency"):
+            v.check_limit(field, getattr(limits, field))
+        if limits.burst is not None and limits.rpm is not None and limits.burst > limits.rpm:
+            raise v.RegistryError(f"burst ({limits.burst}) cannot exceed rpm ({limits.rpm})")
+        if model:
+            v.check_name("model", model)
+        with self._change("quota.set", "tenant", f"{tenant_name}/{model or '*'}") as c:
+            tenant = _tenant(c.session, tenant_name)
+            policy = c.session.exec(
+                select(QuotaPolicy).where(QuotaPolicy.tenant_id == tenant.id, QuotaPolicy.model == model)
+            ).first() or QuotaPolicy(tenant_id=tenant.id or 0, model=model)
+            for field, value in vars(limits).items():
+                setattr(policy, field, value)
+                c.detail[field] = value
+            c.session.add(policy)
+
+    # -- models, versions, routes ---------------------------------------------
+
+    def register_version(self, spec: VersionSpec) -> ModelVersion:
+        """Register a model version (creating the model on first use)."""
+        v.check_name("model", spec.model)
+        v.check_version(spec.version)
+        fmt = v.check_format(spec.format)
+        if fmt == "python" and ":" not in spec.handler:
+            raise v.RegistryError("format python needs --handler module:Class")
+        if spec.max_batch_size < 1:
+            raise v.RegistryError("max batch size must be at least 1")
+        try:
+            schema = IOSchema.model_validate(dict(spec.io_schema))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise v.RegistryError(f"invalid IO schema: {first['msg']} at {first['loc']}") from None
+        digest = _artifact_digest(spec.artifact, spec.sha256)
+        key = f"{spec.model}:{spec.version}"
+        with self._change("version.register", "model_version", key) as c:
+            model = c.session.exec(select(Model).where(Model.name == spec.model)).first()
+            if model is None:
+                model = Model(name=spec.model, description=spec.description)
+                c.session.add(model)
+                c.session.flush()
+            elif _find_version(c.session, spec.model, spec.version) is not None:
+                raise v.RegistryError(f"version {key} already exists")
+            assert model.id is not None
+            row = ModelVersion(
+                model_id=model.id,
+                version=spec.version,
+                artifact_uri=spec.artifact,
+                sha256=digest,
+                format=fmt.value,
+                handler=spec.handler,
+                io_schema=schema.model_dump(mode="json"),
+                max_batch_size=spec.max_batch_size,
+                max_queue_delay_ms=spec.max_queue_delay_ms,
+                price_per_1k_tokens_usd=spec.price_per_1k_tokens_usd,
+                price_per_item_usd=spec.price_per_item_usd,
+                cacheable=spec.cacheable,
+                shareable=spec.shareable,
+            )
+            c.session.add(row)
+            c.detail.update(artifact=spec.artifact, sha256=digest, format=fmt.value)
+        return row
+
+    def set_version_status(self, model: str, version: str, status: str) -> None:
+        """Move a version along its lifecycle (REGISTERED -> ACTIVE -> ...)."""
+        try:
+            target = VersionStatus(status)
+        except ValueError:
+            raise v.RegistryError(f"status must be one of {[s.value for s in VersionStatus]}") from None
+        with self._change("version.status", "model_version", f"{model}:{version}") as c:
+            row = _version(c.session, model, version)
+            row.status = next_version_status(VersionStatus(row.status), target).value
+            c.session.add(row)
+            c.detail["status"] = row.status
+
+    def set_route(
+        self,
+        model: str,
+        weights: Mapping[str, int],
+        *,
+        sticky: str = "none",
+        fallback: str = "",
+    ) -> Route:
+        """Replace the model's route; versions must exist, weights sum to 100."""
+        targets = v.check_weights(weights)
+        sticky_key = v.check_sticky(sticky)
+        with self._change("route.set", "route", model) as c:
+            model_row = _model(c.session, model)
+            for version in weights:
+                row = _version(c.session, model, version)
+                if weights[version] > 0 and row.status == VersionStatus.RETIRED:
+                    raise v.RegistryError(f"version {model}:{version} is retired")
+            if fallback:
+                if fallback == model:
+                    raise v.RegistryError("a model cannot be its own fallback")
+                _model(c.session, fallback)
+            route = c.session.exec(select(Route).where(Route.model_id == model_row.id)).first()
+            if route is None:
+                route = Route(model_id=model_row.id or 0, salt=secrets.token_hex(ROUTE_SALT_BYTES))
+            else:
+                route.previous_targets = list(route.targets)
+            route.targets = targets
+            route.sticky = sticky_key.value
+            route.fallback_model = fallback
+            route.updated_at = utcnow()
+            c.session.add(route)
+            # Routed versions are live: activate the ones that were only registered.
+            for version, weight in weights.items():
+                row = _version(c.session, model, version)
+                if weight > 0 and row.status == VersionStatus.REGISTERED:
+                    row.status = VersionStatus.ACTIVE.value
+                    c.session.add(row)
+            c.detail.update(targets=targets, sticky=sticky_key.value, fallback=fallback)
+        return route
+
+    def rollback_route(self, model: str) -> Route:
+        """Restore the route's previous targets (one step back)."""
+        with self._change("route.rollback", "route", model) as c:
+            model_row = _model(c.session, model)
+            route = c.session.exec(select(Route).where(Route.model_id == model_row.id)).first()
+            if route is None or not route.previous_targets:
+                raise v.RegistryError(f"route of {model!r} has no previous weights")
+            route.targets, route.previous_targets = (
+                list(route.previous_targets),
+                list(route.targets),
+            )
+            route.updated_at = utcnow()
+            c.session.add(route)
+            c.detail["targets"] = route.targets
+        return route
+
+    def place(self, model: str, version: str, node_name: str = "*") -> None:
+        """Ask nodes (one by name, or ``*`` for all) to load this version."""
+        if node_name != "*":
+            v.check_name("node", node_name)
+        with self._change("placement.add", "placement", f"{model}:{version}@{node_name}") as c:
+            row = _version(c.session, model, version)
+            exists = c.session.exec(
+                select(Placement).where(Placement.version_id == row.id, Placement.node_name == node_name)
+            ).first()
+            if exists is not None:
+                raise v.RegistryError(f"{model}:{version} is already placed on {node_name}")
+            c.session.add(Placement(version_id=row.id or 0, node_name=node_name))
+
+    # -- nodes and operational records ------------------------------------------
+
+    def register_node(self, name: str, address: str, *, device: str, capacity: int) -> None:
+        """A node announces itself (STARTING); a restart under the same name re-registers."""
+        v.check_name("node", name)
+        with self._change("node.register", "node", name) as c:
+            node = c.session.exec(select(Node).where(Node.name == name)).first()
+            if node is None:
+                node = Node(name=name, address=address)
+            else:
+                if node.lifecycle != NodeLifecycle.GONE:
+                    next_node_lifecycle(NodeLifecycle(node.lifecycle), NodeLifecycle.GONE)
+                node.lifecycle = NodeLifecycle.STARTING.value
+            node.address, node.device, node.capacity = address, device, capacity
+            node.loaded_versions = []
+            node.last_heartbeat = utcnow()
+            c.session.add(node)
+            c.detail.update(address=address, device=device, capacity=capacity)
+
+    def set_node_lifecycle(self, name: str, lifecycle: str) -> None:
+        """Move a node along STARTING -> READY -> DRAINING -> GONE."""
+        with self._change("node.lifecycle", "node", name) as c:
+            node = c.session.exec(select(Node).where(Node.name == name)).first()
+            if node is None:
+                raise v.NotFound(f"no node {name!r}")
+            node.lifecycle = next_node_lifecycle(
+                NodeLifecycle(node.lifecycle), NodeLifecycle(lifecycle)
+            ).value
+            c.session.add(node)
+            c.detail["lifecycle"] = node.lifecycle
+
+    def heartbeat(self, name: str, loaded_versions: Sequence[str]) -> None:
+        """Record that a node is alive and what it serves (no revision, no audit)."""
+        with Session(self._engine) as session:
+            node = session.exec(select(Node).where(Node.name == name)).first()
+            if node is None:
+                raise v.NotFound(f"no node {name!r}")
+            node.last_heartbeat = utcnow()
+            node.loaded_versions = sorted(loaded_versions)
+            session.add(node)
+            session.commit()
+
+    def record_dead_letter(self, letter: DeadLetter) -> None:
+        """Append a dead letter (an input the model failed on), without revision or audit."""
+        with Session(self._engine) as session:
+            session.add(letter)
+            session.commit()
+
+
+def _check_priority(priority: int) -> None:
+    if priority not in (1, 2, 3):
+        raise v.RegistryError("priority must be 1 (low), 2 (normal) or 3 (high)")
+
+
+def _find_tenant(session: Session, name: str) -> Tenant | None:
+    return session.exec(select(Tenant).where(Tenant.name == name)).first()
+
+
+def _tenant(session: Session, name: str) -> Tenant:
+    tenant = _find_tenant(session, name)
+    if tenant is None:
+        raise v.NotFound(f"no tenant {name!r}")
+    return tenant
+
+
+def _model(session: Session, name: str) -> Model:
+    model = session.exec(select(Model).where(Model.name == name)).first()
+    if model is None:
+        raise v.NotFound(f"no model {name!r}")
+    return model
+
+
+def _find_version(session: Session, model: str, version: str) -> ModelVersion | None:
+    return session.exec(
+        select(ModelVersion).join(Model).where(Model.name == model, ModelVersion.version == version)
+    ).first()
+
+
+def _version(session: Session, model: str, version: str) -> ModelVersion:
+    row = _find_version(session, model, version)
+    if row is None:
+        raise v.NotFound(f"no version {model}:{version}")
+    return row
+
+
+def _artifact_digest(artifact: str, declared: str) -> str:
+    """The artifact's sha256: computed from a local file, checked against a declared one."""
+    path = artifact_path(artifact)
+    if path is not None and path.exists():
+        actual = file_sha256(path)
+        if declared and v.check_sha256(declared) != actual:
+            raise v.RegistryError(f"sha256 mismatch for {artifact}: file is {actual}")
+        return actual
+    if not declared:
+        raise v.RegistryError(f"artifact {artifact} not found and no --sha256 given")
+    return v.check_sha256(declared)

@@ -1,0 +1,147 @@
+"""Test services: a private Redis and a fresh PostgreSQL database per test session.
+
+``FERRYMAN_TEST_REDIS_URL`` / ``FERRYMAN_TEST_DATABASE_URL`` point the tests at
+existing services; otherwise a ``redis-server`` is started on a free port and a
+fresh database is created on the local PostgreSQL. Under ``CI=true`` a service
+that cannot be had fails the run instead of skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+
+from ferryman.net import free_port
+from registry.db import make_engine, normalize_url
+from registry.migrate import upgrade
+
+LOCAL_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+SERVICE_START_TIMEOUT_S = 10.0
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Fail under CI (nothing is skipped silently there), skip elsewhere."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"required test service unavailable: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a Redis only this test session uses."""
+    if url := os.environ.get("FERRYMAN_TEST_REDIS_URL"):
+        yield url
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        unavailable("redis-server not installed")
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for_redis(port)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=SERVICE_START_TIMEOUT_S)
+
+
+def _wait_for_redis(port: int) -> None:
+    import redis
+
+    deadline = time.monotonic() + SERVICE_START_TIMEOUT_S
+    while True:
+        try:
+            redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5).ping()
+            return
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                unavailable(f"redis-server on port {port} did not start")
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url() -> str:
+    """A URL with rights to create databases (the session's own, or the local server)."""
+    url = os.environ.get("FERRYMAN_TEST_DATABASE_URL") or LOCAL_POSTGRES
+    try:
+        probe = create_engine(normalize_url(url), connect_args={"connect_timeout": 3})
+        with probe.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        probe.dispose()
+    except Exception as exc:
+        unavailable(f"PostgreSQL not reachable at {make_url(url).render_as_string()}: {exc}")
+    return url
+
+
+def create_postgres_database(admin_url: str) -> str:
+    """Create an empty database beside ``admin_url``'s and return its URL."""
+    name = f"ferryman_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(normalize_url(admin_url), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return make_url(normalize_url(admin_url)).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_postgres_database(admin_url: str, url: str) -> None:
+    name = make_url(url).database
+    admin = create_engine(normalize_url(admin_url), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_admin_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for this test session."""
+    url = create_postgres_database(postgres_admin_url)
+    yield url
+    drop_postgres_database(postgres_admin_url, url)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty registry database per test, once on SQLite and once on PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'registry.db'}"
+        return
+    admin = request.getfixturevalue("postgres_admin_url")
+    url = create_postgres_database(admin)
+    yield url
+    drop_postgres_database(admin, url)
+
+
+@pytest.fixture
+def registry_engine(db_url: str) -> Iterator[Engine]:
+    """A migrated registry on each backend."""
+    engine = make_engine(db_url)
+    upgrade(engine)
+    yield engine
+    engine.dispose()

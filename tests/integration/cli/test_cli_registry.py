@@ -1,0 +1,196 @@
+"""The registry commands of the ``ferryman`` CLI against a real SQLite registry."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from ferryman.cli import context
+from ferryman.cli.main import app
+
+SCHEMA = json.dumps(
+    {
+        "inputs": [{"name": "input", "dtype": "FP32", "shape": [4]}],
+        "outputs": [{"name": "output", "dtype": "FP32", "shape": [2]}],
+    }
+)
+
+
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
+    monkeypatch.setenv("FERRYMAN_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("FERRYMAN_DATABASE_URL", raising=False)
+    context.settings.cache_clear()
+    context.engine.cache_clear()
+    yield CliRunner()
+    context.engine().dispose()
+    context.settings.cache_clear()
+    context.engine.cache_clear()
+
+
+def run(cli: CliRunner, *args: str, ok: bool = True) -> Any:
+    result = cli.invoke(app, list(args))
+    if ok:
+        assert result.exit_code == 0, result.output
+    else:
+        assert result.exit_code != 0, result.output
+    return result
+
+
+def run_json(cli: CliRunner, *args: str) -> Any:
+    return json.loads(run(cli, *args, "--json").stdout)
+
+
+def test_version(cli: CliRunner) -> None:
+    assert run(cli, "--version").stdout.strip() == "ferryman 0.1.0"
+
+
+def test_commands_refuse_unmigrated_registry(cli: CliRunner) -> None:
+    result = run(cli, "tenant", "list", ok=False)
+    assert "ferryman db upgrade" in result.output
+
+
+def test_tenant_key_quota_flow(cli: CliRunner) -> None:
+    assert run_json(cli, "db", "upgrade")["revision"] == "0001"
+    created = run_json(cli, "tenant", "create", "acme", "--priority", "3")
+    assert created["key"].startswith(f"fm_{created['prefix']}_")
+    listed = run_json(cli, "tenant", "list")
+    assert listed[0]["name"] == "acme" and listed[0]["key_prefixes"] == [created["prefix"]]
+    assert created["key"] not in json.dumps(listed)
+    second = run_json(cli, "key", "issue", "acme")
+    run(cli, "key", "revoke", created["prefix"])
+    assert run_json(cli, "tenant", "list")[0]["key_prefixes"] == [second["prefix"]]
+    run(
+        cli,
+        "quota",
+        "set",
+        "acme",
+        "--rpm",
+        "100",
+        "--burst",
+        "10",
+        "--cost-per-day",
+        "2.5",
+        "--mode",
+        "soft",
+    )
+    quota = run_json(cli, "quota", "show", "acme")
+    assert quota == [
+        {
+            "model": "",
+            "rpm": 100,
+            "tpm": None,
+            "cost_per_day_usd": 2.5,
+            "burst": 10,
+            "max_concurrency": None,
+            "mode": "soft",
+        }
+    ]
+
+
+def test_model_and_route_flow(cli: CliRunner, tmp_path: Path) -> None:
+    run(cli, "db", "upgrade")
+    artifact = tmp_path / "m.pt2"
+    artifact.write_bytes(b"weights")
+    for version in ("1", "2"):
+        registered = run_json(
+            cli,
+            "model",
+            "register",
+            "mlp",
+            "--version",
+            version,
+            "--artifact",
+            str(artifact),
+            "--format",
+            "torch_export",
+            "--schema",
+            SCHEMA,
+        )
+        assert registered["status"] == "REGISTERED" and len(registered["sha256"]) == 64
+    route = run_json(cli, "route", "set", "mlp", "1=90", "2=10", "--sticky", "user")
+    assert route["targets"] == {"1": 90, "2": 10} and route["sticky"] == "user"
+    assert run_json(cli, "route", "show", "mlp") == route
+    run(cli, "route", "set", "mlp", "2=100")
+    assert run_json(cli, "route", "rollback", "mlp")["targets"] == {"1": 90, "2": 10}
+    statuses = {v["version"]: v["status"] for v in run_json(cli, "model", "list")[0]["versions"]}
+    assert statuses == {"1": "ACTIVE", "2": "ACTIVE"}
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (["route", "set", "mlp", "1=90", "2=20"], "route weights must sum to 100, got 110"),
+        (["route", "set", "mlp", "1=50", "7=50"], "no version mlp:7"),
+        (["route", "set", "nope", "1=100"], "no model 'nope'"),
+        (["quota", "set", "ghost", "--rpm", "5"], "no tenant 'ghost'"),
+        (["key", "issue", "ghost"], "no tenant 'ghost'"),
+        (["tenant", "create", "acme"], "tenant 'acme' already exists"),
+        (
+            [
+                "model",
+                "register",
+                "mlp",
+                "--version",
+                "9",
+                "--artifact",
+                "/nonexistent/x.pt2",
+                "--format",
+                "torch_export",
+                "--schema",
+                SCHEMA,
+            ],
+            "not found",
+        ),
+        (
+            [
+                "model",
+                "register",
+                "mlp",
+                "--version",
+                "9",
+                "--artifact",
+                "/nonexistent/x.pt2",
+                "--format",
+                "onnx",
+                "--schema",
+                SCHEMA,
+            ],
+            "format must be one of",
+        ),
+    ],
+)
+def test_bad_input_exits_nonzero_with_one_line_and_changes_nothing(
+    cli: CliRunner, tmp_path: Path, args: list[str], reason: str
+) -> None:
+    run(cli, "db", "upgrade")
+    artifact = tmp_path / "m.pt2"
+    artifact.write_bytes(b"weights")
+    run(cli, "tenant", "create", "acme")
+    run(
+        cli,
+        "model",
+        "register",
+        "mlp",
+        "--version",
+        "1",
+        "--artifact",
+        str(artifact),
+        "--format",
+        "torch_export",
+        "--schema",
+        SCHEMA,
+    )
+    run(cli, "route", "set", "mlp", "1=100")
+    from registry.reader import RegistryReader
+
+    revision = RegistryReader(context.engine()).revision()
+    result = run(cli, *args, ok=False)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and reason in lines[0], result.stderr
+    assert RegistryReader(context.engine()).revision() == revision

@@ -1,0 +1,170 @@
+"""The registry on SQLite and on PostgreSQL: migrations, the audited write path,
+refused writes that change nothing, and keys that verify but never read back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Engine, inspect, text
+from sqlmodel import SQLModel
+
+from registry.migrate import current_revision, head_revision
+from registry.reader import RegistryReader
+from registry.tables import DeadLetter
+from registry.validation import RegistryError
+from registry.writer import QuotaLimits, RegistryWriter, VersionSpec
+
+SCHEMA = {
+    "inputs": [{"name": "input", "dtype": "FP32", "shape": [4]}],
+    "outputs": [{"name": "output", "dtype": "FP32", "shape": [2]}],
+}
+
+
+@pytest.fixture
+def artifact(tmp_path: Path) -> Path:
+    path = tmp_path / "model.pt2"
+    path.write_bytes(b"weights")
+    return path
+
+
+def spec(artifact: Path, version: str = "1", **kw: Any) -> VersionSpec:
+    return VersionSpec(
+        model="mlp",
+        version=version,
+        artifact=str(artifact),
+        format="torch_export",
+        io_schema=SCHEMA,
+        **kw,
+    )
+
+
+def table_contents(engine: Engine) -> dict[str, list[tuple[Any, ...]]]:
+    with engine.connect() as conn:
+        return {
+            name: [tuple(row) for row in conn.execute(text(f'SELECT * FROM "{name}" ORDER BY 1'))]
+            for name in SQLModel.metadata.tables
+        }
+
+
+def test_migrations_apply_from_empty_and_match_tables(registry_engine: Engine) -> None:
+    assert current_revision(registry_engine) == head_revision()
+    assert set(SQLModel.metadata.tables) <= set(inspect(registry_engine).get_table_names())
+    with registry_engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), SQLModel.metadata)
+    assert diff == [], f"tables and migrations disagree: {diff}"
+    assert RegistryReader(registry_engine).revision() == 0
+
+
+def test_every_config_write_bumps_revision_and_audits(registry_engine: Engine, artifact: Path) -> None:
+    writer, reader = RegistryWriter(registry_engine, actor="test"), RegistryReader(registry_engine)
+    key = writer.create_tenant("acme")
+    steps: list[tuple[str, Callable[[], object]]] = [
+        ("tenant.update", lambda: writer.update_tenant("acme", tier="gold", priority=3)),
+        ("key.issue", lambda: writer.issue_key("acme")),
+        ("key.revoke", lambda: writer.revoke_key(key.prefix)),
+        ("quota.set", lambda: writer.set_quota("acme", QuotaLimits(rpm=60, burst=10, mode="soft"))),
+        ("version.register", lambda: writer.register_version(spec(artifact, "1"))),
+        ("version.register", lambda: writer.register_version(spec(artifact, "2"))),
+        ("route.set", lambda: writer.set_route("mlp", {"1": 100})),
+        ("route.set", lambda: writer.set_route("mlp", {"1": 90, "2": 10}, sticky="user")),
+        ("route.rollback", lambda: writer.rollback_route("mlp")),
+        ("version.status", lambda: writer.set_version_status("mlp", "2", "DEPRECATED")),
+        ("placement.add", lambda: writer.place("mlp", "1")),
+        (
+            "node.register",
+            lambda: writer.register_node("n1", "127.0.0.1:1", device="cpu", capacity=2),
+        ),
+        ("node.lifecycle", lambda: writer.set_node_lifecycle("n1", "READY")),
+    ]
+    for expected_action, step in steps:
+        before = reader.revision()
+        step()
+        assert reader.revision() == before + 1, expected_action
+        newest = reader.audit_events(limit=1)[0]
+        assert (newest.action, newest.revision, newest.actor) == (
+            expected_action,
+            before + 1,
+            "test",
+        )
+    actions = [e.action for e in reversed(reader.audit_events(limit=100))]
+    assert actions == ["tenant.create"] + [a for a, _ in steps]
+    assert reader.route("mlp") is not None
+    assert dict(reader.route("mlp").targets) == {"1": 100}  # type: ignore[union-attr]
+
+
+def test_refused_writes_change_nothing(registry_engine: Engine, artifact: Path) -> None:
+    writer = RegistryWriter(registry_engine)
+    writer.create_tenant("acme")
+    writer.register_version(spec(artifact, "1"))
+    writer.set_route("mlp", {"1": 100})
+    before = table_contents(registry_engine)
+    refused: list[Callable[[], object]] = [
+        lambda: writer.create_tenant("acme"),
+        lambda: writer.create_tenant("Bad Name"),
+        lambda: writer.issue_key("nobody"),
+        lambda: writer.revoke_key("deadbeef"),
+        lambda: writer.set_quota("nobody", QuotaLimits(rpm=1)),
+        lambda: writer.set_quota("acme", QuotaLimits(rpm=-1)),
+        lambda: writer.set_quota("acme", QuotaLimits(rpm=10, burst=20)),
+        lambda: writer.set_quota("acme", QuotaLimits(rpm=10, mode="maybe")),
+        lambda: writer.register_version(spec(artifact, "1")),
+        lambda: writer.register_version(spec(artifact, "3", sha256="0" * 64)),
+        lambda: writer.register_version(spec(artifact.with_name("missing.pt2"), "4")),
+        lambda: writer.set_route("mlp", {"1": 90, "2": 20}),
+        lambda: writer.set_route("mlp", {"1": 50, "9": 50}),
+        lambda: writer.set_route("nomodel", {"1": 100}),
+        lambda: writer.set_route("mlp", {"1": 100}, sticky="sometimes"),
+        lambda: writer.set_route("mlp", {"1": 100}, fallback="nomodel"),
+        lambda: writer.rollback_route("mlp"),
+        lambda: writer.set_version_status("mlp", "1", "REGISTERED"),
+        lambda: writer.place("mlp", "9"),
+    ]
+    for attempt in refused:
+        with pytest.raises(RegistryError):
+            attempt()
+        assert table_contents(registry_engine) == before
+
+
+def test_keys_verify_but_never_read_back(registry_engine: Engine) -> None:
+    writer, reader = RegistryWriter(registry_engine), RegistryReader(registry_engine)
+    key = writer.create_tenant("acme")
+    second = writer.issue_key("acme")
+    assert reader.verify_key(key.plaintext) == "acme"
+    assert reader.verify_key(second.plaintext) == "acme"
+    assert reader.verify_key(key.plaintext[:-1] + "x") is None
+    assert reader.verify_key("fm_00000000_nothing") is None
+    dump = repr(table_contents(registry_engine))
+    secret = key.plaintext.split("_", 2)[2]
+    assert key.prefix in dump and secret not in dump and second.plaintext not in dump
+    writer.revoke_key(key.prefix)
+    assert reader.verify_key(key.plaintext) is None
+    assert reader.verify_key(second.plaintext) == "acme"
+    writer.update_tenant("acme", disabled=True)
+    assert reader.verify_key(second.plaintext) is None
+
+
+def test_operational_records_neither_bump_nor_audit(registry_engine: Engine) -> None:
+    writer, reader = RegistryWriter(registry_engine), RegistryReader(registry_engine)
+    writer.register_node("n1", "127.0.0.1:1", device="cpu", capacity=1)
+    revision = reader.revision()
+    writer.heartbeat("n1", ["mlp:1"])
+    writer.record_dead_letter(
+        DeadLetter(
+            model="mlp",
+            version="1",
+            request_id="r1",
+            tenant="acme",
+            input_sha256="a" * 64,
+            error="boom",
+        )
+    )
+    assert reader.revision() == revision
+    assert reader.nodes()[0].loaded_versions == ["mlp:1"]
+    assert [d.request_id for d in reader.dead_letters()] == ["r1"]
+    with pytest.raises(RegistryError):
+        writer.heartbeat("ghost", [])
