@@ -1,4 +1,9 @@
-"""Model artifacts: where they lie and what their checksum is."""
+"""Model artifacts: where they lie and what their checksum is.
+
+An artifact is a file (``.pt2``, TorchScript) or a directory (a python handler's
+weights and tokenizer). A directory's sha256 is taken over a manifest of its files'
+relative paths and digests, so it is as tamper-evident as a single file.
+"""
 
 from __future__ import annotations
 
@@ -26,3 +31,13 @@ def file_sha256(path: Path) -> str:
         while chunk := fh.read(CHUNK_BYTES):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def artifact_sha256(path: Path) -> str:
+    """sha256 of a file, or of a directory's manifest of (relative path, file digest)."""
+    if path.is_file():
+        return file_sha256(path)
+    manifest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        manifest.update(f"{file.relative_to(path).as_posix()}\0{file_sha256(file)}\n".encode())
+    return manifest.hexdigest()

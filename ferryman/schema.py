@@ -79,3 +79,26 @@ class IOSchema(BaseModel):
             max_items=self.max_items,
             max_bytes=self.max_bytes,
         )
+
+    @classmethod
+    def from_proto(cls, proto: common_pb2.IOSchema) -> IOSchema:
+        """Validate a wire IOSchema (raises pydantic.ValidationError when it is unusable)."""
+
+        def spec(s: common_pb2.TensorSpec) -> dict[str, object]:
+            dtype = common_pb2.DataType.Name(s.dtype).removeprefix("DATA_TYPE_")
+            return {
+                "name": s.name,
+                "dtype": "" if s.text or dtype == "UNSPECIFIED" else dtype,
+                "shape": list(s.shape),
+                "text": s.text,
+                "max_text_length": s.max_text_length,
+            }
+
+        return cls.model_validate(
+            {
+                "inputs": [spec(s) for s in proto.inputs],
+                "outputs": [spec(s) for s in proto.outputs],
+                "max_items": proto.max_items or cls.model_fields["max_items"].default,
+                "max_bytes": proto.max_bytes or cls.model_fields["max_bytes"].default,
+            }
+        )

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from sqlalchemy import Engine, update
 from sqlmodel import Session, select
 
-from ferryman.artifacts import artifact_path, file_sha256
+from ferryman.artifacts import artifact_path, artifact_sha256
 from ferryman.schema import IOSchema
 from registry import validation as v
 from registry.keys import NewKey, generate_key
@@ -443,7 +443,7 @@ def _artifact_digest(artifact: str, declared: str) -> str:
     """The artifact's sha256: computed from a local file, checked against a declared one."""
     path = artifact_path(artifact)
     if path is not None and path.exists():
-        actual = file_sha256(path)
+        actual = artifact_sha256(path)
         if declared and v.check_sha256(declared) != actual:
             raise v.RegistryError(f"sha256 mismatch for {artifact}: file is {actual}")
         return actual

@@ -7,7 +7,9 @@ from typing import Annotated
 import typer
 
 from ferryman import __version__
+from ferryman.cli.models_cmds import models_app
 from ferryman.cli.registry_cmds import db_app, key_app, model_app, quota_app, route_app, tenant_app
+from ferryman.cli.serve_cmds import serve_app
 
 app = typer.Typer(
     name="ferryman",
@@ -22,6 +24,8 @@ app.add_typer(key_app, name="key")
 app.add_typer(quota_app, name="quota")
 app.add_typer(model_app, name="model")
 app.add_typer(route_app, name="route")
+app.add_typer(models_app, name="models")
+app.add_typer(serve_app, name="serve")
 
 
 def _version(value: bool) -> None:

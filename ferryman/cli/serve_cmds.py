@@ -1,0 +1,54 @@
+"""Commands that run services: ``ferryman serve node`` (more as services land)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Annotated, Any
+
+import typer
+
+from ferryman.cli.context import settings
+
+serve_app = typer.Typer(help="Run one service (the Kubernetes path).", no_args_is_help=True)
+
+
+def _overrides(**values: Any) -> dict[str, Any]:
+    """CLI flags that were given; they override the service's environment settings."""
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(
+        level=settings().log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+@serve_app.command("node")
+def serve_node_cmd(
+    listen: Annotated[str | None, typer.Option(help="host:port to bind.")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu or cuda:N.")] = None,
+    name: Annotated[str | None, typer.Option(help="Node name in the registry.")] = None,
+    advertise: Annotated[str | None, typer.Option(help="Address others dial.")] = None,
+    capacity: Annotated[int | None, typer.Option(help="Batches run at once.")] = None,
+    use_registry: Annotated[
+        bool | None, typer.Option("--registry/--no-registry", help="Register and load placements.")
+    ] = None,
+) -> None:
+    """Run a node: load its placed versions and serve the Node service."""
+    from gpu_node.server import serve_node
+    from gpu_node.settings import NodeSettings
+
+    _configure_logging()
+    node_settings = NodeSettings(
+        **_overrides(
+            listen=listen,
+            device=device,
+            name=name,
+            advertise=advertise,
+            capacity=capacity,
+            use_registry=use_registry,
+        )
+    )
+    raise typer.Exit(asyncio.run(serve_node(node_settings, settings())))

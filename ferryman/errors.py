@@ -1,0 +1,91 @@
+"""gRPC errors with ``google.rpc`` details, shared by every service and the SDK.
+
+Whole-RPC errors are raised with ``abort``; per-item errors inside streams and
+batches travel as ``google.rpc.Status`` messages built by the same helpers, so a
+client sees the same code and details either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+ERROR_DOMAIN = "ferryman.dev"
+
+
+def make_status(
+    code: grpc.StatusCode,
+    message: str,
+    *,
+    reason: str = "",
+    metadata: Mapping[str, str] | None = None,
+    violations: Iterable[tuple[str, str]] = (),
+    quota_violations: Iterable[tuple[str, str]] = (),
+    retry_after: timedelta | None = None,
+) -> status_pb2.Status:
+    """A google.rpc.Status with ErrorInfo, BadRequest, QuotaFailure and RetryInfo as given."""
+    details: list[any_pb2.Any] = []
+
+    def attach(message_: object) -> None:
+        packed = any_pb2.Any()
+        packed.Pack(message_)  # type: ignore[arg-type]
+        details.append(packed)
+
+    if reason:
+        attach(error_details_pb2.ErrorInfo(reason=reason, domain=ERROR_DOMAIN, metadata=dict(metadata or {})))
+    field_violations = [
+        error_details_pb2.BadRequest.FieldViolation(field=field, description=description)
+        for field, description in violations
+    ]
+    if field_violations:
+        attach(error_details_pb2.BadRequest(field_violations=field_violations))
+    quota = [
+        error_details_pb2.QuotaFailure.Violation(subject=subject, description=description)
+        for subject, description in quota_violations
+    ]
+    if quota:
+        attach(error_details_pb2.QuotaFailure(violations=quota))
+    if retry_after is not None:
+        delay = duration_pb2.Duration()
+        delay.FromTimedelta(retry_after)
+        attach(error_details_pb2.RetryInfo(retry_delay=delay))
+    return status_pb2.Status(code=code.value[0], message=message, details=details)
+
+
+def ok_status() -> status_pb2.Status:
+    return status_pb2.Status(code=code_pb2.OK)
+
+
+def status_code(status: status_pb2.Status) -> grpc.StatusCode:
+    """The grpc.StatusCode of a google.rpc.Status."""
+    for code in grpc.StatusCode:
+        if code.value[0] == status.code:
+            return code
+    return grpc.StatusCode.UNKNOWN
+
+
+def to_rpc_error(status: status_pb2.Status) -> grpc.Status:
+    """For ``context.abort_with_status``: the status with its details in trailing metadata."""
+    return rpc_status.to_status(status)
+
+
+def unpack_details(status: status_pb2.Status) -> dict[str, object]:
+    """The known detail messages of a status by type name (ErrorInfo, BadRequest, ...)."""
+    found: dict[str, object] = {}
+    for detail in status.details:
+        for kind in (
+            error_details_pb2.ErrorInfo,
+            error_details_pb2.BadRequest,
+            error_details_pb2.QuotaFailure,
+            error_details_pb2.RetryInfo,
+        ):
+            if detail.Is(kind.DESCRIPTOR):
+                message = kind()
+                detail.Unpack(message)
+                found[kind.DESCRIPTOR.name] = message
+    return found

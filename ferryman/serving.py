@@ -1,0 +1,50 @@
+"""What every Ferryman gRPC server has: grpc.aio, health, reflection, message limits."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+# Public as grpc_health.v1.health.aio; imported by module path so type checkers see it.
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+# Servicer methods take the request/response-typed context; our shells need no more than Any.
+ServicerContext = grpc.aio.ServicerContext[Any, Any]
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    """Message size limits, for servers and the channels that talk to them."""
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+    ]
+
+
+def create_server(
+    service_names: Sequence[str], max_message_bytes: int
+) -> tuple[grpc.aio.Server, HealthServicer]:
+    """A grpc.aio server with grpc.health.v1 and reflection for ``service_names`` added.
+
+    The caller registers its own servicers, binds a port and starts it.
+    """
+    server = grpc.aio.server(options=channel_options(max_message_bytes))
+    health_servicer = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
+    reflection.enable_server_reflection([*names, reflection.SERVICE_NAME], server)
+    return server, health_servicer
+
+
+def bind(server: grpc.aio.Server, listen: str) -> int:
+    """Bind ``host:port`` (port 0 picks a free one) without TLS; return the port."""
+    port = server.add_insecure_port(listen)
+    if port == 0:
+        raise OSError(f"cannot listen on {listen}")
+    return port

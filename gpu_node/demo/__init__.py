@@ -1,0 +1,1 @@
+"""Demo and test models, built locally (never downloaded): ``ferryman models demo``."""

@@ -1,0 +1,62 @@
+"""Build the demo models' artifacts and register them (``ferryman models demo``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpu_node.demo import minilm, mlp
+from registry.reader import RegistryReader
+from registry.writer import RegistryWriter, VersionSpec
+
+MLP_MAX_BATCH = 128
+MINILM_MAX_BATCH = 32
+MINILM_PRICE_PER_1K_TOKENS_USD = 0.0001
+MLP_PRICE_PER_ITEM_USD = 0.00001
+
+
+def build_demo_artifacts(models_dir: Path) -> list[VersionSpec]:
+    """Build (or reuse) the demo artifacts under ``models_dir``; return their specs."""
+    mlp_path = models_dir / "mlp-1.pt2"
+    if not mlp_path.exists():
+        # Export beside the target and rename, so a crash never leaves a half-written artifact.
+        partial = mlp.export_mlp(mlp_path.with_name("mlp-1.partial.pt2"))
+        partial.rename(mlp_path)
+    minilm_dir = minilm.build_artifact(models_dir / "minilm-1")
+    return [
+        VersionSpec(
+            model="mlp",
+            version="1",
+            artifact=str(mlp_path),
+            format="torch_export",
+            io_schema=mlp.SCHEMA,
+            description="Demo MLP: float32 [512] -> [10], seeded weights",
+            max_batch_size=MLP_MAX_BATCH,
+            price_per_item_usd=MLP_PRICE_PER_ITEM_USD,
+            cacheable=True,
+        ),
+        VersionSpec(
+            model="minilm",
+            version="1",
+            artifact=str(minilm_dir),
+            format="python",
+            handler="gpu_node.demo.minilm:MiniLMHandler",
+            io_schema=minilm.SCHEMA,
+            description="all-MiniLM-L6-v2 sentence embeddings: text -> 384 floats",
+            max_batch_size=MINILM_MAX_BATCH,
+            price_per_1k_tokens_usd=MINILM_PRICE_PER_1K_TOKENS_USD,
+            cacheable=True,
+        ),
+    ]
+
+
+def register_demo(writer: RegistryWriter, reader: RegistryReader, specs: list[VersionSpec]) -> list[str]:
+    """Register, route (100%) and place (every node) each demo version not yet known."""
+    added = []
+    for spec in specs:
+        if any(row.version == spec.version for row in reader.versions(spec.model)):
+            continue
+        writer.register_version(spec)
+        writer.set_route(spec.model, {spec.version: 100})
+        writer.place(spec.model, spec.version)
+        added.append(f"{spec.model}:{spec.version}")
+    return added

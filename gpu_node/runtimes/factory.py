@@ -1,0 +1,25 @@
+"""Pick the runtime for a version's format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ferryman.schema import IOSchema
+from gpu_node.runtimes.base import Runtime
+from gpu_node.runtimes.python_handler import load_python
+from gpu_node.runtimes.torch_module import load_torch_export, load_torchscript
+
+
+def load_runtime(fmt: str, path: Path, schema: IOSchema, handler: str, device: torch.device) -> Runtime:
+    """Load the artifact at ``path`` in format ``fmt`` onto ``device``."""
+    inputs = [spec.name for spec in schema.inputs]
+    outputs = [spec.name for spec in schema.outputs]
+    if fmt == "torch_export":
+        return load_torch_export(path, inputs, outputs, device)
+    if fmt == "torchscript":
+        return load_torchscript(path, inputs, outputs, device)
+    if fmt == "python":
+        return load_python(path, handler, device)
+    raise ValueError(f"unknown model format {fmt!r}")

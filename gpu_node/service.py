@@ -1,0 +1,176 @@
+"""The node's behaviour behind its gRPC servicer: slots, batches, load/unload, drain."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+# Public as grpc_health.v1.health.aio; imported by module path so type checkers see it.
+from grpc_health.v1._async import HealthServicer
+
+from ferryman.serving import NOT_SERVING, SERVING
+from ferryman.v1 import node_pb2
+from gpu_node.executor import run_batch
+from gpu_node.loader import LoadError, load_version
+from gpu_node.settings import NodeSettings
+from gpu_node.slots import LatencyProfile, ModelSlot, SlotState
+from registry.states import NodeLifecycle, next_node_lifecycle
+
+
+class NodeRefusal(Exception):
+    """A request the node turns away; ``code`` names the gRPC status to answer with."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class NodeService:
+    """Holds loaded versions and runs their batches in worker threads."""
+
+    def __init__(self, settings: NodeSettings, device: torch.device, health_servicer: HealthServicer):
+        self.settings = settings
+        self.device = device
+        self.lifecycle = NodeLifecycle.STARTING
+        self.slots: dict[str, ModelSlot] = {}
+        self._health = health_servicer
+        self._batch_pool = ThreadPoolExecutor(settings.capacity, thread_name_prefix="node-batch")
+        # One load at a time: loads compete for memory and would skew warm-up timings.
+        self._load_pool = ThreadPoolExecutor(1, thread_name_prefix="node-load")
+        self._load_lock = asyncio.Lock()
+
+    def set_lifecycle(self, target: NodeLifecycle) -> None:
+        self.lifecycle = next_node_lifecycle(self.lifecycle, target)
+
+    def serving_keys(self) -> list[str]:
+        return sorted(key for key, slot in self.slots.items() if slot.state == SlotState.SERVING)
+
+    async def load(self, spec: node_pb2.ModelVersionSpec) -> ModelSlot:
+        """Load a version beside the others; a failure marks only it FAILED."""
+        key = f"{spec.model}:{spec.version}"
+        async with self._load_lock:
+            existing = self.slots.get(key)
+            if existing is not None and existing.state in (SlotState.SERVING, SlotState.UNLOADING):
+                return existing
+            slot = ModelSlot(spec=spec, profile=self._profile())
+            self.slots[key] = slot
+            await self._health.set(key, NOT_SERVING)
+            loop = asyncio.get_running_loop()
+            try:
+                runtime, schema, profile = await loop.run_in_executor(
+                    self._load_pool,
+                    lambda: load_version(
+                        spec,
+                        self.device,
+                        runs=self.settings.warmup_runs,
+                        smoothing=self.settings.profile_smoothing,
+                    ),
+                )
+            except LoadError as exc:
+                slot.move(SlotState.FAILED, str(exc))
+                return slot
+            slot.runtime, slot.schema, slot.profile = runtime, schema, profile
+            slot.move(SlotState.SERVING)
+            await self._health.set(key, SERVING)
+            return slot
+
+    async def unload(self, model: str, version: str) -> bool:
+        """Stop taking batches for a version, wait for its in-flight ones, free it."""
+        key = f"{model}:{version}"
+        slot = self.slots.get(key)
+        if slot is None:
+            return False
+        if slot.state == SlotState.SERVING:
+            slot.move(SlotState.UNLOADING)
+            await self._health.set(key, NOT_SERVING)
+            # The grace period is the promise; stragglers finish on a dropped runtime.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(slot.idle.wait(), timeout=self.settings.drain_grace_s)
+        self.slots.pop(key, None)
+        slot.runtime = None
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return True
+
+    async def infer(self, request: node_pb2.InferBatchRequest) -> node_pb2.InferBatchResponse:
+        """Run one batch; per-item problems are answered per item."""
+        if self.lifecycle == NodeLifecycle.DRAINING:
+            raise NodeRefusal("UNAVAILABLE", "node is draining")
+        key = f"{request.model}:{request.version}"
+        slot = self.slots.get(key)
+        if slot is None or slot.state != SlotState.SERVING or slot.runtime is None or slot.schema is None:
+            state = slot.state if slot else "not loaded"
+            raise NodeRefusal("FAILED_PRECONDITION", f"version {key} is {state} on this node")
+        if not request.items:
+            raise NodeRefusal("INVALID_ARGUMENT", "a batch needs at least one item")
+        if len(request.items) > slot.spec.max_batch_size:
+            raise NodeRefusal(
+                "INVALID_ARGUMENT",
+                f"{len(request.items)} items exceed the max batch size {slot.spec.max_batch_size}",
+            )
+        runtime, schema = slot.runtime, slot.schema
+        slot.begin()
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(
+                self._batch_pool,
+                run_batch,
+                runtime,
+                schema,
+                list(request.items),
+                dict(request.parameters),
+            )
+        finally:
+            slot.end()
+        if result.rows:
+            slot.profile.record(result.rows, result.compute_seconds)
+        response = node_pb2.InferBatchResponse(
+            items=result.outcomes, batch_size=result.rows, node=self.settings.name
+        )
+        response.compute.FromNanoseconds(int(result.compute_seconds * 1e9))
+        return response
+
+    def info(self) -> node_pb2.NodeInfoResponse:
+        total, used = self._memory()
+        return node_pb2.NodeInfoResponse(
+            name=self.settings.name,
+            device=str(self.device),
+            memory_total=total,
+            memory_used=used,
+            versions=[slot.to_proto() for _, slot in sorted(self.slots.items())],
+            lifecycle=self.lifecycle.value,
+        )
+
+    async def drain(self) -> bool:
+        """Refuse new batches, report NOT_SERVING, wait for in-flight ones (up to the grace)."""
+        if self.lifecycle != NodeLifecycle.DRAINING:
+            self.set_lifecycle(NodeLifecycle.DRAINING)
+        await self._health.enter_graceful_shutdown()
+        waits = [slot.idle.wait() for slot in self.slots.values()]
+        try:
+            await asyncio.wait_for(asyncio.gather(*waits), timeout=self.settings.drain_grace_s)
+        except TimeoutError:
+            return False
+        return True
+
+    def close(self) -> None:
+        self._batch_pool.shutdown(wait=False, cancel_futures=True)
+        self._load_pool.shutdown(wait=False, cancel_futures=True)
+
+    def _profile(self) -> LatencyProfile:
+        return LatencyProfile(smoothing=self.settings.profile_smoothing)
+
+    def _memory(self) -> tuple[int, int]:
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            return int(total), int(total - free)
+        page = os.sysconf("SC_PAGE_SIZE")
+        total = os.sysconf("SC_PHYS_PAGES") * page
+        with open("/proc/self/statm") as statm:
+            resident = int(statm.read().split()[1]) * page
+        return int(total), resident

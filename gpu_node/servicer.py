@@ -1,0 +1,41 @@
+"""The Node gRPC servicer: a thin shell over NodeService."""
+
+from __future__ import annotations
+
+import grpc
+
+from ferryman.serving import ServicerContext
+from ferryman.v1 import node_pb2, node_pb2_grpc
+from gpu_node.service import NodeRefusal, NodeService
+
+
+class NodeServicer(node_pb2_grpc.NodeServicer):
+    def __init__(self, service: NodeService) -> None:
+        self._service = service
+
+    async def InferBatch(
+        self, request: node_pb2.InferBatchRequest, context: ServicerContext
+    ) -> node_pb2.InferBatchResponse:
+        try:
+            return await self._service.infer(request)
+        except NodeRefusal as exc:
+            await context.abort(grpc.StatusCode[exc.code], str(exc))
+            raise  # abort raises; this keeps type checkers honest
+
+    async def LoadModel(
+        self, request: node_pb2.LoadModelRequest, context: ServicerContext
+    ) -> node_pb2.LoadModelResponse:
+        slot = await self._service.load(request.spec)
+        return node_pb2.LoadModelResponse(state=slot.state.to_proto(), reason=slot.reason)
+
+    async def UnloadModel(
+        self, request: node_pb2.UnloadModelRequest, context: ServicerContext
+    ) -> node_pb2.UnloadModelResponse:
+        return node_pb2.UnloadModelResponse(
+            unloaded=await self._service.unload(request.model, request.version)
+        )
+
+    async def NodeInfo(
+        self, request: node_pb2.NodeInfoRequest, context: ServicerContext
+    ) -> node_pb2.NodeInfoResponse:
+        return self._service.info()

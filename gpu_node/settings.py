@@ -1,0 +1,42 @@
+"""Node settings (env prefix ``FERRYMAN_NODE_``)."""
+
+from __future__ import annotations
+
+import socket
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class NodeSettings(BaseSettings):
+    """Everything a node process is told; CLI flags override the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="FERRYMAN_NODE_", extra="ignore")
+
+    listen: str = "127.0.0.1:7004"
+    """host:port the gRPC server binds."""
+    advertise: str = ""
+    """Address other services dial (default: the listen address)."""
+    name: str = Field(default_factory=lambda: socket.gethostname().lower().replace("_", "-"))
+    """Unique node name in the registry."""
+    device: str = "auto"
+    """auto (CUDA when present), cpu or cuda:N."""
+    capacity: int = Field(default=2, ge=1)
+    """Batches run at once (worker threads)."""
+    torch_threads: int = Field(default=0, ge=0)
+    """torch intra-op threads; 0 keeps torch's default."""
+    use_registry: bool = True
+    """Register in the registry, heartbeat, and load this node's placements."""
+    heartbeat_interval_s: float = Field(default=2.0, gt=0)
+    drain_grace_s: float = Field(default=30.0, ge=0)
+    """How long SIGTERM waits for in-flight batches."""
+    warmup_runs: int = Field(default=2, ge=1)
+    """Timed runs per warm-up batch size (the fastest is kept)."""
+    profile_smoothing: float = Field(default=0.2, gt=0, le=1)
+    """Weight of a live batch in the latency profile's moving average."""
+    artifact_cache_dir: str = ""
+    """Where fetched artifacts go (default: <data dir>/cache)."""
+    max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+
+    def address(self) -> str:
+        return self.advertise or self.listen

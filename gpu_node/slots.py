@@ -1,0 +1,112 @@
+"""A model version on this node: its state machine, runtime and latency profile."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from ferryman.schema import IOSchema
+from ferryman.v1 import node_pb2
+from gpu_node.runtimes.base import Runtime
+
+
+class SlotState(StrEnum):
+    """Lifecycle of a version on one node."""
+
+    LOADING = "LOADING"
+    SERVING = "SERVING"
+    FAILED = "FAILED"
+    UNLOADING = "UNLOADING"
+
+    def to_proto(self) -> node_pb2.VersionState:
+        return _PROTO_STATES[self]
+
+
+_PROTO_STATES: dict[SlotState, node_pb2.VersionState] = {
+    SlotState.LOADING: node_pb2.VERSION_STATE_LOADING,
+    SlotState.SERVING: node_pb2.VERSION_STATE_SERVING,
+    SlotState.FAILED: node_pb2.VERSION_STATE_FAILED,
+    SlotState.UNLOADING: node_pb2.VERSION_STATE_UNLOADING,
+}
+
+
+_TRANSITIONS: dict[SlotState, frozenset[SlotState]] = {
+    SlotState.LOADING: frozenset({SlotState.SERVING, SlotState.FAILED}),
+    SlotState.SERVING: frozenset({SlotState.UNLOADING}),
+    SlotState.FAILED: frozenset({SlotState.LOADING}),
+    SlotState.UNLOADING: frozenset(),
+}
+
+
+class SlotTransitionError(RuntimeError):
+    """A state change the slot's state machine does not allow."""
+
+
+@dataclass
+class LatencyProfile:
+    """Measured batch latency per batch size: warm-up first, refined by live batches."""
+
+    smoothing: float
+    seconds: dict[int, float] = field(default_factory=dict)
+
+    def record(self, batch_size: int, seconds: float) -> None:
+        """Blend a measurement into the moving average of that batch size."""
+        old = self.seconds.get(batch_size)
+        self.seconds[batch_size] = seconds if old is None else old + self.smoothing * (seconds - old)
+
+    def to_proto(self) -> list[node_pb2.LatencyPoint]:
+        points = []
+        for size in sorted(self.seconds):
+            point = node_pb2.LatencyPoint(batch_size=size)
+            point.latency.FromNanoseconds(int(self.seconds[size] * 1e9))
+            points.append(point)
+        return points
+
+
+@dataclass
+class ModelSlot:
+    """One version on this node."""
+
+    spec: node_pb2.ModelVersionSpec
+    profile: LatencyProfile
+    schema: IOSchema | None = None
+    state: SlotState = SlotState.LOADING
+    reason: str = ""
+    runtime: Runtime | None = None
+    in_flight: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    @property
+    def key(self) -> str:
+        """``model:version``, also the version's grpc.health service name."""
+        return f"{self.spec.model}:{self.spec.version}"
+
+    def move(self, target: SlotState, reason: str = "") -> None:
+        if target not in _TRANSITIONS[self.state]:
+            raise SlotTransitionError(f"{self.key}: {self.state} cannot become {target}")
+        self.state = target
+        self.reason = reason
+
+    def begin(self) -> None:
+        self.in_flight += 1
+        self.idle.clear()
+
+    def end(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self.idle.set()
+
+    def to_proto(self) -> node_pb2.LoadedVersion:
+        return node_pb2.LoadedVersion(
+            model=self.spec.model,
+            version=self.spec.version,
+            state=self.state.to_proto(),
+            reason=self.reason,
+            max_batch_size=self.spec.max_batch_size,
+            profile=self.profile.to_proto(),
+            in_flight=self.in_flight,
+        )

@@ -1,0 +1,70 @@
+"""Test models and node settings shared by node, batcher and end-to-end tests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ferryman.artifacts import artifact_sha256
+from ferryman.schema import IOSchema
+from ferryman.v1 import node_pb2
+from gpu_node.demo import echo, minilm, mlp
+from gpu_node.settings import NodeSettings
+
+POISON = -999.0
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    mlp_export: Path
+    mlp_script: Path
+    minilm_dir: Path
+    echo_poison: Path
+    echo_oom: Path
+
+
+def build_artifacts(root: Path) -> Artifacts:
+    """Every test artifact, built locally under ``root``."""
+    return Artifacts(
+        mlp_export=mlp.export_mlp(root / "mlp.pt2"),
+        mlp_script=mlp.script_mlp(root / "mlp.pt"),
+        minilm_dir=minilm.build_artifact(root / "minilm"),
+        echo_poison=echo.write_config(root / "echo-poison.json", poison=POISON),
+        echo_oom=echo.write_config(root / "echo-oom.json", oom_above_rows=4),
+    )
+
+
+def spec(
+    model: str,
+    version: str,
+    path: Path,
+    fmt: str,
+    schema: Mapping[str, Any],
+    *,
+    handler: str = "",
+    max_batch_size: int = 32,
+    sha256: str | None = None,
+) -> node_pb2.ModelVersionSpec:
+    return node_pb2.ModelVersionSpec(
+        model=model,
+        version=version,
+        artifact_uri=str(path),
+        sha256=artifact_sha256(path) if sha256 is None else sha256,
+        format=fmt,
+        handler=handler,
+        schema=IOSchema.model_validate(schema).to_proto(),
+        max_batch_size=max_batch_size,
+    )
+
+
+def node_settings(**overrides: object) -> NodeSettings:
+    base: dict[str, object] = {
+        "listen": "127.0.0.1:0",
+        "name": "test-node",
+        "device": "cpu",
+        "use_registry": False,
+        "warmup_runs": 1,
+    }
+    return NodeSettings(**{**base, **overrides})  # type: ignore[arg-type]
