@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that measure, never part of the test suite."""
