@@ -53,9 +53,23 @@ def start_node(threads: int, data_dir: Path) -> tuple[subprocess.Popen[bytes], s
     port = free_port()
     env = {**os.environ, "FERRYMAN_NODE_TORCH_THREADS": str(threads), "FERRYMAN_DATA_DIR": str(data_dir)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ferryman", "serve", "node", "--listen", f"127.0.0.1:{port}",
-         "--no-registry", "--device", "cpu", "--name", "bench-node"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "ferryman",
+            "serve",
+            "node",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--no-registry",
+            "--device",
+            "cpu",
+            "--name",
+            "bench-node",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     address = f"127.0.0.1:{port}"
     channel = grpc.insecure_channel(address)
@@ -65,7 +79,9 @@ def start_node(threads: int, data_dir: Path) -> tuple[subprocess.Popen[bytes], s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
     parser.add_argument("--seconds", type=float, default=2.0, help="measurement time per batch size")
     opts = parser.parse_args()
@@ -78,13 +94,17 @@ def main() -> None:
             channel = grpc.insecure_channel(address, options=channel_options(MAX_MESSAGE_BYTES))
             stub = node_pb2_grpc.NodeStub(channel)
             spec = node_pb2.ModelVersionSpec(
-                model="mlp", version="1", artifact_uri=str(artifact), sha256=artifact_sha256(artifact),
-                format="torch_export", schema=IOSchema.model_validate(mlp.SCHEMA).to_proto(),
+                model="mlp",
+                version="1",
+                artifact_uri=str(artifact),
+                sha256=artifact_sha256(artifact),
+                format="torch_export",
+                schema=IOSchema.model_validate(mlp.SCHEMA).to_proto(),
                 max_batch_size=max(BATCHES),
             )
             loaded = stub.LoadModel(node_pb2.LoadModelRequest(spec=spec), timeout=START_TIMEOUT_S)
             assert loaded.state == node_pb2.VERSION_STATE_SERVING, loaded.reason
-            print(f"| batch | forward items/s | InferBatch items/s | node/forward | overhead per batch |")
+            print("| batch | forward items/s | InferBatch items/s | node/forward | overhead per batch |")
             print("|---:|---:|---:|---:|---:|")
             rng = np.random.default_rng(0)
             for batch in BATCHES:
@@ -96,9 +116,15 @@ def main() -> None:
                         model(t)
 
                 request = node_pb2.InferBatchRequest(
-                    model="mlp", version="1",
-                    items=[node_pb2.BatchItem(request_id=str(i), inputs=[
-                        common_pb2.NamedTensor(name="input", tensor=encode(x[i : i + 1]))]) for i in range(batch)],
+                    model="mlp",
+                    version="1",
+                    items=[
+                        node_pb2.BatchItem(
+                            request_id=str(i),
+                            inputs=[common_pb2.NamedTensor(name="input", tensor=encode(x[i : i + 1]))],
+                        )
+                        for i in range(batch)
+                    ],
                 )
 
                 def infer(r: node_pb2.InferBatchRequest = request) -> None:
@@ -106,8 +132,10 @@ def main() -> None:
 
                 direct = statistics.median(time_calls(forward, opts.seconds))
                 served = statistics.median(time_calls(infer, opts.seconds))
-                print(f"| {batch} | {batch / direct:,.0f} | {batch / served:,.0f} | {direct / served:.2f} "
-                      f"| {(served - direct) * 1000:.2f} ms |")
+                print(
+                    f"| {batch} | {batch / direct:,.0f} | {batch / served:,.0f} | {direct / served:.2f} "
+                    f"| {(served - direct) * 1000:.2f} ms |"
+                )
             channel.close()
         finally:
             proc.terminate()

@@ -107,6 +107,12 @@ class RegistryReader:
                 )
             )
 
+    def all_versions(self) -> list[tuple[str, ModelVersion]]:
+        """Every version with its model's name."""
+        with Session(self._engine) as s:
+            rows = s.exec(select(Model.name, ModelVersion).join(ModelVersion).order_by(Model.name))
+            return [(name, version) for name, version in rows]
+
     def route(self, model: str) -> RouteView | None:
         with Session(self._engine) as s:
             found = s.exec(select(Route, Model).join(Model).where(Model.name == model)).first()

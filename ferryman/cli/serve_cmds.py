@@ -52,3 +52,17 @@ def serve_node_cmd(
         )
     )
     raise typer.Exit(asyncio.run(serve_node(node_settings, settings())))
+
+
+@serve_app.command("batcher")
+def serve_batcher_cmd(
+    listen: Annotated[str | None, typer.Option(help="host:port to bind.")] = None,
+    metrics_listen: Annotated[str | None, typer.Option(help="host:port for /metrics.")] = None,
+) -> None:
+    """Run a batcher: queues, scheduler, coalescing, dispatch to nodes."""
+    from batcher.server import serve_batcher
+    from batcher.settings import BatcherSettings
+
+    _configure_logging()
+    batcher_settings = BatcherSettings(**_overrides(listen=listen, metrics_listen=metrics_listen))
+    raise typer.Exit(asyncio.run(serve_batcher(batcher_settings, settings())))

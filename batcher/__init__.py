@@ -1,0 +1,1 @@
+"""The streaming batcher (``ferryman serve batcher``): queues, scheduler, coalescing, dispatch."""

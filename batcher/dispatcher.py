@@ -1,0 +1,267 @@
+"""Send batches to nodes: pick a replica, retry elsewhere on failure, isolate bad items.
+
+A node that cannot be reached (or is draining, or lost the version) costs a retry on
+another replica within the batch's deadline, with backoff, and a mark on its
+breaker. A batch the model raises on is bisected until the failing items stand
+alone: only they fail, each recorded as a dead letter; every other item succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import grpc
+from google.rpc import status_pb2
+
+from batcher.dead_letters import DeadLetterSink
+from batcher.entries import Entry
+from batcher.metrics import BatcherMetrics
+from batcher.predictor import LatencyPredictor
+from batcher.replicas import Replica, ReplicaDirectory
+from batcher.settings import BatcherSettings
+from ferryman.errors import make_status, unpack_details
+from ferryman.v1 import batcher_pb2, node_pb2
+from registry.tables import DeadLetter
+
+MODEL_ERROR = "MODEL_ERROR"
+RETRIABLE = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.CANCELLED,
+    }
+)
+
+Finisher = Callable[[Entry, batcher_pb2.ItemResult], None]
+
+# Waiting for a free replica backs off up to 2**this times the base delay.
+MAX_BACKOFF_DOUBLINGS = 5
+
+# What _call returns when it has already finished every entry (with an error).
+_SETTLED = node_pb2.InferBatchResponse()
+
+
+def is_model_error(status: status_pb2.Status) -> bool:
+    info = unpack_details(status).get("ErrorInfo")
+    return status.code == grpc.StatusCode.INTERNAL.value[0] and getattr(info, "reason", "") == MODEL_ERROR
+
+
+class Dispatcher:
+    """Runs batches on replicas and hands every entry its result through ``finish``."""
+
+    def __init__(
+        self,
+        settings: BatcherSettings,
+        directory: ReplicaDirectory,
+        metrics: BatcherMetrics,
+        dead_letters: DeadLetterSink,
+        finish: Finisher,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._settings = settings
+        self._directory = directory
+        self._metrics = metrics
+        self._dead_letters = dead_letters
+        self._finish = finish
+        self._clock = clock
+
+    def reserve(self, version_key: str, rows: int, exclude: frozenset[str] = frozenset()) -> Replica | None:
+        """Pick a replica and claim a batch slot on it now, before the batch is sent.
+
+        Claiming synchronously keeps the scheduler's view of free slots exact when it
+        dispatches several batches in one turn of the event loop.
+        """
+        replica = self._directory.pick(version_key, set(exclude)) or (
+            self._directory.pick(version_key, set()) if exclude else None
+        )
+        if replica is not None:
+            replica.inflight += 1
+            replica.outstanding_rows += rows
+            replica.breaker.on_call()
+        return replica
+
+    @staticmethod
+    def _release(replica: Replica, rows: int) -> None:
+        replica.inflight -= 1
+        replica.outstanding_rows -= rows
+
+    async def dispatch(
+        self,
+        model: str,
+        version: str,
+        parameters: Mapping[str, str],
+        entries: Sequence[Entry],
+        predictor: LatencyPredictor,
+        replica: Replica,
+    ) -> None:
+        """Run ``entries`` as one batch on the reserved ``replica`` (retrying elsewhere as needed).
+
+        Every entry is finished exactly once; this never raises.
+        """
+        try:
+            await self._run(model, version, dict(parameters), list(entries), predictor, replica)
+        except Exception as exc:  # a bug here must not strand callers
+            status = make_status(grpc.StatusCode.INTERNAL, f"batcher error: {exc}", reason="BATCHER_ERROR")
+            for entry in entries:
+                if any(not w.done for w in entry.waiters):
+                    self._finish(entry, batcher_pb2.ItemResult(status=status))
+
+    async def _run(
+        self,
+        model: str,
+        version: str,
+        parameters: dict[str, str],
+        entries: list[Entry],
+        predictor: LatencyPredictor,
+        replica: Replica | None = None,
+    ) -> None:
+        key = f"{model}:{version}"
+        rows = sum(e.rows for e in entries)
+        tried: set[str] = set()
+        failures = 0
+        waits = 0
+        while True:
+            remaining = max(e.deadline for e in entries) - self._clock()
+            if remaining <= 0:
+                if replica is not None:
+                    self._release(replica, rows)
+                self._fail(entries, grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed before a node ran it")
+                return
+            if replica is None:
+                replica = self.reserve(key, rows, frozenset(tried))
+            if replica is None:
+                if not self._directory.ready(key):
+                    self._fail(entries, grpc.StatusCode.UNAVAILABLE, f"no ready replica serves {key}")
+                    return
+                # Every replica is busy or its breaker is open: wait for a slot, within the deadline.
+                await asyncio.sleep(min(remaining, self._backoff(waits)))
+                waits += 1
+                continue
+            response = await self._call(
+                replica, model, version, parameters, entries, rows, remaining, predictor
+            )
+            if response is not None:
+                await self._settle(model, version, parameters, entries, response, predictor)
+                return
+            tried.add(replica.name)
+            replica = None
+            failures += 1
+            self._metrics.retries.labels(model=model, version=version).inc()
+            if failures >= self._settings.max_attempts:
+                self._fail(
+                    entries, grpc.StatusCode.UNAVAILABLE, f"{key}: every attempt failed ({sorted(tried)})"
+                )
+                return
+            await asyncio.sleep(self._backoff(failures - 1))
+
+    def _backoff(self, attempt: int) -> float:
+        capped = min(attempt, MAX_BACKOFF_DOUBLINGS)
+        return float(self._settings.retry_backoff_ms * (2**capped) / 1000)
+
+    async def _call(
+        self,
+        replica: Replica,
+        model: str,
+        version: str,
+        parameters: dict[str, str],
+        entries: list[Entry],
+        rows: int,
+        budget_s: float,
+        predictor: LatencyPredictor,
+    ) -> node_pb2.InferBatchResponse | None:
+        """One InferBatch on a reserved replica; None when it failed and another try may succeed."""
+        request = node_pb2.InferBatchRequest(
+            model=model,
+            version=version,
+            parameters=parameters,
+            items=[
+                node_pb2.BatchItem(request_id=e.request_id, inputs=e.inputs, traceparent=e.traceparent)
+                for e in entries
+            ],
+        )
+        started = self._clock()
+        try:
+            response: node_pb2.InferBatchResponse = await replica.stub.InferBatch(request, timeout=budget_s)
+        except grpc.aio.AioRpcError as exc:
+            replica.breaker.on_failure(self._clock())
+            self._directory.record_breaker(replica)
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                self._fail(entries, grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed while the batch ran")
+                return _SETTLED
+            if exc.code() not in RETRIABLE:
+                self._fail(entries, exc.code(), f"node {replica.name}: {exc.details()}")
+                return _SETTLED
+            return None
+        finally:
+            self._release(replica, rows)
+        replica.breaker.on_success()
+        self._directory.record_breaker(replica)
+        predictor.observe(max(1, response.batch_size), self._clock() - started)
+        return response
+
+    async def _settle(
+        self,
+        model: str,
+        version: str,
+        parameters: dict[str, str],
+        entries: list[Entry],
+        response: node_pb2.InferBatchResponse,
+        predictor: LatencyPredictor,
+    ) -> None:
+        if response is _SETTLED:
+            return
+        if len(response.items) != len(entries):
+            self._fail(entries, grpc.StatusCode.INTERNAL, "node returned a result count unlike the batch")
+            return
+        # Outcomes come in request order; request ids from different callers may repeat.
+        failing: list[tuple[Entry, status_pb2.Status]] = []
+        for entry, outcome in zip(entries, response.items, strict=True):
+            if is_model_error(outcome.status):
+                failing.append((entry, outcome.status))
+                continue
+            result = batcher_pb2.ItemResult(
+                status=outcome.status, outputs=outcome.outputs, usage=outcome.usage, node=response.node
+            )
+            result.timing.compute.CopyFrom(response.compute)
+            result.timing.batch_size = response.batch_size
+            self._finish(entry, result)
+        if not failing:
+            return
+        if len(entries) == 1:
+            self._isolate(model, version, *failing[0])
+            return
+        suspects = [entry for entry, _ in failing]
+        if len(suspects) == 1:
+            # Alone it may still succeed (the batch as a whole may have been the problem).
+            await self._run(model, version, parameters, suspects, predictor)
+            return
+        half = len(suspects) // 2
+        await asyncio.gather(
+            self._run(model, version, parameters, suspects[:half], predictor),
+            self._run(model, version, parameters, suspects[half:], predictor),
+        )
+
+    def _isolate(self, model: str, version: str, entry: Entry, status: status_pb2.Status) -> None:
+        self._metrics.dead_letters.labels(model=model, version=version).inc()
+        self._dead_letters.record(
+            DeadLetter(
+                model=model,
+                version=version,
+                request_id=entry.request_id,
+                tenant=entry.tenant,
+                input_sha256=entry.input_hash,
+                error=status.message,
+            ),
+            self._clock(),
+        )
+        self._finish(entry, batcher_pb2.ItemResult(status=status))
+
+    def _fail(self, entries: Sequence[Entry], code: grpc.StatusCode, message: str) -> None:
+        status = make_status(code, message, reason=code.name)
+        for entry in entries:
+            self._finish(entry, batcher_pb2.ItemResult(status=status))

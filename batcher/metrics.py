@@ -1,0 +1,77 @@
+"""The batcher's Prometheus metrics (names under ``ferryman_``; see docs/metrics.md)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+FILL_RATIO_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+WAIT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+
+class BatcherMetrics:
+    """One registry per batcher instance (several may share a process in tests)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        labels = ["model", "version"]
+        self.batch_size = Histogram(
+            "ferryman_batch_size",
+            "Rows per dispatched batch.",
+            labels,
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=self.registry,
+        )
+        self.batch_fill_ratio = Histogram(
+            "ferryman_batch_fill_ratio",
+            "Rows per batch / the version's max batch size.",
+            labels,
+            buckets=FILL_RATIO_BUCKETS,
+            registry=self.registry,
+        )
+        self.coalesced = Counter(
+            "ferryman_coalesced",
+            "Requests that shared an identical in-flight execution.",
+            labels,
+            registry=self.registry,
+        )
+        self.cache_hits = Counter(
+            "ferryman_cache_hits",
+            "Requests answered from the response cache.",
+            labels,
+            registry=self.registry,
+        )
+        self.dispatches = Counter(
+            "ferryman_dispatches",
+            "Batches dispatched, by reason.",
+            [*labels, "reason"],
+            registry=self.registry,
+        )
+        self.shed = Counter(
+            "ferryman_shed_requests",
+            "Requests refused or failed before running, by reason.",
+            [*labels, "reason"],
+            registry=self.registry,
+        )
+        self.queue_depth = Gauge(
+            "ferryman_queue_depth", "Rows waiting in the queue.", labels, registry=self.registry
+        )
+        self.queue_wait = Histogram(
+            "ferryman_queue_wait_seconds",
+            "Time from arrival to dispatch.",
+            labels,
+            buckets=WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.retries = Counter(
+            "ferryman_batch_retries", "Batches retried on another replica.", labels, registry=self.registry
+        )
+        self.dead_letters = Counter(
+            "ferryman_dead_letters", "Items isolated as failing the model.", labels, registry=self.registry
+        )
+        self.breaker_state = Gauge(
+            "ferryman_breaker_open",
+            "1 while the node's breaker is open or half-open.",
+            ["node"],
+            registry=self.registry,
+        )

@@ -1,0 +1,190 @@
+"""One queue per (version, parameters): its items, its scheduler loop, its estimates."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+import grpc
+
+from batcher.dispatcher import Dispatcher
+from batcher.entries import Entry, QueueKey
+from batcher.metrics import BatcherMetrics
+from batcher.predictor import LatencyPredictor
+from batcher.rate import RateMeter
+from batcher.replicas import ReplicaDirectory
+from batcher.scheduler import DispatchReason, Load, SchedulerConfig, decide
+from batcher.settings import BatcherSettings
+from ferryman.errors import make_status
+from ferryman.v1 import batcher_pb2
+
+Finisher = Callable[[Entry, batcher_pb2.ItemResult], None]
+
+
+class VersionQueue:
+    """Holds entries and runs the scheduler loop that dispatches them."""
+
+    def __init__(
+        self,
+        key: QueueKey,
+        config: SchedulerConfig,
+        settings: BatcherSettings,
+        directory: ReplicaDirectory,
+        dispatcher: Dispatcher,
+        metrics: BatcherMetrics,
+        finish: Finisher,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.key = key
+        self.model, self.version, params = key
+        self.parameters = dict(params)
+        self.config = config
+        self.entries: list[Entry] = []
+        self.predictor = LatencyPredictor(
+            default_s=settings.default_batch_latency_ms / 1000, smoothing=settings.predictor_smoothing
+        )
+        self.arrivals = RateMeter(tau_s=settings.rate_window_s)
+        self.drained = RateMeter(tau_s=settings.rate_window_s)
+        self.last_decision_window = 0.0
+        self.last_target_rows = 1
+        self.draining = False
+        self._seeded = False
+        self._directory = directory
+        self._dispatcher = dispatcher
+        self._metrics = metrics
+        self._finish = finish
+        self._clock = clock
+        self._retry_wait_s = settings.retry_backoff_ms / 1000
+        self._wakeup = asyncio.Event()
+        self._running: set[asyncio.Task[None]] = set()
+        self._labels = {"model": self.model, "version": self.version}
+
+    @property
+    def version_key(self) -> str:
+        return f"{self.model}:{self.version}"
+
+    @property
+    def rows(self) -> int:
+        return sum(e.rows for e in self.entries)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.entries or self._running)
+
+    def add(self, entry: Entry) -> None:
+        self.entries.append(entry)
+        self.arrivals.add(entry.rows, self._clock())
+        self._metrics.queue_depth.labels(**self._labels).set(self.rows)
+        self._wakeup.set()
+
+    def remove(self, entry: Entry) -> None:
+        """Drop a not-yet-dispatched entry (its last caller left)."""
+        if entry in self.entries:
+            self.entries.remove(entry)
+            self._metrics.queue_depth.labels(**self._labels).set(self.rows)
+            self._wakeup.set()
+
+    def poke(self) -> None:
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        """The scheduler loop: decide, act, sleep until the next deadline or event."""
+        while True:
+            self._wakeup.clear()
+            timeout = self._step()
+            if timeout == 0.0:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout=timeout)
+
+    def _step(self) -> float | None:
+        """One decision; returns how long to sleep (None: until an event, 0: decide again)."""
+        if not self.entries:
+            return None
+        if not self._seeded:
+            profile = self._directory.profile(self.version_key)
+            if profile:
+                self.predictor.seed(profile)
+                self._seeded = True
+        now = self._clock()
+        free, total = self._directory.slots(self.version_key)
+        if total == 0 and not self._directory.ready(self.version_key):
+            self._fail_all(grpc.StatusCode.UNAVAILABLE, f"no ready replica serves {self.version_key}")
+            return None
+        load = Load(arrival_rate=self.arrivals.rate(now), free_slots=free, total_slots=total)
+        decision = decide(now, self.entries, self.config, self.predictor, load, self.draining)
+        self.last_decision_window, self.last_target_rows = decision.window_s, decision.target_rows
+        for index in decision.expired:
+            self._expire(self.entries[index], now)
+        dispatched: list[int] = []
+        blocked = False
+        if decision.batch:
+            batch = [self.entries[i] for i in decision.batch]
+            if self._dispatch(batch, decision.reason, now):
+                dispatched = decision.batch
+            else:
+                blocked = True
+        gone = set(decision.expired) | set(dispatched)
+        if gone:
+            self.entries = [e for i, e in enumerate(self.entries) if i not in gone]
+            self._metrics.queue_depth.labels(**self._labels).set(self.rows)
+        if dispatched:
+            return 0.0
+        if blocked:
+            # No slot could be claimed (a breaker refused at the last moment): look again soon.
+            return self._retry_wait_s
+        if decision.wake_at is None:
+            return None
+        return max(0.0, decision.wake_at - now)
+
+    def _dispatch(self, batch: list[Entry], reason: DispatchReason | None, now: float) -> bool:
+        """Send ``batch`` if a replica slot can be claimed; False leaves it queued."""
+        rows = sum(e.rows for e in batch)
+        replica = self._dispatcher.reserve(self.version_key, rows)
+        if replica is None:
+            return False
+        for entry in batch:
+            entry.dispatched = True
+            self._metrics.queue_wait.labels(**self._labels).observe(now - entry.arrival)
+        self._metrics.batch_size.labels(**self._labels).observe(rows)
+        self._metrics.batch_fill_ratio.labels(**self._labels).observe(rows / self.config.max_batch_rows)
+        self._metrics.dispatches.labels(**self._labels, reason=(reason or DispatchReason.WINDOW).value).inc()
+        self.drained.add(rows, now)
+        task = asyncio.create_task(
+            self._dispatcher.dispatch(
+                self.model, self.version, self.parameters, batch, self.predictor, replica
+            )
+        )
+        self._running.add(task)
+        task.add_done_callback(self._batch_done)
+        return True
+
+    def _batch_done(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        self._wakeup.set()  # a slot is free again
+
+    def _expire(self, entry: Entry, now: float) -> None:
+        left_ms = (entry.deadline - now) * 1000
+        predicted_ms = self.predictor.predict(entry.rows) * 1000
+        self._metrics.shed.labels(**self._labels, reason="deadline").inc()
+        status = make_status(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            f"cannot meet the deadline: {left_ms:.1f} ms left, a batch takes {predicted_ms:.1f} ms",
+            reason="DEADLINE_UNMEETABLE",
+        )
+        self._finish(entry, batcher_pb2.ItemResult(status=status))
+
+    def _fail_all(self, code: grpc.StatusCode, message: str) -> None:
+        status = make_status(code, message, reason="NO_REPLICA")
+        entries, self.entries = self.entries, []
+        for entry in entries:
+            self._metrics.shed.labels(**self._labels, reason="no_replica").inc()
+            self._finish(entry, batcher_pb2.ItemResult(status=status))
+        self._metrics.queue_depth.labels(**self._labels).set(0)
+
+    async def wait_idle(self) -> None:
+        while self.busy:
+            self._wakeup.set()
+            await asyncio.sleep(self.config.slack_margin_s or 0.001)

@@ -1,0 +1,189 @@
+"""Which nodes serve which version, and each version's batching config, from the registry.
+
+Refreshed in the background; when the registry cannot be read the last good copy
+keeps serving. A replica is READY when its node is READY in the registry, its
+heartbeat is fresh and it reports the version loaded; the breaker and the in-flight
+limit then decide whether it takes the next batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import grpc
+
+from batcher.breaker import Breaker, BreakerState
+from batcher.metrics import BatcherMetrics
+from batcher.settings import BatcherSettings
+from ferryman.serving import channel_options
+from ferryman.v1 import node_pb2, node_pb2_grpc
+from registry.reader import RegistryReader
+
+log = logging.getLogger("ferryman.batcher.replicas")
+NODE_INFO_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class VersionConfig:
+    max_batch_size: int
+    max_queue_delay_s: float
+    shareable: bool
+    cacheable: bool
+
+
+@dataclass(eq=False)
+class Replica:
+    name: str
+    address: str
+    channel: grpc.aio.Channel
+    stub: node_pb2_grpc.NodeStub
+    breaker: Breaker
+    versions: frozenset[str] = frozenset()
+    inflight: int = 0
+    outstanding_rows: int = 0
+    profiles: dict[str, dict[int, float]] = field(default_factory=dict)
+
+
+class ReplicaDirectory:
+    """Replicas and version configs, refreshed from the registry."""
+
+    def __init__(
+        self,
+        settings: BatcherSettings,
+        reader: RegistryReader,
+        metrics: BatcherMetrics,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._settings = settings
+        self._reader = reader
+        self._metrics = metrics
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self.replicas: dict[str, Replica] = {}
+        self.versions: dict[str, VersionConfig] = {}
+        self._revision = -1
+        self.refreshed = asyncio.Event()
+
+    async def refresh(self) -> None:
+        """Read nodes (always) and versions (when the config revision moved)."""
+        revision = await asyncio.to_thread(self._reader.revision)
+        if revision != self._revision:
+            rows = await asyncio.to_thread(self._reader.all_versions)
+            self.versions = {
+                f"{model}:{row.version}": VersionConfig(
+                    max_batch_size=row.max_batch_size,
+                    max_queue_delay_s=row.max_queue_delay_ms / 1000,
+                    shareable=row.shareable,
+                    cacheable=row.cacheable,
+                )
+                for model, row in rows
+            }
+            self._revision = revision
+        nodes = await asyncio.to_thread(self._reader.nodes)
+        now = datetime.now(UTC)
+        live: dict[str, tuple[str, frozenset[str]]] = {}
+        for node in nodes:
+            beat = (
+                node.last_heartbeat if node.last_heartbeat.tzinfo else node.last_heartbeat.replace(tzinfo=UTC)
+            )
+            fresh = (now - beat).total_seconds() <= self._settings.heartbeat_timeout_s
+            if node.lifecycle == "READY" and fresh:
+                live[node.name] = (node.address, frozenset(node.loaded_versions))
+        for name in list(self.replicas):
+            if name not in live or live[name][0] != self.replicas[name].address:
+                gone = self.replicas.pop(name)
+                # A batch still running there finishes (or fails over) on its own.
+                if gone.inflight == 0:
+                    await gone.channel.close(grace=None)
+        for name, (address, versions) in live.items():
+            replica = self.replicas.get(name)
+            if replica is None:
+                replica = self._connect(name, address)
+                self.replicas[name] = replica
+            if versions - replica.versions:
+                await self._fetch_profiles(replica)
+            replica.versions = versions
+        self.refreshed.set()
+
+    def _connect(self, name: str, address: str) -> Replica:
+        channel = grpc.aio.insecure_channel(
+            address, options=channel_options(self._settings.max_message_bytes)
+        )
+        breaker = Breaker(
+            threshold=self._settings.breaker_threshold, cooldown_s=self._settings.breaker_cooldown_s
+        )
+        return Replica(
+            name=name, address=address, channel=channel, stub=node_pb2_grpc.NodeStub(channel), breaker=breaker
+        )
+
+    async def _fetch_profiles(self, replica: Replica) -> None:
+        try:
+            info = await replica.stub.NodeInfo(node_pb2.NodeInfoRequest(), timeout=NODE_INFO_TIMEOUT_S)
+        except grpc.aio.AioRpcError as exc:
+            log.warning("NodeInfo from %s failed: %s", replica.name, exc.details())
+            return
+        for loaded in info.versions:
+            replica.profiles[f"{loaded.model}:{loaded.version}"] = {
+                p.batch_size: p.latency.ToNanoseconds() / 1e9 for p in loaded.profile
+            }
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Refresh until ``stop`` is set; registry errors keep the last good copy."""
+        while not stop.is_set():
+            try:
+                await self.refresh()
+            except Exception as exc:
+                log.warning("registry refresh failed, serving on the last good copy: %s", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self._settings.registry_refresh_s)
+
+    def ready(self, version_key: str) -> list[Replica]:
+        return [r for r in self.replicas.values() if version_key in r.versions]
+
+    def profile(self, version_key: str) -> dict[int, float]:
+        """A warm-up profile of the version from any replica that has one."""
+        for replica in self.ready(version_key):
+            if version_key in replica.profiles:
+                return replica.profiles[version_key]
+        return {}
+
+    def slots(self, version_key: str) -> tuple[int, int]:
+        """(free, total) batch slots across the version's usable replicas."""
+        now = self._clock()
+        limit = self._settings.max_inflight_per_node
+        usable = [r for r in self.ready(version_key) if r.breaker.allows(now)]
+        return sum(max(0, limit - r.inflight) for r in usable), len(usable) * limit
+
+    def pick(self, version_key: str, exclude: set[str]) -> Replica | None:
+        """Power of two choices on outstanding rows among replicas that can take a batch."""
+        now = self._clock()
+        candidates = [
+            r
+            for r in self.ready(version_key)
+            if r.name not in exclude
+            and r.inflight < self._settings.max_inflight_per_node
+            and r.breaker.allows(now)
+        ]
+        if not candidates:
+            return None
+        if len(candidates) == 1:
+            return candidates[0]
+        a, b = self._rng.sample(candidates, 2)
+        return a if a.outstanding_rows <= b.outstanding_rows else b
+
+    def record_breaker(self, replica: Replica) -> None:
+        self._metrics.breaker_state.labels(node=replica.name).set(
+            0 if replica.breaker.state == BreakerState.CLOSED else 1
+        )
+
+    async def close(self) -> None:
+        for replica in self.replicas.values():
+            await replica.channel.close(grace=None)

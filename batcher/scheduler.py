@@ -1,0 +1,172 @@
+"""When to dispatch a batch and what goes in it: pure decisions over data and a clock.
+
+A queue holds items of one (version, parameters). Each call to ``decide`` looks at
+the items, the predicted batch latency and the load, and answers: which items can no
+longer meet their deadline (fail them now, never run them), whether to dispatch now
+and which items in which order, and otherwise when to look again.
+
+- Order: priority class plus one class per ``aging_s`` waited (nothing starves),
+  then earliest deadline first, then arrival.
+- Dispatch when the batch is full (max batch size), when the most urgent item's slack
+  (deadline - now - predicted batch latency) drops to the margin, when the adaptive
+  window closes, or when draining.
+- The adaptive window: the smallest batch size whose throughput over the free
+  parallel slots keeps up with the measured arrival rate (with headroom) is the
+  target; the window is the time the arrival rate needs to fill the queue up to it,
+  capped by the version's max delay. Light traffic gets a zero window (waiting buys
+  nothing), heavy traffic waits just long enough for batches that keep up.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from batcher.predictor import LatencyPredictor
+
+
+class DispatchReason(StrEnum):
+    FULL = "full"
+    SLACK = "slack"
+    WINDOW = "window"
+    DRAIN = "drain"
+
+
+class Pending(Protocol):
+    """What the scheduler reads of a queued item."""
+
+    @property
+    def priority(self) -> int: ...
+    @property
+    def arrival(self) -> float: ...
+    @property
+    def deadline(self) -> float: ...
+    @property
+    def rows(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_batch_rows: int
+    max_window_s: float
+    """Longest the window may grow (the version's max queue delay)."""
+    slack_margin_s: float
+    """Dispatch when the most urgent item has no more slack than this."""
+    aging_s: float
+    """Waiting this long raises an item by one priority class."""
+    headroom: float
+    """Target capacity as a multiple of the arrival rate (> 1 keeps queues short)."""
+
+
+@dataclass(frozen=True)
+class Load:
+    """What the dispatcher can take now, and how fast rows arrive."""
+
+    arrival_rate: float
+    """Rows per second arriving at this queue."""
+    free_slots: int
+    """Batches that could be sent right now."""
+    total_slots: int
+    """Batches that can run at once across all ready replicas."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    expired: list[int] = field(default_factory=list)
+    """Indices of items that can no longer meet their deadline."""
+    batch: list[int] = field(default_factory=list)
+    """Indices to dispatch now, in dispatch order (empty: do not dispatch)."""
+    reason: DispatchReason | None = None
+    wake_at: float | None = None
+    """When to decide again if nothing else happens (None: on the next event)."""
+    target_rows: int = 1
+    window_s: float = 0.0
+
+
+def priority_order(items: Sequence[Pending], indices: Sequence[int], now: float, aging_s: float) -> list[int]:
+    """Indices by aged priority class (high first), then earliest deadline, then arrival."""
+
+    def key(i: int) -> tuple[float, float, float]:
+        item = items[i]
+        aged = item.priority + (math.floor(max(0.0, now - item.arrival) / aging_s) if aging_s > 0 else 0)
+        return (-aged, item.deadline, item.arrival)
+
+    return sorted(indices, key=key)
+
+
+def target_batch_rows(
+    predictor: LatencyPredictor, arrival_rate: float, slots: int, max_rows: int, headroom: float
+) -> int:
+    """The smallest batch whose throughput over ``slots`` keeps up with the arrivals."""
+    if arrival_rate <= 0:
+        return 1
+    need = arrival_rate * headroom
+    for rows in range(1, max_rows + 1):
+        if max(1, slots) * rows / predictor.predict(rows) >= need:
+            return rows
+    return max_rows
+
+
+def adaptive_window(queued_rows: int, target_rows: int, arrival_rate: float, max_window_s: float) -> float:
+    """How long to wait for the queue to reach the target batch size."""
+    if queued_rows >= target_rows or arrival_rate <= 0:
+        return 0.0
+    return min(max_window_s, (target_rows - queued_rows) / arrival_rate)
+
+
+def decide(
+    now: float,
+    items: Sequence[Pending],
+    config: SchedulerConfig,
+    predictor: LatencyPredictor,
+    load: Load,
+    draining: bool = False,
+) -> Decision:
+    """The scheduler's decision for one queue at time ``now``."""
+    expired = [i for i, item in enumerate(items) if item.deadline - now < predictor.predict(item.rows)]
+    gone = set(expired)
+    live = [i for i in range(len(items)) if i not in gone]
+    if not live:
+        return Decision(expired=expired)
+    # The next moment an item would become unmeetable: wake then to fail it early.
+    expire_at = min(items[i].deadline - predictor.predict(items[i].rows) for i in live)
+
+    ordered = priority_order(items, live, now, config.aging_s)
+    batch: list[int] = []
+    rows = 0
+    for i in ordered:
+        if rows + items[i].rows > config.max_batch_rows:
+            continue  # first fit: a smaller item further down may still fill the gap
+        batch.append(i)
+        rows += items[i].rows
+    queued_rows = sum(items[i].rows for i in live)
+    target = target_batch_rows(
+        predictor,
+        load.arrival_rate,
+        load.free_slots or load.total_slots,
+        config.max_batch_rows,
+        config.headroom,
+    )
+    window = adaptive_window(queued_rows, target, load.arrival_rate, config.max_window_s)
+    if load.free_slots <= 0:
+        return Decision(expired=expired, wake_at=expire_at, target_rows=target, window_s=window)
+
+    predicted = predictor.predict(rows)
+    slack = min(items[i].deadline for i in batch) - now - predicted
+    oldest = min(items[i].arrival for i in live)
+    reason: DispatchReason | None = None
+    if draining:
+        reason = DispatchReason.DRAIN
+    elif rows >= config.max_batch_rows:
+        reason = DispatchReason.FULL
+    elif slack <= config.slack_margin_s:
+        reason = DispatchReason.SLACK
+    elif now - oldest >= window:
+        reason = DispatchReason.WINDOW
+    if reason is not None:
+        return Decision(expired=expired, batch=batch, reason=reason, target_rows=target, window_s=window)
+    wake_at = min(oldest + window, now + slack - config.slack_margin_s, expire_at)
+    return Decision(expired=expired, wake_at=wake_at, target_rows=target, window_s=window)

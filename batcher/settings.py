@@ -1,0 +1,53 @@
+"""Batcher settings (env prefix ``FERRYMAN_BATCHER_``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class BatcherSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FERRYMAN_BATCHER_", extra="ignore")
+
+    listen: str = "127.0.0.1:7003"
+    metrics_listen: str = ""
+    """host:port for Prometheus metrics; empty disables the endpoint."""
+    max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+
+    # Queues
+    max_queue_rows: int = Field(default=2048, ge=1)
+    """Rows one (version, parameters) queue holds before answering RESOURCE_EXHAUSTED."""
+    max_total_rows: int = Field(default=16384, ge=1)
+    default_timeout_s: float = Field(default=30.0, gt=0)
+    """Deadline for items sent without a time budget."""
+    retry_after_min_s: float = Field(default=0.05, gt=0)
+    retry_after_max_s: float = Field(default=10.0, gt=0)
+
+    # Scheduler
+    slack_margin_ms: float = Field(default=2.0, ge=0)
+    aging_ms: float = Field(default=100.0, gt=0)
+    headroom: float = Field(default=1.25, ge=1.0)
+    default_batch_latency_ms: float = Field(default=5.0, gt=0)
+    """Predicted batch latency before any profile or measurement exists."""
+    predictor_smoothing: float = Field(default=0.2, gt=0, le=1)
+    rate_window_s: float = Field(default=1.0, gt=0)
+    """Time constant of the arrival-rate meter."""
+
+    # Coalescing and cache
+    max_waiters: int = Field(default=1024, ge=1)
+    """Most callers sharing one execution; more start a new one."""
+    cache_ttl_s: float = Field(default=60.0, gt=0)
+    cache_max_entries: int = Field(default=10000, ge=1)
+
+    # Dispatch
+    max_inflight_per_node: int = Field(default=2, ge=1)
+    max_attempts: int = Field(default=3, ge=1)
+    retry_backoff_ms: float = Field(default=5.0, ge=0)
+    breaker_threshold: int = Field(default=3, ge=1)
+    breaker_cooldown_s: float = Field(default=2.0, gt=0)
+    registry_refresh_s: float = Field(default=0.5, gt=0)
+    heartbeat_timeout_s: float = Field(default=10.0, gt=0)
+    """A node whose last heartbeat is older than this gets no batches."""
+    dead_letters_per_s: float = Field(default=5.0, gt=0)
+    """Rate limit of dead-letter writes (bursts up to this many)."""
+    drain_timeout_s: float = Field(default=30.0, ge=0)

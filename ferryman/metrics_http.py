@@ -1,0 +1,16 @@
+"""The Prometheus endpoint every service can expose (``--metrics-listen host:port``)."""
+
+from __future__ import annotations
+
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+
+def serve_metrics(listen: str, registry: CollectorRegistry) -> WSGIServer | None:
+    """Serve ``registry`` at http://listen/metrics in a daemon thread; None when ``listen`` is empty."""
+    if not listen:
+        return None
+    host, _, port = listen.rpartition(":")
+    server, _thread = start_http_server(int(port), addr=host or "0.0.0.0", registry=registry)
+    return server
