@@ -188,11 +188,13 @@ class Dispatcher:
         try:
             response: node_pb2.InferBatchResponse = await replica.stub.InferBatch(request, timeout=budget_s)
         except grpc.aio.AioRpcError as exc:
-            replica.breaker.on_failure(self._clock())
-            self._directory.record_breaker(replica)
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                # The callers' budget ran out, not the node: a busy node must not trip its
+                # breaker (that turns overload into an outage). Hung nodes stop heartbeating.
                 self._fail(entries, grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed while the batch ran")
                 return _SETTLED
+            replica.breaker.on_failure(self._clock())
+            self._directory.record_breaker(replica)
             if exc.code() not in RETRIABLE:
                 self._fail(entries, exc.code(), f"node {replica.name}: {exc.details()}")
                 return _SETTLED
@@ -201,7 +203,8 @@ class Dispatcher:
             self._release(replica, rows)
         replica.breaker.on_success()
         self._directory.record_breaker(replica)
-        predictor.observe(max(1, response.batch_size), self._clock() - started)
+        compute = response.compute.seconds + response.compute.nanos * 1e-9
+        predictor.observe(max(1, response.batch_size), compute, self._clock() - started - compute)
         return response
 
     async def _settle(

@@ -18,6 +18,9 @@ class LatencyPredictor:
     default_s: float
     smoothing: float
     points: dict[int, float] = field(default_factory=dict)
+    """Model compute seconds by batch size."""
+    overhead_s: float = 0.0
+    """Moving average of the rest of a batch's round trip (transport, (de)serialization)."""
 
     def seed(self, profile: Mapping[int, float]) -> None:
         """Take a node's warm-up profile for sizes not yet measured live."""
@@ -25,15 +28,24 @@ class LatencyPredictor:
             if size > 0 and seconds > 0:
                 self.points.setdefault(size, seconds)
 
-    def observe(self, rows: int, seconds: float) -> None:
-        """Blend a measured batch (rows, wall seconds) into the nearest point."""
-        if rows <= 0 or seconds <= 0:
+    def observe(self, rows: int, compute_s: float, overhead_s: float = 0.0) -> None:
+        """Blend a measured batch (rows, compute seconds, round-trip overhead) into the estimates.
+
+        Compute and overhead are kept apart: the node's compute time is what batch size
+        changes, while overhead is per batch and, under load, swollen by queueing that
+        should not be mistaken for the model getting slower.
+        """
+        if rows <= 0 or compute_s <= 0:
             return
         old = self.points.get(rows)
-        self.points[rows] = seconds if old is None else old + self.smoothing * (seconds - old)
+        self.points[rows] = compute_s if old is None else old + self.smoothing * (compute_s - old)
+        self.overhead_s += self.smoothing * (max(0.0, overhead_s) - self.overhead_s)
 
     def predict(self, rows: int) -> float:
-        """Expected seconds to run a batch of ``rows`` rows."""
+        """Expected seconds from dispatch to answer for a batch of ``rows`` rows."""
+        return self._compute(rows) + self.overhead_s
+
+    def _compute(self, rows: int) -> float:
         if not self.points:
             return self.default_s
         sizes = sorted(self.points)

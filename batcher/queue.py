@@ -42,6 +42,8 @@ class VersionQueue:
         self.parameters = dict(params)
         self.config = config
         self.entries: list[Entry] = []
+        """Queued entries in arrival order (filtering keeps the order)."""
+        self._rows = 0
         self.predictor = LatencyPredictor(
             default_s=settings.default_batch_latency_ms / 1000, smoothing=settings.predictor_smoothing
         )
@@ -67,14 +69,30 @@ class VersionQueue:
 
     @property
     def rows(self) -> int:
-        return sum(e.rows for e in self.entries)
+        return self._rows
 
     @property
     def busy(self) -> bool:
         return bool(self.entries or self._running)
 
+    def expected_latency(self, rows: int, slots: int) -> float:
+        """Predicted time until a new item of ``rows`` rows is answered.
+
+        Full batches ahead of it run ``slots`` at a time; then it waits at most the
+        current window and runs in a batch with the remainder of the queue.
+        """
+        full = self.config.max_batch_rows
+        ahead = self._rows // full
+        own_batch = min(self._rows % full + rows, full)
+        return (
+            ahead * self.predictor.predict(full) / max(1, slots)
+            + self.last_decision_window
+            + self.predictor.predict(own_batch)
+        )
+
     def add(self, entry: Entry) -> None:
         self.entries.append(entry)
+        self._rows += entry.rows
         self.arrivals.add(entry.rows, self._clock())
         self._metrics.queue_depth.labels(**self._labels).set(self.rows)
         self._wakeup.set()
@@ -83,6 +101,7 @@ class VersionQueue:
         """Drop a not-yet-dispatched entry (its last caller left)."""
         if entry in self.entries:
             self.entries.remove(entry)
+            self._rows -= entry.rows
             self._metrics.queue_depth.labels(**self._labels).set(self.rows)
             self._wakeup.set()
 
@@ -129,6 +148,7 @@ class VersionQueue:
         gone = set(decision.expired) | set(dispatched)
         if gone:
             self.entries = [e for i, e in enumerate(self.entries) if i not in gone]
+            self._rows = sum(e.rows for e in self.entries)
             self._metrics.queue_depth.labels(**self._labels).set(self.rows)
         if dispatched:
             return 0.0
@@ -178,7 +198,7 @@ class VersionQueue:
 
     def _fail_all(self, code: grpc.StatusCode, message: str) -> None:
         status = make_status(code, message, reason="NO_REPLICA")
-        entries, self.entries = self.entries, []
+        entries, self.entries, self._rows = self.entries, [], 0
         for entry in entries:
             self._metrics.shed.labels(**self._labels, reason="no_replica").inc()
             self._finish(entry, batcher_pb2.ItemResult(status=status))

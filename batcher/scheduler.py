@@ -14,7 +14,9 @@ and which items in which order, and otherwise when to look again.
   parallel slots keeps up with the measured arrival rate (with headroom) is the
   target; the window is the time the arrival rate needs to fill the queue up to it,
   capped by the version's max delay. Light traffic gets a zero window (waiting buys
-  nothing), heavy traffic waits just long enough for batches that keep up.
+  nothing), heavy traffic waits just long enough for batches that keep up, and an
+  idle device never waits (work-conserving: a batch in flight is what makes waiting
+  free).
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class SchedulerConfig:
     """Waiting this long raises an item by one priority class."""
     headroom: float
     """Target capacity as a multiple of the arrival rate (> 1 keeps queues short)."""
+    fixed_window_s: float | None = None
+    """A fixed window instead of the adaptive one (for comparison benchmarks)."""
 
 
 @dataclass(frozen=True)
@@ -143,14 +147,17 @@ def decide(
         batch.append(i)
         rows += items[i].rows
     queued_rows = sum(items[i].rows for i in live)
-    target = target_batch_rows(
-        predictor,
-        load.arrival_rate,
-        load.free_slots or load.total_slots,
-        config.max_batch_rows,
-        config.headroom,
-    )
-    window = adaptive_window(queued_rows, target, load.arrival_rate, config.max_window_s)
+    if config.fixed_window_s is not None:
+        target, window = config.max_batch_rows, config.fixed_window_s
+    else:
+        slots = load.free_slots or load.total_slots
+        target = target_batch_rows(
+            predictor, load.arrival_rate, slots, config.max_batch_rows, config.headroom
+        )
+        # Waiting is free only while the device is busy with another batch; an idle
+        # device is never kept waiting for a fuller batch.
+        idle = load.total_slots > 0 and load.free_slots >= load.total_slots
+        window = 0.0 if idle else adaptive_window(queued_rows, target, load.arrival_rate, config.max_window_s)
     if load.free_slots <= 0:
         return Decision(expired=expired, wake_at=expire_at, target_rows=target, window_s=window)
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import grpc
+from google.rpc import status_pb2
 
 from batcher.cache import TTLCache
 from batcher.coalescer import coalescing_key, input_digest
@@ -58,6 +59,7 @@ class BatcherService:
         self._cache: TTLCache[batcher_pb2.ItemResult] = TTLCache(
             ttl_s=settings.cache_ttl_s, max_entries=settings.cache_max_entries
         )
+        self._statuses: dict[tuple[grpc.StatusCode, str, str], status_pb2.Status] = {}
         self.accepting = True
 
     def pending(self, stream: int) -> int:
@@ -70,9 +72,16 @@ class BatcherService:
 
         def refuse(code: grpc.StatusCode, message: str, reason: str, **extra: object) -> None:
             self._metrics.shed.labels(**labels, reason=reason.lower()).inc()
-            status = make_status(code, message, reason=reason, **extra)  # type: ignore[arg-type]
+            if extra:
+                status = make_status(code, message, reason=reason, **extra)  # type: ignore[arg-type]
+            else:
+                status = self._static_status(code, message, reason)
             sink(batcher_pb2.ItemResult(request_id=item.request_id, status=status))
 
+        # Deadlines first: under overload most refusals are late items, and this check is cheap.
+        deadline = self._deadline(item, now)
+        if deadline <= now:
+            return refuse(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed before arrival", "DEADLINE")
         if not self.accepting:
             return refuse(grpc.StatusCode.UNAVAILABLE, "batcher is draining", "DRAINING")
         version_key = f"{item.model}:{item.version}"
@@ -89,10 +98,6 @@ class BatcherService:
             )
         if not self._directory.ready(version_key):
             return refuse(grpc.StatusCode.UNAVAILABLE, f"no ready replica serves {version_key}", "NO_REPLICA")
-        budget = item.time_budget.ToTimedelta().total_seconds() if item.HasField("time_budget") else 0.0
-        if item.HasField("time_budget") and budget <= 0:
-            return refuse(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline had passed on arrival", "DEADLINE")
-        deadline = now + (budget or self._settings.default_timeout_s)
         input_hash = input_digest(item.inputs)
         key = coalescing_key(
             model=item.model,
@@ -118,6 +123,18 @@ class BatcherService:
             self._metrics.coalesced.labels(**labels).inc()
             return None
         queue = self._queue(item, config)
+        # Admission by predicted wait: the batches already queued ahead of this item, the
+        # current window, and its own batch. Refusing now is cheap and immediate; queueing
+        # an item that cannot make its deadline only to expire it later is not.
+        expected = queue.expected_latency(rows, self._directory.slots(version_key)[1])
+        if expected > deadline - now:
+            return refuse(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{version_key} is overloaded: expected latency {expected * 1000:.0f} ms "
+                f"exceeds this request's deadline",
+                "OVERLOADED",
+                retry_after=timedelta(seconds=max(self._settings.retry_after_min_s, expected)),
+            )
         total = sum(q.rows for q in self.queues.values())
         if queue.rows + rows > self._settings.max_queue_rows or total + rows > self._settings.max_total_rows:
             return refuse(
@@ -145,6 +162,24 @@ class BatcherService:
         queue.add(entry)
         return None
 
+    def _deadline(self, item: batcher_pb2.SubmitItem, now: float) -> float:
+        """The item's deadline on our clock: the earlier of its time budget and wall deadline."""
+        deadline = now + self._settings.default_timeout_s
+        if item.HasField("time_budget"):
+            deadline = now + item.time_budget.seconds + item.time_budget.nanos * 1e-9
+        if item.HasField("deadline"):
+            wall_left = item.deadline.seconds + item.deadline.nanos * 1e-9 - time.time()
+            deadline = min(deadline, now + wall_left)
+        return deadline
+
+    def _static_status(self, code: grpc.StatusCode, message: str, reason: str) -> status_pb2.Status:
+        """Refusals without per-request details share one prebuilt status each."""
+        key = (code, message, reason)
+        status = self._statuses.get(key)
+        if status is None:
+            status = self._statuses[key] = make_status(code, message, reason=reason)
+        return status
+
     def _retry_after(self, queue: VersionQueue, now: float) -> timedelta:
         """How long the queue needs to drain at its measured rate."""
         rate = queue.drained.rate(now)
@@ -162,6 +197,9 @@ class BatcherService:
                 slack_margin_s=self._settings.slack_margin_ms / 1000,
                 aging_s=self._settings.aging_ms / 1000,
                 headroom=self._settings.headroom,
+                fixed_window_s=(
+                    None if self._settings.fixed_window_ms is None else self._settings.fixed_window_ms / 1000
+                ),
             )
             queue = VersionQueue(
                 key,

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import AsyncIterator
 
 from batcher.service import BatcherService
 from ferryman.serving import ServicerContext
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
+
+# Longest a Submit stream's reader runs before letting other tasks in.
+READ_YIELD_INTERVAL_S = 0.0005
 
 
 class BatcherServicer(batcher_pb2_grpc.BatcherServicer):
@@ -17,17 +21,24 @@ class BatcherServicer(batcher_pb2_grpc.BatcherServicer):
         self._stream_ids = itertools.count(1)
 
     async def Submit(
-        self, request_iterator: AsyncIterator[batcher_pb2.SubmitItem], context: ServicerContext
-    ) -> AsyncIterator[batcher_pb2.ItemResult]:
+        self, request_iterator: AsyncIterator[batcher_pb2.SubmitRequest], context: ServicerContext
+    ) -> AsyncIterator[batcher_pb2.SubmitResponse]:
         stream = next(self._stream_ids)
         results: asyncio.Queue[batcher_pb2.ItemResult] = asyncio.Queue()
 
         async def read() -> None:
-            async for item in request_iterator:
-                if item.cancel:
-                    self._service.cancel(stream, item.request_id)
-                else:
-                    self._service.submit(item, results.put_nowait, stream)
+            last_yield = time.monotonic()
+            async for message in request_iterator:
+                for item in message.items:
+                    if item.cancel:
+                        self._service.cancel(stream, item.request_id)
+                    else:
+                        self._service.submit(item, results.put_nowait, stream)
+                # A flooded stream's reads complete without suspending; yield now and then
+                # so the scheduler and dispatch tasks are not starved under overload.
+                if time.monotonic() - last_yield > READ_YIELD_INTERVAL_S:
+                    await asyncio.sleep(0)
+                    last_yield = time.monotonic()
 
         reader = asyncio.create_task(read())
         try:
@@ -36,14 +47,19 @@ class BatcherServicer(batcher_pb2_grpc.BatcherServicer):
                     reader.result()  # re-raise a broken stream
                     if results.empty() and self._service.pending(stream) == 0:
                         return
-                    yield await results.get()
-                    continue
-                getter = asyncio.ensure_future(results.get())
-                done, _ = await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
-                if getter in done:
-                    yield getter.result()
+                    first = await results.get()
                 else:
-                    getter.cancel()
+                    getter = asyncio.ensure_future(results.get())
+                    done, _ = await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                    if getter not in done:
+                        getter.cancel()
+                        continue
+                    first = getter.result()
+                # Everything ready goes out in one message.
+                batch = [first]
+                while not results.empty():
+                    batch.append(results.get_nowait())
+                yield batcher_pb2.SubmitResponse(results=batch)
         finally:
             reader.cancel()
             self._service.stream_closed(stream)

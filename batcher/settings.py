@@ -32,6 +32,8 @@ class BatcherSettings(BaseSettings):
     predictor_smoothing: float = Field(default=0.2, gt=0, le=1)
     rate_window_s: float = Field(default=1.0, gt=0)
     """Time constant of the arrival-rate meter."""
+    fixed_window_ms: float | None = Field(default=None, ge=0)
+    """Replace the adaptive window with a fixed one (benchmarks compare the two)."""
 
     # Coalescing and cache
     max_waiters: int = Field(default=1024, ge=1)

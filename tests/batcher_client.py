@@ -40,12 +40,17 @@ def item(
     return submit
 
 
-def submit_all(address: str, items: Sequence[batcher_pb2.SubmitItem]) -> dict[str, batcher_pb2.ItemResult]:
-    """Send every item on one stream at once; return the results by request id."""
+def submit_all(
+    address: str, items: Sequence[batcher_pb2.SubmitItem], per_message: int = 8
+) -> dict[str, batcher_pb2.ItemResult]:
+    """Send every item on one stream at once (``per_message`` to a message); results by request id."""
+    messages = [
+        batcher_pb2.SubmitRequest(items=items[i : i + per_message]) for i in range(0, len(items), per_message)
+    ]
     with grpc.insecure_channel(address) as channel:
         stub = batcher_pb2_grpc.BatcherStub(channel)
-        results = stub.Submit(iter(items), timeout=STREAM_TIMEOUT_S)
-        return {r.request_id: r for r in results}
+        responses = stub.Submit(iter(messages), timeout=STREAM_TIMEOUT_S)
+        return {r.request_id: r for response in responses for r in response.results}
 
 
 class OpenStream:
@@ -54,20 +59,22 @@ class OpenStream:
     def __init__(self, address: str) -> None:
         self._channel = grpc.insecure_channel(address)
         self._outbox: queue.Queue[batcher_pb2.SubmitItem | None] = queue.Queue()
-        self._results = batcher_pb2_grpc.BatcherStub(self._channel).Submit(
-            self._items(), timeout=STREAM_TIMEOUT_S
-        )
+        self._pending: list[batcher_pb2.ItemResult] = []
+        stub = batcher_pb2_grpc.BatcherStub(self._channel)
+        self._responses = stub.Submit(self._messages(), timeout=STREAM_TIMEOUT_S)
 
-    def _items(self) -> Iterator[batcher_pb2.SubmitItem]:
+    def _messages(self) -> Iterator[batcher_pb2.SubmitRequest]:
         while (next_item := self._outbox.get()) is not None:
-            yield next_item
+            yield batcher_pb2.SubmitRequest(items=[next_item])
 
     def send(self, submit: batcher_pb2.SubmitItem) -> None:
         self._outbox.put(submit)
 
     def receive(self) -> batcher_pb2.ItemResult:
-        result: batcher_pb2.ItemResult = next(self._results)
-        return result
+        while not self._pending:
+            response: batcher_pb2.SubmitResponse = next(self._responses)
+            self._pending.extend(response.results)
+        return self._pending.pop(0)
 
     def close(self) -> None:
         self._outbox.put(None)

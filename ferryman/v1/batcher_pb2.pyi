@@ -2,6 +2,7 @@ import datetime
 
 from ferryman.v1 import common_pb2 as _common_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.rpc import status_pb2 as _status_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -11,8 +12,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class SubmitRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[SubmitItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[SubmitItem, _Mapping]]] = ...) -> None: ...
+
+class SubmitResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ItemResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ItemResult, _Mapping]]] = ...) -> None: ...
+
 class SubmitItem(_message.Message):
-    __slots__ = ("request_id", "tenant", "model", "version", "parameters", "priority", "time_budget", "inputs", "cancel", "traceparent")
+    __slots__ = ("request_id", "tenant", "model", "version", "parameters", "priority", "time_budget", "inputs", "cancel", "traceparent", "deadline")
     class ParametersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +43,7 @@ class SubmitItem(_message.Message):
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tenant: str
     model: str
@@ -40,7 +54,8 @@ class SubmitItem(_message.Message):
     inputs: _containers.RepeatedCompositeFieldContainer[_common_pb2.NamedTensor]
     cancel: bool
     traceparent: str
-    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., parameters: _Optional[_Mapping[str, str]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., time_budget: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[_common_pb2.NamedTensor, _Mapping]]] = ..., cancel: _Optional[bool] = ..., traceparent: _Optional[str] = ...) -> None: ...
+    deadline: _timestamp_pb2.Timestamp
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., parameters: _Optional[_Mapping[str, str]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., time_budget: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[_common_pb2.NamedTensor, _Mapping]]] = ..., cancel: _Optional[bool] = ..., traceparent: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ItemResult(_message.Message):
     __slots__ = ("request_id", "status", "outputs", "usage", "timing", "coalesced", "cached", "node")

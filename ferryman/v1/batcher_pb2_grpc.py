@@ -36,8 +36,8 @@ class BatcherStub:
         """
         self.Submit = channel.stream_stream(
                 '/ferryman.v1.Batcher/Submit',
-                request_serializer=ferryman_dot_v1_dot_batcher__pb2.SubmitItem.SerializeToString,
-                response_deserializer=ferryman_dot_v1_dot_batcher__pb2.ItemResult.FromString,
+                request_serializer=ferryman_dot_v1_dot_batcher__pb2.SubmitRequest.SerializeToString,
+                response_deserializer=ferryman_dot_v1_dot_batcher__pb2.SubmitResponse.FromString,
                 _registered_method=True)
         self.QueueStats = channel.unary_unary(
                 '/ferryman.v1.Batcher/QueueStats',
@@ -50,7 +50,9 @@ class BatcherServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Submit(self, request_iterator, context):
-        """Items in, results out by request_id. A router keeps a few of these open.
+        """Items in, results out by request_id, in any order. A router keeps a few of these
+        open; each message carries every item (or result) ready at that moment, so the
+        per-message cost of a stream is paid once per burst, not once per request.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -68,8 +70,8 @@ def add_BatcherServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Submit': grpc.stream_stream_rpc_method_handler(
                     servicer.Submit,
-                    request_deserializer=ferryman_dot_v1_dot_batcher__pb2.SubmitItem.FromString,
-                    response_serializer=ferryman_dot_v1_dot_batcher__pb2.ItemResult.SerializeToString,
+                    request_deserializer=ferryman_dot_v1_dot_batcher__pb2.SubmitRequest.FromString,
+                    response_serializer=ferryman_dot_v1_dot_batcher__pb2.SubmitResponse.SerializeToString,
             ),
             'QueueStats': grpc.unary_unary_rpc_method_handler(
                     servicer.QueueStats,
@@ -102,8 +104,8 @@ class Batcher:
             request_iterator,
             target,
             '/ferryman.v1.Batcher/Submit',
-            ferryman_dot_v1_dot_batcher__pb2.SubmitItem.SerializeToString,
-            ferryman_dot_v1_dot_batcher__pb2.ItemResult.FromString,
+            ferryman_dot_v1_dot_batcher__pb2.SubmitRequest.SerializeToString,
+            ferryman_dot_v1_dot_batcher__pb2.SubmitResponse.FromString,
             options,
             channel_credentials,
             insecure,

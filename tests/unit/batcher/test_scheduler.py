@@ -55,7 +55,7 @@ def test_light_load_has_zero_window_and_dispatches_immediately() -> None:
 def test_window_adapts_to_heavy_load() -> None:
     # 1 ms + 0.1 ms/row: at 5000 rows/s over one slot, batches must hold ~8 rows to keep up.
     p = predictor(per_batch_s=0.001, per_row_s=0.0001)
-    load = Load(arrival_rate=5000.0, free_slots=1, total_slots=1)
+    load = Load(arrival_rate=5000.0, free_slots=1, total_slots=2)  # one batch already running
     assert target_batch_rows(p, 5000.0, 1, 64, 1.25) > 4
     decision = decide(0.0, [Item()], CONFIG, p, load)
     assert decision.batch == [] and decision.reason is None
@@ -63,6 +63,13 @@ def test_window_adapts_to_heavy_load() -> None:
     assert decision.wake_at == pytest.approx(decision.window_s)
     later = decide(decision.window_s, [Item()], CONFIG, p, load)
     assert later.reason == DispatchReason.WINDOW
+
+
+def test_an_idle_device_never_waits() -> None:
+    p = predictor(per_batch_s=0.001, per_row_s=0.0001)
+    idle_heavy = Load(arrival_rate=5000.0, free_slots=2, total_slots=2)
+    decision = decide(0.0, [Item()], CONFIG, p, idle_heavy)
+    assert decision.window_s == 0.0 and decision.reason == DispatchReason.WINDOW
 
 
 def test_window_is_capped_and_shrinks_as_the_queue_fills() -> None:
@@ -129,3 +136,17 @@ def test_batch_respects_rows_of_multi_row_items() -> None:
     items = [Item(rows=5), Item(rows=4), Item(rows=3)]
     decision = decide(0.0, items, CONFIG, predictor(), IDLE)
     assert decision.batch == [0, 2]  # 5 + 4 > 8: the 4-row item waits, the 3-row one fills the gap
+
+
+def test_fixed_window_ignores_load() -> None:
+    fixed = SchedulerConfig(
+        max_batch_rows=8,
+        max_window_s=0.010,
+        slack_margin_s=0.0,
+        aging_s=0.05,
+        headroom=1.25,
+        fixed_window_s=0.005,
+    )
+    waiting = decide(0.0, [Item()], fixed, predictor(), IDLE)
+    assert waiting.batch == [] and waiting.wake_at == pytest.approx(0.005)
+    assert decide(0.005, [Item()], fixed, predictor(), IDLE).reason == DispatchReason.WINDOW
