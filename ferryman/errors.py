@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
+from typing import Any
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
@@ -72,6 +73,12 @@ def status_code(status: status_pb2.Status) -> grpc.StatusCode:
 def to_rpc_error(status: status_pb2.Status) -> grpc.Status:
     """For ``context.abort_with_status``: the status with its details in trailing metadata."""
     return rpc_status.to_status(status)
+
+
+async def abort(context: grpc.aio.ServicerContext[Any, Any], status: status_pb2.Status) -> None:
+    """End an RPC with ``status``: its code, message and details (as grpc-status-details-bin)."""
+    rpc = rpc_status.to_status(status)
+    await context.abort(rpc.code, rpc.details, rpc.trailing_metadata)
 
 
 def unpack_details(status: status_pb2.Status) -> dict[str, object]:

@@ -66,3 +66,39 @@ def serve_batcher_cmd(
     _configure_logging()
     batcher_settings = BatcherSettings(**_overrides(listen=listen, metrics_listen=metrics_listen))
     raise typer.Exit(asyncio.run(serve_batcher(batcher_settings, settings())))
+
+
+@serve_app.command("router")
+def serve_router_cmd(
+    listen: Annotated[str | None, typer.Option(help="host:port to bind.")] = None,
+    batchers: Annotated[str | None, typer.Option(help="Comma-separated batcher addresses.")] = None,
+    quota_address: Annotated[str | None, typer.Option(help="Quota server; empty hosts it here.")] = None,
+    redis_url: Annotated[str | None, typer.Option(help="Use Redis for in-process quotas.")] = None,
+) -> None:
+    """Run a router: the public Inference service (and quotas, unless --quota-address)."""
+    from router.quota.settings import QuotaSettings
+    from router.server import serve_router
+    from router.settings import RouterSettings
+
+    _configure_logging()
+    router_settings = RouterSettings(
+        **_overrides(listen=listen, batchers=batchers, quota_address=quota_address)
+    )
+    quota_settings = QuotaSettings(**_overrides(redis_url=redis_url, backend="redis" if redis_url else None))
+    raise typer.Exit(asyncio.run(serve_router(router_settings, quota_settings, settings())))
+
+
+@serve_app.command("quota")
+def serve_quota_cmd(
+    listen: Annotated[str | None, typer.Option(help="host:port to bind.")] = None,
+    redis_url: Annotated[str | None, typer.Option(help="Redis URL (memory backend without it).")] = None,
+) -> None:
+    """Run the Quota service on its own."""
+    from router.quota.settings import QuotaSettings
+    from router.server import serve_quota
+
+    _configure_logging()
+    quota_settings = QuotaSettings(
+        **_overrides(listen=listen, redis_url=redis_url, backend="redis" if redis_url else None)
+    )
+    raise typer.Exit(asyncio.run(serve_quota(quota_settings, settings())))

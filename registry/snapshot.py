@@ -1,0 +1,159 @@
+"""A consistent, read-only copy of the config services serve from.
+
+Services load a snapshot when the config revision moves and keep serving on the
+last good one while the registry is unreachable. Node readiness (heartbeats) changes
+without a revision bump, so it is read on every refresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlalchemy import Engine
+from sqlmodel import Session, select
+
+from ferryman.schema import IOSchema
+from registry.tables import ApiKey, ConfigRevision, Model, ModelVersion, Node, QuotaPolicy, Route, Tenant
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    tenant: str
+    key_hash: str
+    revoked: bool
+
+
+@dataclass(frozen=True)
+class TenantRecord:
+    name: str
+    priority: int
+    allowed_models: frozenset[str]
+    disabled: bool
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    model: str
+    version: str
+    status: str
+    schema: IOSchema
+    max_batch_size: int
+    price_per_1k_tokens_usd: float
+    price_per_item_usd: float
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class RouteRecord:
+    model: str
+    targets: tuple[tuple[str, int], ...]
+    sticky: str
+    salt: str
+    fallback: str
+
+
+@dataclass(frozen=True)
+class PolicyRecord:
+    tenant: str
+    model: str
+    rpm: int | None
+    tpm: int | None
+    cost_per_day_usd: float | None
+    burst: int | None
+    max_concurrency: int | None
+    mode: str
+
+
+@dataclass(frozen=True)
+class ConfigSnapshot:
+    revision: int
+    keys: dict[str, KeyRecord] = field(default_factory=dict)
+    """By visible key prefix."""
+    tenants: dict[str, TenantRecord] = field(default_factory=dict)
+    versions: dict[str, VersionRecord] = field(default_factory=dict)
+    """By ``model:version``."""
+    routes: dict[str, RouteRecord] = field(default_factory=dict)
+    policies: dict[str, list[PolicyRecord]] = field(default_factory=dict)
+    """By tenant."""
+    descriptions: dict[str, str] = field(default_factory=dict)
+
+
+def read_revision(engine: Engine) -> int:
+    with Session(engine) as s:
+        row = s.get(ConfigRevision, 1)
+        return row.revision if row else 0
+
+
+def load_snapshot(engine: Engine) -> ConfigSnapshot:
+    """Everything in one read transaction, so the copy is consistent."""
+    with Session(engine) as s:
+        revision_row = s.get(ConfigRevision, 1)
+        tenants_by_id = {t.id: t for t in s.exec(select(Tenant))}
+        models_by_id = {m.id: m for m in s.exec(select(Model))}
+        snapshot = ConfigSnapshot(revision=revision_row.revision if revision_row else 0)
+        for tenant in tenants_by_id.values():
+            snapshot.tenants[tenant.name] = TenantRecord(
+                name=tenant.name,
+                priority=tenant.priority,
+                allowed_models=frozenset(tenant.allowed_models),
+                disabled=tenant.disabled,
+            )
+        for key in s.exec(select(ApiKey)):
+            owner = tenants_by_id.get(key.tenant_id)
+            if owner is not None:
+                snapshot.keys[key.prefix] = KeyRecord(owner.name, key.key_hash, key.revoked_at is not None)
+        for row in s.exec(select(ModelVersion)):
+            model = models_by_id[row.model_id]
+            snapshot.versions[f"{model.name}:{row.version}"] = VersionRecord(
+                model=model.name,
+                version=row.version,
+                status=row.status,
+                schema=IOSchema.model_validate(row.io_schema),
+                max_batch_size=row.max_batch_size,
+                price_per_1k_tokens_usd=row.price_per_1k_tokens_usd,
+                price_per_item_usd=row.price_per_item_usd,
+            )
+        for model in models_by_id.values():
+            snapshot.descriptions[model.name] = model.description
+        for route in s.exec(select(Route)):
+            model = models_by_id[route.model_id]
+            snapshot.routes[model.name] = RouteRecord(
+                model=model.name,
+                targets=tuple((str(t["version"]), int(t["weight"])) for t in route.targets),
+                sticky=route.sticky,
+                salt=route.salt,
+                fallback=route.fallback_model,
+            )
+        for policy in s.exec(select(QuotaPolicy)):
+            owner = tenants_by_id.get(policy.tenant_id)
+            if owner is not None:
+                snapshot.policies.setdefault(owner.name, []).append(
+                    PolicyRecord(
+                        tenant=owner.name,
+                        model=policy.model,
+                        rpm=policy.rpm,
+                        tpm=policy.tpm,
+                        cost_per_day_usd=policy.cost_per_day_usd,
+                        burst=policy.burst,
+                        max_concurrency=policy.max_concurrency,
+                        mode=policy.mode,
+                    )
+                )
+        return snapshot
+
+
+def ready_versions(engine: Engine, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
+    """``model:version`` -> [(node name, address)] of READY nodes with a fresh heartbeat."""
+    now = datetime.now(UTC)
+    ready: dict[str, list[tuple[str, str]]] = {}
+    with Session(engine) as s:
+        for node in s.exec(select(Node)):
+            beat = (
+                node.last_heartbeat if node.last_heartbeat.tzinfo else node.last_heartbeat.replace(tzinfo=UTC)
+            )
+            if node.lifecycle != "READY" or (now - beat).total_seconds() > heartbeat_timeout_s:
+                continue
+            for key in node.loaded_versions:
+                ready.setdefault(key, []).append((node.name, node.address))
+    return ready

@@ -1,0 +1,1 @@
+"""The router (``ferryman serve router``): the public Inference service."""

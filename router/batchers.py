@@ -1,0 +1,141 @@
+"""The router's side of Batcher.Submit: a few long-lived streams per batcher, results
+matched to callers by request id, each model sent to one batcher by rendezvous
+hashing (so its batches fill) and to the next one when that batcher is down."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+
+from ferryman.errors import make_status
+from ferryman.serving import channel_options
+from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
+
+log = logging.getLogger("ferryman.router.batchers")
+
+
+class StreamBroken(Exception):
+    """The stream ended before the item's result came back; another batcher may take it."""
+
+
+class BatcherStream:
+    """One Submit stream: items out packed per message, results in by request id."""
+
+    def __init__(self, stub: batcher_pb2_grpc.BatcherStub) -> None:
+        self._stub = stub
+        self._outbox: asyncio.Queue[batcher_pb2.SubmitItem | None] = asyncio.Queue()
+        self._pending: dict[str, asyncio.Future[batcher_pb2.ItemResult]] = {}
+        self._task = asyncio.create_task(self._run())
+
+    @property
+    def alive(self) -> bool:
+        return not self._task.done()
+
+    async def _messages(self) -> AsyncIterator[batcher_pb2.SubmitRequest]:
+        while (first := await self._outbox.get()) is not None:
+            items = [first]
+            while not self._outbox.empty():
+                queued = self._outbox.get_nowait()
+                if queued is None:
+                    yield batcher_pb2.SubmitRequest(items=items)
+                    return
+                items.append(queued)
+            yield batcher_pb2.SubmitRequest(items=items)
+
+    async def _run(self) -> None:
+        try:
+            async for response in self._stub.Submit(self._messages()):
+                for result in response.results:
+                    future = self._pending.pop(result.request_id, None)
+                    if future is not None and not future.done():
+                        future.set_result(result)
+        except grpc.aio.AioRpcError as exc:
+            log.warning("batcher stream ended: %s %s", exc.code().name, exc.details())
+        finally:
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(StreamBroken("batcher stream ended"))
+            self._pending.clear()
+
+    async def submit(self, item: batcher_pb2.SubmitItem, budget_s: float) -> batcher_pb2.ItemResult:
+        if not self.alive:
+            raise StreamBroken("batcher stream is closed")
+        future: asyncio.Future[batcher_pb2.ItemResult] = asyncio.get_running_loop().create_future()
+        self._pending[item.request_id] = future
+        self._outbox.put_nowait(item)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), budget_s)
+        except (TimeoutError, asyncio.CancelledError):
+            # The caller left: tell the batcher, so work nobody else waits for is dropped.
+            if self._pending.pop(item.request_id, None) is not None and self.alive:
+                self._outbox.put_nowait(batcher_pb2.SubmitItem(request_id=item.request_id, cancel=True))
+            raise
+
+    async def close(self) -> None:
+        self._outbox.put_nowait(None)
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(self._task, timeout=1.0)
+        self._task.cancel()
+
+
+class BatcherPool:
+    """Streams to every batcher; picks one per model by rendezvous hashing."""
+
+    def __init__(self, addresses: list[str], streams_per_batcher: int, max_message_bytes: int) -> None:
+        if not addresses:
+            raise ValueError("the router needs at least one batcher address")
+        self._addresses = addresses
+        self._per_batcher = streams_per_batcher
+        self._channels = {
+            a: grpc.aio.insecure_channel(a, options=channel_options(max_message_bytes)) for a in addresses
+        }
+        self._streams: dict[str, list[BatcherStream]] = {a: [] for a in addresses}
+        self._turn = itertools.count()
+
+    def order(self, model: str) -> list[str]:
+        """Batchers by rendezvous score for this model: the first owns it, the rest back it up."""
+        return sorted(
+            self._addresses,
+            key=lambda a: hashlib.sha256(f"{a}\0{model}".encode()).digest(),
+            reverse=True,
+        )
+
+    def _stream(self, address: str) -> BatcherStream:
+        streams = [s for s in self._streams[address] if s.alive]
+        if len(streams) < self._per_batcher:
+            streams.append(BatcherStream(batcher_pb2_grpc.BatcherStub(self._channels[address])))
+        self._streams[address] = streams
+        return streams[next(self._turn) % len(streams)]
+
+    async def submit(self, item: batcher_pb2.SubmitItem, deadline: float) -> batcher_pb2.ItemResult:
+        """Send to the model's batcher, failing over while time remains; errors come back as results."""
+        loop = asyncio.get_running_loop()
+        for address in self.order(item.model):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                return await self._stream(address).submit(item, remaining)
+            except StreamBroken:
+                continue
+            except TimeoutError:
+                break
+        status = make_status(
+            grpc.StatusCode.DEADLINE_EXCEEDED, "no batcher answered in time", reason="DEADLINE"
+        )
+        if loop.time() < deadline:
+            status = make_status(grpc.StatusCode.UNAVAILABLE, "no batcher reachable", reason="NO_BATCHER")
+        return batcher_pb2.ItemResult(request_id=item.request_id, status=status)
+
+    async def close(self) -> None:
+        for streams in self._streams.values():
+            for stream in streams:
+                await stream.close()
+        for channel in self._channels.values():
+            await channel.close(grace=None)

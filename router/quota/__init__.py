@@ -1,0 +1,1 @@
+"""Quotas: per-tenant request, token, cost and concurrency limits (``ferryman serve quota``)."""

@@ -1,0 +1,87 @@
+"""How the router talks to quotas: in-process (co-hosted) or over gRPC, same interface."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import grpc
+
+from ferryman.v1 import quota_pb2, quota_pb2_grpc
+from router.quota.policy import Decision, Verdict, Violation
+from router.quota.service import QuotaService, QuotaUnavailable
+
+FROM_PROTO = {
+    quota_pb2.QUOTA_DECISION_ADMIT: Decision.ADMIT,
+    quota_pb2.QUOTA_DECISION_ADMIT_DEGRADED: Decision.DEGRADE,
+    quota_pb2.QUOTA_DECISION_REJECT: Decision.REJECT,
+}
+
+
+class QuotaClient(Protocol):
+    async def reserve(
+        self, request_id: str, tenant: str, model: str, tokens: int, cost: float, budget_s: float
+    ) -> Verdict: ...
+    async def commit(self, request_id: str, tokens: int, cost: float, budget_s: float) -> bool: ...
+    async def release(self, request_id: str, budget_s: float) -> bool: ...
+
+
+class LocalQuota:
+    """The co-hosted quota service, called without a network hop."""
+
+    def __init__(self, service: QuotaService) -> None:
+        self.service = service
+
+    async def reserve(
+        self, request_id: str, tenant: str, model: str, tokens: int, cost: float, budget_s: float
+    ) -> Verdict:
+        return await self.service.reserve(request_id, tenant, model, tokens, cost)
+
+    async def commit(self, request_id: str, tokens: int, cost: float, budget_s: float) -> bool:
+        return await self.service.commit(request_id, tokens, cost)
+
+    async def release(self, request_id: str, budget_s: float) -> bool:
+        return await self.service.release(request_id)
+
+
+class RemoteQuota:
+    """A Quota server over gRPC; UNAVAILABLE from it (or no answer) is QuotaUnavailable."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._stub = quota_pb2_grpc.QuotaStub(channel)
+
+    async def reserve(
+        self, request_id: str, tenant: str, model: str, tokens: int, cost: float, budget_s: float
+    ) -> Verdict:
+        request = quota_pb2.ReserveRequest(
+            request_id=request_id,
+            tenant=tenant,
+            model=model,
+            estimated_tokens=tokens,
+            estimated_cost_usd=cost,
+        )
+        try:
+            response: quota_pb2.ReserveResponse = await self._stub.Reserve(request, timeout=budget_s)
+        except grpc.aio.AioRpcError as exc:
+            raise QuotaUnavailable(f"quota service: {exc.code().name} {exc.details()}") from exc
+        return Verdict(
+            FROM_PROTO[response.decision],
+            tuple(Violation(v.limit, v.current, v.maximum) for v in response.violations),
+            response.retry_after.ToTimedelta().total_seconds(),
+        )
+
+    async def commit(self, request_id: str, tokens: int, cost: float, budget_s: float) -> bool:
+        request = quota_pb2.CommitRequest(request_id=request_id, actual_tokens=tokens, actual_cost_usd=cost)
+        try:
+            response: quota_pb2.SettleResponse = await self._stub.Commit(request, timeout=budget_s)
+        except grpc.aio.AioRpcError:
+            return False
+        return response.applied
+
+    async def release(self, request_id: str, budget_s: float) -> bool:
+        try:
+            response: quota_pb2.SettleResponse = await self._stub.Release(
+                quota_pb2.ReleaseRequest(request_id=request_id), timeout=budget_s
+            )
+        except grpc.aio.AioRpcError:
+            return False
+        return response.applied

@@ -1,0 +1,112 @@
+"""The in-process quota backend (one router process, no Redis)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from router.quota.policy import Counters, Decision, Limits, Verdict, charge, check, combine, settle
+
+
+@dataclass
+class Reservation:
+    scopes: tuple[str, ...]
+    tokens: int
+    cost: float
+    verdict: Verdict
+    expiry: float
+    settled: bool = False
+
+
+class MemoryQuota:
+    """Quota counters in this process; every call is idempotent on request id."""
+
+    def __init__(self, reservation_ttl_s: float, clock: Callable[[], float] = time.time) -> None:
+        self._ttl = reservation_ttl_s
+        self._clock = clock
+        self._states: dict[str, Counters] = {}
+        self._reservations: dict[str, Reservation] = {}
+        self.expired = 0
+
+    def _state(self, scope: str) -> Counters:
+        return self._states.setdefault(scope, Counters())
+
+    def _expire(self, now: float) -> None:
+        for request_id, reservation in list(self._reservations.items()):
+            if reservation.settled and reservation.expiry + self._ttl < now:
+                del self._reservations[request_id]  # kept a while for idempotent retries
+            elif not reservation.settled and reservation.expiry <= now:
+                reservation.settled = True
+                if reservation.verdict.decision != Decision.REJECT:
+                    self.expired += 1
+                    for scope in reservation.scopes:
+                        self._state(scope).inflight.pop(request_id, None)
+
+    async def reserve(self, request_id: str, policies: Sequence[Limits], tokens: int, cost: float) -> Verdict:
+        now = self._clock()
+        self._expire(now)
+        known = self._reservations.get(request_id)
+        if known is not None:
+            return known.verdict
+        results = [(p, check(p, self._state(p.scope), now, tokens, cost)) for p in policies]
+        result = combine(results)
+        expiry = now + self._ttl
+        if result.decision != Decision.REJECT:
+            for p in policies:
+                charge(p, self._state(p.scope), now, request_id, tokens, cost, expiry)
+        self._reservations[request_id] = Reservation(
+            scopes=tuple(p.scope for p in policies),
+            tokens=tokens,
+            cost=cost,
+            verdict=result,
+            expiry=expiry,
+            settled=result.decision == Decision.REJECT,
+        )
+        return result
+
+    async def commit(self, request_id: str, tokens: int, cost: float) -> bool:
+        return self._settle(request_id, tokens, cost, refund=False)
+
+    async def release(self, request_id: str) -> bool:
+        return self._settle(request_id, 0, 0.0, refund=True)
+
+    def _settle(self, request_id: str, tokens: int, cost: float, *, refund: bool) -> bool:
+        now = self._clock()
+        self._expire(now)
+        reservation = self._reservations.get(request_id)
+        if reservation is None or reservation.settled:
+            return False
+        reservation.settled = True
+        token_delta = -reservation.tokens if refund else tokens - reservation.tokens
+        cost_delta = -reservation.cost if refund else cost - reservation.cost
+        for scope in reservation.scopes:
+            settle(self._state(scope), now, request_id, token_delta, cost_delta, refund)
+        return True
+
+    async def expired_count(self) -> int:
+        self._expire(self._clock())
+        return self.expired
+
+    async def usage(self, policies: Sequence[Limits]) -> list[tuple[str, float, float, str]]:
+        """(limit, current, maximum, mode) for every limit of the policies."""
+        now = self._clock()
+        self._expire(now)
+        rows: list[tuple[str, float, float, str]] = []
+        for p in policies:
+            state = self._state(p.scope)
+            mode = "soft" if p.soft else "hard"
+            if p.rpm is not None:
+                rows.append(
+                    (f"{p.scope}:rpm", sum(1 for t in state.admitted.values() if t > now - 60), p.rpm, mode)
+                )
+            if p.tpm is not None:
+                level = state.tpm_tokens if state.tpm_tokens is not None else p.tpm
+                rows.append((f"{p.scope}:tpm", p.tpm - level, p.tpm, mode))
+            if p.cost_per_day_usd is not None:
+                spent = state.cost_spent if state.cost_day == int(now // 86400) else 0.0
+                rows.append((f"{p.scope}:cost_per_day", spent, p.cost_per_day_usd, mode))
+            if p.max_concurrency is not None:
+                live = sum(1 for e in state.inflight.values() if e > now)
+                rows.append((f"{p.scope}:max_concurrency", live, p.max_concurrency, mode))
+        return rows

@@ -1,0 +1,160 @@
+"""Quota arithmetic: pure functions over limits, counters and a clock.
+
+Per policy (a tenant, optionally one model):
+
+- ``rpm``: at most N requests admitted in any 60 s (a sliding log, exact);
+- ``burst``: at most B at once, refilled at rpm/60 per second (a token bucket);
+- ``tpm``: tokens per minute (a token bucket of tpm, refilled at tpm/60 per second;
+  commits settle estimate vs actual, so it can run into debt);
+- ``cost_per_day_usd``: spend per UTC day (a fixed window);
+- ``max_concurrency``: reservations not yet settled.
+
+A request is checked against every limit at once; if any hard limit would be broken
+nothing is charged (all or nothing). A soft policy admits but says "degrade".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+WINDOW_S = 60.0
+DAY_S = 86400.0
+
+
+class Decision(StrEnum):
+    ADMIT = "admit"
+    DEGRADE = "degrade"
+    REJECT = "reject"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One policy's limits; None means unlimited."""
+
+    scope: str
+    """``tenant`` or ``tenant/model``: the counters' key."""
+    rpm: int | None = None
+    burst: int | None = None
+    tpm: int | None = None
+    cost_per_day_usd: float | None = None
+    max_concurrency: int | None = None
+    soft: bool = False
+
+
+@dataclass(frozen=True)
+class Violation:
+    limit: str
+    current: float
+    maximum: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: Decision
+    violations: tuple[Violation, ...] = ()
+    retry_after_s: float = 0.0
+
+
+@dataclass
+class Counters:
+    """The state of one scope's limits (the memory backend's; Redis keeps the same)."""
+
+    admitted: dict[str, float] = field(default_factory=dict)
+    """request id -> admission time, within the last window (the rpm log)."""
+    burst_tokens: float | None = None
+    burst_at: float = 0.0
+    tpm_tokens: float | None = None
+    tpm_at: float = 0.0
+    cost_day: int = -1
+    cost_spent: float = 0.0
+    inflight: dict[str, float] = field(default_factory=dict)
+    """request id -> reservation expiry."""
+
+
+def refill(tokens: float | None, at: float, capacity: float, per_s: float, now: float) -> float:
+    """A token bucket's level at ``now`` (full when never used)."""
+    if tokens is None:
+        return capacity
+    return min(capacity, tokens + max(0.0, now - at) * per_s)
+
+
+def check(
+    limits: Limits, state: Counters, now: float, tokens: int, cost: float
+) -> list[tuple[Violation, float]]:
+    """Limits this request would break, each with when it may succeed (seconds from now)."""
+    broken: list[tuple[Violation, float]] = []
+    if limits.rpm is not None:
+        recent = [t for t in state.admitted.values() if t > now - WINDOW_S]
+        if len(recent) + 1 > limits.rpm:
+            oldest = min(recent) if recent else now
+            broken.append((Violation("rpm", len(recent), limits.rpm), oldest + WINDOW_S - now))
+    if limits.burst is not None:
+        rate = (limits.rpm or limits.burst) / WINDOW_S
+        level = refill(state.burst_tokens, state.burst_at, limits.burst, rate, now)
+        if level < 1:
+            broken.append((Violation("burst", limits.burst - level, limits.burst), (1 - level) / rate))
+    if limits.tpm is not None:
+        rate = limits.tpm / WINDOW_S
+        level = refill(state.tpm_tokens, state.tpm_at, limits.tpm, rate, now)
+        if level < tokens:
+            wait = (tokens - level) / rate if tokens <= limits.tpm else WINDOW_S
+            broken.append((Violation("tpm", limits.tpm - level, limits.tpm), wait))
+    if limits.cost_per_day_usd is not None:
+        day = int(now // DAY_S)
+        spent = state.cost_spent if state.cost_day == day else 0.0
+        if spent + cost > limits.cost_per_day_usd:
+            broken.append(
+                (Violation("cost_per_day", spent, limits.cost_per_day_usd), (day + 1) * DAY_S - now)
+            )
+    if limits.max_concurrency is not None:
+        live = sum(1 for expiry in state.inflight.values() if expiry > now)
+        if live + 1 > limits.max_concurrency:
+            broken.append((Violation("max_concurrency", live, limits.max_concurrency), 0.1))
+    return broken
+
+
+def charge(
+    limits: Limits, state: Counters, now: float, request_id: str, tokens: int, cost: float, expiry: float
+) -> None:
+    """Take the request's share of every limit (after ``check`` allowed it)."""
+    state.admitted = {r: t for r, t in state.admitted.items() if t > now - WINDOW_S}
+    state.admitted[request_id] = now
+    if limits.burst is not None:
+        rate = (limits.rpm or limits.burst) / WINDOW_S
+        state.burst_tokens = refill(state.burst_tokens, state.burst_at, limits.burst, rate, now) - 1
+        state.burst_at = now
+    if limits.tpm is not None:
+        state.tpm_tokens = (
+            refill(state.tpm_tokens, state.tpm_at, limits.tpm, limits.tpm / WINDOW_S, now) - tokens
+        )
+        state.tpm_at = now
+    day = int(now // DAY_S)
+    if state.cost_day != day:
+        state.cost_day, state.cost_spent = day, 0.0
+    state.cost_spent += cost
+    state.inflight[request_id] = expiry
+
+
+def settle(
+    state: Counters, now: float, request_id: str, token_delta: int, cost_delta: float, refund_request: bool
+) -> None:
+    """Apply actual-minus-estimate and end the reservation (Commit), or refund it (Release)."""
+    state.inflight.pop(request_id, None)
+    if state.tpm_tokens is not None:
+        state.tpm_tokens -= token_delta
+    if state.cost_day == int(now // DAY_S):
+        state.cost_spent += cost_delta
+    if refund_request and state.admitted.pop(request_id, None) is not None and state.burst_tokens is not None:
+        state.burst_tokens += 1
+
+
+def combine(results: list[tuple[Limits, list[tuple[Violation, float]]]]) -> Verdict:
+    """One verdict over every policy: any hard break rejects, any soft break degrades."""
+    violations = tuple(v for _, broken in results for v, _ in broken)
+    if not violations:
+        return Verdict(Decision.ADMIT)
+    hard = [w for limits, broken in results if not limits.soft for _, w in broken]
+    if hard:
+        return Verdict(Decision.REJECT, violations, max(hard))
+    return Verdict(Decision.DEGRADE, violations, 0.0)

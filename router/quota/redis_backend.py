@@ -1,0 +1,225 @@
+"""The Redis quota backend: every limit of a request checked and charged in one Lua
+script, all or nothing, so any number of routers share limits without overshoot.
+
+Counters of one tenant share a ``{tenant}`` hash tag. Reservation keys are named by
+request id alone (Commit and Release carry nothing else), so the scripts expect a
+standalone Redis (or Sentinel), not Redis Cluster. A reservation is a hash that
+remembers its verdict, so Reserve, Commit and Release are idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+
+import redis.asyncio as aioredis
+
+from router.quota.policy import DAY_S, Decision, Limits, Verdict, Violation
+
+KEY_PREFIX = "fm:q:"
+NO_LIMIT = -1
+
+RESERVE = """
+local now, rid = tonumber(ARGV[1]), ARGV[2]
+local tokens, cost, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local prefix, n = ARGV[6], tonumber(ARGV[7])
+local WINDOW, DAY = 60000, 86400000
+local known = redis.call('HGET', KEYS[1], 'verdict')
+if known then return known end
+local day = math.floor(now / DAY)
+local broken, plans = {}, {}
+local hard_wait, any_hard = 0, false
+local function brk(limit, current, maximum, wait, soft)
+  table.insert(broken, {limit, current, maximum})
+  if not soft then any_hard = true; if wait > hard_wait then hard_wait = wait end end
+end
+for i = 0, n - 1 do
+  local o = 8 + i * 7
+  local scope, rpm, burst, tpm = ARGV[o], tonumber(ARGV[o+1]), tonumber(ARGV[o+2]), tonumber(ARGV[o+3])
+  local costl, conc, soft = tonumber(ARGV[o+4]), tonumber(ARGV[o+5]), ARGV[o+6] == '1'
+  local base = prefix .. '{' .. string.match(scope, '^[^/]+') .. '}:' .. scope
+  local inflight = base .. ':inflight'
+  local gone = redis.call('ZRANGEBYSCORE', inflight, '-inf', now)
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', inflight, '-inf', now)
+    for _, g in ipairs(gone) do
+      if redis.call('HSETNX', prefix .. 'res:' .. g, 'expired', '1') == 1 then redis.call('INCR', KEYS[2]) end
+    end
+  end
+  local plan = {base = base, burst = burst, tpm = tpm, rpm = rpm}
+  if rpm >= 0 then
+    redis.call('ZREMRANGEBYSCORE', base .. ':log', '-inf', now - WINDOW)
+    local count = redis.call('ZCARD', base .. ':log')
+    if count + 1 > rpm then
+      local oldest = redis.call('ZRANGE', base .. ':log', 0, 0, 'WITHSCORES')
+      local wait = WINDOW
+      if oldest[2] then wait = tonumber(oldest[2]) + WINDOW - now end
+      brk('rpm', count, rpm, wait, soft)
+    end
+  end
+  if burst >= 0 then
+    local rate = (rpm >= 0 and rpm or burst) / WINDOW
+    local b = redis.call('HMGET', base .. ':burst', 't', 'at')
+    local level = burst
+    if b[1] then level = math.min(burst, tonumber(b[1]) + (now - tonumber(b[2])) * rate) end
+    plan.burst_level = level
+    if level < 1 then brk('burst', burst - level, burst, (1 - level) / rate, soft) end
+  end
+  if tpm >= 0 then
+    local rate = tpm / WINDOW
+    local b = redis.call('HMGET', base .. ':tpm', 't', 'at')
+    local level = tpm
+    if b[1] then level = math.min(tpm, tonumber(b[1]) + (now - tonumber(b[2])) * rate) end
+    plan.tpm_level = level
+    if level < tokens then
+      local wait = WINDOW
+      if tokens <= tpm then wait = (tokens - level) / rate end
+      brk('tpm', tpm - level, tpm, wait, soft)
+    end
+  end
+  if costl >= 0 then
+    local spent = tonumber(redis.call('GET', base .. ':cost:' .. day) or '0')
+    if spent + cost > costl then brk('cost_per_day', spent, costl, (day + 1) * DAY - now, soft) end
+  end
+  if conc >= 0 then
+    local live = redis.call('ZCARD', inflight)
+    if live + 1 > conc then brk('max_concurrency', live, conc, 100, soft) end
+  end
+  table.insert(plans, plan)
+end
+local decision = 'admit'
+if any_hard then decision = 'reject' elseif #broken > 0 then decision = 'degrade' end
+local result = cjson.encode({decision, hard_wait, broken})
+local scopes = {}
+if decision ~= 'reject' then
+  for _, p in ipairs(plans) do
+    table.insert(scopes, p.base)
+    redis.call('ZADD', p.base .. ':log', now, rid)
+    redis.call('PEXPIRE', p.base .. ':log', WINDOW)
+    if p.burst >= 0 then
+      redis.call('HSET', p.base .. ':burst', 't', p.burst_level - 1, 'at', now)
+      redis.call('PEXPIRE', p.base .. ':burst', DAY)
+    end
+    if p.tpm >= 0 then
+      redis.call('HSET', p.base .. ':tpm', 't', p.tpm_level - tokens, 'at', now)
+      redis.call('PEXPIRE', p.base .. ':tpm', DAY)
+    end
+    redis.call('INCRBYFLOAT', p.base .. ':cost:' .. day, cost)
+    redis.call('PEXPIRE', p.base .. ':cost:' .. day, 2 * DAY)
+    redis.call('ZADD', p.base .. ':inflight', now + ttl, rid)
+    redis.call('PEXPIRE', p.base .. ':inflight', 2 * ttl)
+  end
+end
+local state = 'reserved'
+if decision == 'reject' then state = 'settled' end
+redis.call('HSET', KEYS[1], 'verdict', result, 'state', state, 'tokens', tokens, 'cost', cost,
+  'day', day, 'scopes', table.concat(scopes, '\\n'))
+redis.call('PEXPIRE', KEYS[1], 2 * ttl)
+return result
+"""
+
+SETTLE = """
+local now, rid = tonumber(ARGV[1]), ARGV[2]
+local actual_tokens, actual_cost, refund = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5] == '1'
+local r = redis.call('HMGET', KEYS[1], 'state', 'expired', 'tokens', 'cost', 'day', 'scopes')
+if r[1] ~= 'reserved' then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'settled')
+if r[2] then return 0 end
+local tokens, cost, day = tonumber(r[3]), tonumber(r[4]), r[5]
+local token_delta, cost_delta = actual_tokens - tokens, actual_cost - cost
+if refund then token_delta, cost_delta = -tokens, -cost end
+for base in string.gmatch(r[6], '[^\\n]+') do
+  redis.call('ZREM', base .. ':inflight', rid)
+  if redis.call('EXISTS', base .. ':tpm') == 1 then
+    redis.call('HINCRBYFLOAT', base .. ':tpm', 't', -token_delta)
+  end
+  if redis.call('EXISTS', base .. ':cost:' .. day) == 1 then
+    redis.call('INCRBYFLOAT', base .. ':cost:' .. day, cost_delta)
+  end
+  if refund and redis.call('ZREM', base .. ':log', rid) == 1 then
+    if redis.call('EXISTS', base .. ':burst') == 1 then
+      redis.call('HINCRBYFLOAT', base .. ':burst', 't', 1)
+    end
+  end
+end
+return 1
+"""
+
+
+def _limit(value: float | None) -> float:
+    return NO_LIMIT if value is None else value
+
+
+class RedisQuota:
+    """Quota counters in Redis, shared by every router and quota server."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        reservation_ttl_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._redis = client
+        self._ttl_ms = int(reservation_ttl_s * 1000)
+        self._clock = clock
+        self._reserve = client.register_script(RESERVE)
+        self._settle = client.register_script(SETTLE)
+
+    @staticmethod
+    def _tag(request_id: str) -> str:
+        return f"{KEY_PREFIX}res:{request_id}"
+
+    async def reserve(self, request_id: str, policies: Sequence[Limits], tokens: int, cost: float) -> Verdict:
+        args: list[str | int | float] = [
+            int(self._clock() * 1000),
+            request_id,
+            tokens,
+            cost,
+            self._ttl_ms,
+            KEY_PREFIX,
+            len(policies),
+        ]
+        for p in policies:
+            args += [
+                p.scope,
+                _limit(p.rpm),
+                _limit(p.burst),
+                _limit(p.tpm),
+                _limit(p.cost_per_day_usd),
+                _limit(p.max_concurrency),
+                "1" if p.soft else "0",
+            ]
+        raw = await self._reserve(keys=[self._tag(request_id), f"{KEY_PREFIX}expired"], args=args)
+        decision, wait_ms, broken = json.loads(raw)
+        violations = tuple(Violation(str(v[0]), float(v[1]), float(v[2])) for v in broken or [])
+        return Verdict(Decision(decision), violations, float(wait_ms) / 1000)
+
+    async def commit(self, request_id: str, tokens: int, cost: float) -> bool:
+        args: list[str | int | float] = [int(self._clock() * 1000), request_id, tokens, cost, "0"]
+        return bool(await self._settle(keys=[self._tag(request_id)], args=args))
+
+    async def release(self, request_id: str) -> bool:
+        args: list[str | int | float] = [int(self._clock() * 1000), request_id, 0, 0, "1"]
+        return bool(await self._settle(keys=[self._tag(request_id)], args=args))
+
+    async def expired_count(self) -> int:
+        return int(await self._redis.get(f"{KEY_PREFIX}expired") or 0)
+
+    async def usage(self, policies: Sequence[Limits]) -> list[tuple[str, float, float, str]]:
+        now_ms = int(self._clock() * 1000)
+        day = int(now_ms // (DAY_S * 1000))
+        rows: list[tuple[str, float, float, str]] = []
+        for p in policies:
+            base = f"{KEY_PREFIX}{{{p.scope.split('/')[0]}}}:{p.scope}"
+            mode = "soft" if p.soft else "hard"
+            if p.rpm is not None:
+                count = await self._redis.zcount(f"{base}:log", now_ms - 60000, "+inf")
+                rows.append((f"{p.scope}:rpm", float(count), p.rpm, mode))
+            if p.cost_per_day_usd is not None:
+                spent = float(await self._redis.get(f"{base}:cost:{day}") or 0)
+                rows.append((f"{p.scope}:cost_per_day", spent, p.cost_per_day_usd, mode))
+            if p.max_concurrency is not None:
+                live = await self._redis.zcount(f"{base}:inflight", now_ms, "+inf")
+                rows.append((f"{p.scope}:max_concurrency", float(live), p.max_concurrency, mode))
+        return rows

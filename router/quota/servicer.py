@@ -1,0 +1,76 @@
+"""The Quota gRPC servicer: a thin shell over QuotaService."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import grpc
+
+from ferryman.serving import ServicerContext
+from ferryman.v1 import quota_pb2, quota_pb2_grpc
+from router.quota.policy import Decision, Verdict
+from router.quota.service import QuotaService, QuotaUnavailable
+
+DECISIONS = {
+    Decision.ADMIT: quota_pb2.QUOTA_DECISION_ADMIT,
+    Decision.DEGRADE: quota_pb2.QUOTA_DECISION_ADMIT_DEGRADED,
+    Decision.REJECT: quota_pb2.QUOTA_DECISION_REJECT,
+}
+
+
+def verdict_to_proto(verdict: Verdict) -> quota_pb2.ReserveResponse:
+    response = quota_pb2.ReserveResponse(
+        decision=DECISIONS[verdict.decision],
+        violations=[
+            quota_pb2.QuotaViolation(limit=v.limit, current=v.current, maximum=v.maximum)
+            for v in verdict.violations
+        ],
+    )
+    response.retry_after.FromTimedelta(timedelta(seconds=verdict.retry_after_s))
+    return response
+
+
+class QuotaServicer(quota_pb2_grpc.QuotaServicer):
+    def __init__(self, service: QuotaService) -> None:
+        self._service = service
+
+    async def Reserve(
+        self, request: quota_pb2.ReserveRequest, context: ServicerContext
+    ) -> quota_pb2.ReserveResponse:
+        if not request.request_id or not request.tenant:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request_id and tenant are required")
+        try:
+            verdict = await self._service.reserve(
+                request.request_id,
+                request.tenant,
+                request.model,
+                request.estimated_tokens,
+                request.estimated_cost_usd,
+            )
+        except QuotaUnavailable as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            raise
+        return verdict_to_proto(verdict)
+
+    async def Commit(
+        self, request: quota_pb2.CommitRequest, context: ServicerContext
+    ) -> quota_pb2.SettleResponse:
+        applied = await self._service.commit(
+            request.request_id, request.actual_tokens, request.actual_cost_usd
+        )
+        return quota_pb2.SettleResponse(applied=applied)
+
+    async def Release(
+        self, request: quota_pb2.ReleaseRequest, context: ServicerContext
+    ) -> quota_pb2.SettleResponse:
+        return quota_pb2.SettleResponse(applied=await self._service.release(request.request_id))
+
+    async def GetUsage(
+        self, request: quota_pb2.GetUsageRequest, context: ServicerContext
+    ) -> quota_pb2.GetUsageResponse:
+        rows, expired = await self._service.usage(request.tenant)
+        return quota_pb2.GetUsageResponse(
+            tenant=request.tenant,
+            limits=[quota_pb2.LimitUsage(limit=n, current=c, maximum=m, mode=mode) for n, c, m, mode in rows],
+            expired_reservations=expired,
+        )

@@ -1,0 +1,25 @@
+"""Quota settings (env prefix ``FERRYMAN_QUOTA_``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class QuotaSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FERRYMAN_QUOTA_", extra="ignore")
+
+    listen: str = "127.0.0.1:7002"
+    backend: Literal["memory", "redis"] = "memory"
+    redis_url: str = ""
+    fail_mode: Literal["open", "closed"] = "closed"
+    """What Reserve answers when the backend cannot be reached: admit, or refuse."""
+    backend_timeout_s: float = Field(default=0.25, gt=0)
+    """Longest a backend call may take before the fail mode applies."""
+    reservation_ttl_s: float = Field(default=300.0, gt=0)
+    """Reservations never committed nor released expire after this (and are counted)."""
+    refresh_s: float = Field(default=0.5, gt=0)
+    """How often the policy cache checks the registry's revision."""
+    max_message_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)

@@ -1,0 +1,220 @@
+"""One request through the router: route, validate, reserve quota, batch, settle."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+import grpc
+from google.rpc import status_pb2
+
+from ferryman.errors import make_status
+from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
+from registry.cache import SnapshotCache
+from registry.snapshot import TenantRecord, VersionRecord
+from router.batchers import BatcherPool
+from router.quota.client import QuotaClient
+from router.quota.policy import Decision
+from router.quota.service import QuotaUnavailable
+from router.routing import Choice, resolve
+from router.settings import RouterSettings
+from router.validation import estimate_tokens, price, validate
+
+SETTLE_TIMEOUT_S = 1.0
+
+
+class RequestFailed(Exception):
+    """The request ends with this google.rpc.Status (code, message, details)."""
+
+    def __init__(self, status: status_pb2.Status) -> None:
+        super().__init__(status.message)
+        self.status = status
+
+
+def fail(code: grpc.StatusCode, message: str, reason: str, **details: object) -> RequestFailed:
+    return RequestFailed(make_status(code, message, reason=reason, **details))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Admitted:
+    choice: Choice
+    version: VersionRecord
+    rows: int
+    tokens: int
+    cost: float
+    priority: common_pb2.Priority
+
+
+class RouterService:
+    def __init__(
+        self, settings: RouterSettings, cache: SnapshotCache, quota: QuotaClient, batchers: BatcherPool
+    ) -> None:
+        self._settings = settings
+        self._cache = cache
+        self._quota = quota
+        self._batchers = batchers
+
+    def _check(self, request: inference_pb2.PredictRequest, tenant: TenantRecord, degrade: bool) -> Admitted:
+        snapshot = self._cache.snapshot
+        if tenant.allowed_models and request.model not in tenant.allowed_models:
+            raise fail(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"tenant may not use model {request.model!r}",
+                "MODEL_NOT_ALLOWED",
+            )
+        if request.model not in snapshot.routes and not (
+            request.version and f"{request.model}:{request.version}" in snapshot.versions
+        ):
+            raise fail(grpc.StatusCode.NOT_FOUND, f"unknown model {request.model!r}", "UNKNOWN_MODEL")
+        try:
+            choice = resolve(
+                snapshot.routes,
+                request.model,
+                tenant=tenant.name,
+                user=request.user,
+                pin=request.version,
+                is_ready=self._cache.is_ready,
+                degrade=degrade,
+            )
+        except LookupError as exc:
+            raise fail(grpc.StatusCode.NOT_FOUND, str(exc), "UNKNOWN_MODEL") from None
+        version = snapshot.versions.get(f"{choice.model}:{choice.version}")
+        if version is None or version.status == "RETIRED":
+            raise fail(
+                grpc.StatusCode.NOT_FOUND,
+                f"unknown version {choice.model}:{choice.version}",
+                "UNKNOWN_VERSION",
+            )
+        rows, violations = validate(request.inputs, version.schema)
+        if violations:
+            raise fail(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "; ".join(f"{f}: {d}" for f, d in violations),
+                "INVALID_INPUT",
+                violations=violations,
+            )
+        tokens = estimate_tokens(request.inputs)
+        cost = price(rows, tokens, version.price_per_item_usd, version.price_per_1k_tokens_usd)
+        priority = request.priority or tenant.priority
+        return Admitted(choice, version, rows, tokens, cost, priority)  # type: ignore[arg-type]
+
+    async def predict(
+        self,
+        request: inference_pb2.PredictRequest,
+        tenant: TenantRecord,
+        deadline: float,
+        traceparent: str = "",
+    ) -> inference_pb2.PredictResponse:
+        """Answer one request before ``deadline`` (event-loop time) or raise RequestFailed."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        if deadline <= started:
+            raise fail(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                "the deadline passed before the request arrived",
+                "DEADLINE",
+            )
+        request_id = request.request_id or uuid.uuid4().hex
+        quota_id = f"{tenant.name}/{request_id}"
+        admitted = self._check(request, tenant, degrade=False)
+        try:
+            verdict = await self._quota.reserve(
+                quota_id,
+                tenant.name,
+                admitted.choice.model,
+                admitted.tokens,
+                admitted.cost,
+                budget_s=min(self._settings.quota_timeout_s, deadline - loop.time()),
+            )
+        except QuotaUnavailable as exc:
+            raise fail(grpc.StatusCode.UNAVAILABLE, str(exc), "QUOTA_UNAVAILABLE") from None
+        if verdict.decision == Decision.REJECT:
+            raise fail(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "quota exceeded: "
+                + ", ".join(f"{v.limit} {v.current:g}/{v.maximum:g}" for v in verdict.violations),
+                "QUOTA_EXCEEDED",
+                quota_violations=[
+                    (f"{tenant.name}:{v.limit}", f"{v.current:g} of {v.maximum:g} used")
+                    for v in verdict.violations
+                ],
+                retry_after=timedelta(seconds=max(verdict.retry_after_s, 0.001)),
+            )
+        if verdict.decision == Decision.DEGRADE:
+            admitted = self._degrade(request, tenant, admitted)
+        result = await self._run(request_id, request, tenant, admitted, deadline, traceparent)
+        if result.status.code != 0:
+            await self._quota.release(quota_id, budget_s=SETTLE_TIMEOUT_S)
+            raise RequestFailed(result.status)
+        tokens = result.usage.input_tokens + result.usage.output_tokens or admitted.tokens
+        cost = price(
+            admitted.rows,
+            tokens,
+            admitted.version.price_per_item_usd,
+            admitted.version.price_per_1k_tokens_usd,
+        )
+        await self._quota.commit(quota_id, tokens, cost, budget_s=SETTLE_TIMEOUT_S)
+        response = inference_pb2.PredictResponse(
+            request_id=request_id,
+            model=admitted.choice.model,
+            version=admitted.choice.version,
+            fallback=admitted.choice.fallback,
+            outputs=result.outputs,
+            usage=common_pb2.Usage(
+                items=admitted.rows,
+                input_tokens=tokens,
+                output_tokens=result.usage.output_tokens,
+                cost_usd=cost,
+            ),
+            timing=result.timing,
+            coalesced=result.coalesced,
+            cached=result.cached,
+        )
+        response.timing.total.FromTimedelta(timedelta(seconds=loop.time() - started))
+        return response
+
+    def _degrade(
+        self, request: inference_pb2.PredictRequest, tenant: TenantRecord, admitted: Admitted
+    ) -> Admitted:
+        """Over a soft limit: the route's fallback model if it takes this input, else low priority."""
+        try:
+            degraded = self._check(request, tenant, degrade=True)
+        except RequestFailed:
+            degraded = admitted
+        if degraded.choice.fallback:
+            return degraded
+        return Admitted(
+            admitted.choice,
+            admitted.version,
+            admitted.rows,
+            admitted.tokens,
+            admitted.cost,
+            common_pb2.PRIORITY_LOW,
+        )
+
+    async def _run(
+        self,
+        request_id: str,
+        request: inference_pb2.PredictRequest,
+        tenant: TenantRecord,
+        admitted: Admitted,
+        deadline: float,
+        traceparent: str,
+    ) -> batcher_pb2.ItemResult:
+        remaining = deadline - asyncio.get_running_loop().time()
+        item = batcher_pb2.SubmitItem(
+            request_id=f"{tenant.name}/{request_id}/{uuid.uuid4().hex[:8]}",
+            tenant=tenant.name,
+            model=admitted.choice.model,
+            version=admitted.choice.version,
+            parameters=request.parameters,
+            priority=admitted.priority,
+            inputs=request.inputs,
+            traceparent=traceparent,
+        )
+        item.time_budget.FromTimedelta(timedelta(seconds=max(0.0, remaining)))
+        item.deadline.FromNanoseconds(time.time_ns() + int(remaining * 1e9))
+        return await self._batchers.submit(item, deadline)

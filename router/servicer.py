@@ -1,0 +1,135 @@
+"""The public Inference servicer: authentication and deadlines around RouterService."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+
+from ferryman.errors import abort, make_status
+from ferryman.serving import ServicerContext
+from ferryman.v1 import inference_pb2, inference_pb2_grpc
+from registry.cache import SnapshotCache
+from registry.snapshot import TenantRecord
+from router.auth import authenticate, bearer_key
+from router.service import RequestFailed, RouterService
+from router.settings import RouterSettings
+
+
+class InferenceServicer(inference_pb2_grpc.InferenceServicer):
+    def __init__(self, settings: RouterSettings, cache: SnapshotCache, service: RouterService) -> None:
+        self._settings = settings
+        self._cache = cache
+        self._service = service
+
+    async def _tenant(self, context: ServicerContext) -> TenantRecord:
+        key = bearer_key(context.invocation_metadata())
+        tenant = authenticate(self._cache.snapshot, key) if key else None
+        if tenant is None:
+            reason = "missing API key" if not key else "unknown or revoked API key"
+            status = make_status(grpc.StatusCode.UNAUTHENTICATED, reason, reason="UNAUTHENTICATED")
+            await abort(context, status)
+            raise AssertionError("abort raises")
+        return tenant
+
+    def _deadline(self, context: ServicerContext) -> float:
+        remaining = context.time_remaining()
+        budget = self._settings.default_timeout_s if remaining is None else remaining
+        return asyncio.get_running_loop().time() + budget
+
+    async def Predict(
+        self, request: inference_pb2.PredictRequest, context: ServicerContext
+    ) -> inference_pb2.PredictResponse:
+        tenant = await self._tenant(context)
+        try:
+            return await self._service.predict(request, tenant, self._deadline(context))
+        except RequestFailed as failed:
+            await abort(context, failed.status)
+            raise
+
+    async def PredictStream(
+        self, request_iterator: AsyncIterator[inference_pb2.PredictRequest], context: ServicerContext
+    ) -> AsyncIterator[inference_pb2.PredictStreamResponse]:
+        tenant = await self._tenant(context)
+        deadline = self._deadline(context)
+        answers: asyncio.Queue[inference_pb2.PredictStreamResponse] = asyncio.Queue()
+        running: set[asyncio.Task[None]] = set()
+
+        async def answer(request: inference_pb2.PredictRequest) -> None:
+            try:
+                response = await self._service.predict(request, tenant, deadline)
+                answers.put_nowait(
+                    inference_pb2.PredictStreamResponse(request_id=response.request_id, response=response)
+                )
+            except RequestFailed as failed:
+                answers.put_nowait(
+                    inference_pb2.PredictStreamResponse(request_id=request.request_id, error=failed.status)
+                )
+
+        async def read() -> None:
+            async for request in request_iterator:
+                task = asyncio.create_task(answer(request))
+                running.add(task)
+                task.add_done_callback(running.discard)
+
+        reader = asyncio.create_task(read())
+        try:
+            while not (reader.done() and not running and answers.empty()):
+                getter = asyncio.ensure_future(answers.get())
+                waits: set[asyncio.Future[object]] = {getter}  # type: ignore[arg-type]
+                if not reader.done():
+                    waits.add(reader)  # type: ignore[arg-type]
+                waits |= running  # type: ignore[arg-type]
+                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    yield getter.result()
+                else:
+                    getter.cancel()
+                if reader.done():
+                    reader.result()
+        finally:
+            reader.cancel()
+            for task in running:
+                task.cancel()
+
+    async def ListModels(
+        self, request: inference_pb2.ListModelsRequest, context: ServicerContext
+    ) -> inference_pb2.ListModelsResponse:
+        tenant = await self._tenant(context)
+        names = sorted(self._cache.snapshot.routes)
+        visible = [n for n in names if not tenant.allowed_models or n in tenant.allowed_models]
+        return inference_pb2.ListModelsResponse(models=[self._model_info(n) for n in visible])
+
+    async def GetModel(
+        self, request: inference_pb2.GetModelRequest, context: ServicerContext
+    ) -> inference_pb2.ModelInfo:
+        tenant = await self._tenant(context)
+        if request.model not in self._cache.snapshot.routes:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown model {request.model!r}")
+        if tenant.allowed_models and request.model not in tenant.allowed_models:
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED, f"tenant may not use model {request.model!r}"
+            )
+        return self._model_info(request.model)
+
+    def _model_info(self, model: str) -> inference_pb2.ModelInfo:
+        snapshot = self._cache.snapshot
+        route = snapshot.routes[model]
+        weights = dict(route.targets)
+        versions = [
+            inference_pb2.VersionInfo(
+                version=v.version,
+                status=v.status,
+                weight=weights.get(v.version, 0),
+                schema=v.schema.to_proto(),
+            )
+            for key, v in sorted(snapshot.versions.items())
+            if v.model == model and v.status in ("ACTIVE", "DEPRECATED")
+        ]
+        return inference_pb2.ModelInfo(
+            name=model,
+            description=snapshot.descriptions.get(model, ""),
+            versions=versions,
+            fallback=route.fallback,
+        )

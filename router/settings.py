@@ -1,0 +1,29 @@
+"""Router settings (env prefix ``FERRYMAN_ROUTER_``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class RouterSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FERRYMAN_ROUTER_", extra="ignore")
+
+    listen: str = "127.0.0.1:7001"
+    metrics_listen: str = ""
+    batchers: str = "127.0.0.1:7003"
+    """Comma-separated batcher addresses; each model goes to one by rendezvous hashing."""
+    quota_address: str = ""
+    """A Quota server's address; empty hosts the quota service in this process."""
+    streams_per_batcher: int = Field(default=2, ge=1)
+    default_timeout_s: float = Field(default=30.0, gt=0)
+    """Deadline of requests that come without one."""
+    quota_timeout_s: float = Field(default=0.5, gt=0)
+    """Most of a request's budget a quota call may take."""
+    refresh_s: float = Field(default=0.5, gt=0)
+    """Registry revision checks; key revocations and route changes apply within this."""
+    heartbeat_timeout_s: float = Field(default=10.0, gt=0)
+    max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+
+    def batcher_addresses(self) -> list[str]:
+        return [a.strip() for a in self.batchers.split(",") if a.strip()]
