@@ -1,0 +1,123 @@
+"""Typed SDK errors from gRPC statuses and their google.rpc details."""
+
+from __future__ import annotations
+
+import grpc
+from google.rpc import status_pb2
+
+from ferryman.errors import status_code, unpack_details
+
+
+class FerrymanError(Exception):
+    """Any failed request: the gRPC code, the server's message and its reason."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, reason: str = "") -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+        self.reason = reason
+
+
+class RetryableError(FerrymanError):
+    """Worth trying again, after ``retry_after`` seconds when the server said."""
+
+    def __init__(
+        self, code: grpc.StatusCode, message: str, reason: str = "", retry_after: float | None = None
+    ):
+        super().__init__(code, message, reason)
+        self.retry_after = retry_after
+
+
+class Unauthenticated(FerrymanError):
+    """Missing, unknown or revoked API key."""
+
+
+class PermissionDenied(FerrymanError):
+    """The key's tenant may not use this model."""
+
+
+class NotFound(FerrymanError):
+    """Unknown model or version."""
+
+
+class InvalidInput(FerrymanError):
+    """Inputs do not fit the model's schema; ``violations`` lists (field, description)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, reason: str, violations: list[tuple[str, str]]):
+        super().__init__(code, message, reason)
+        self.violations = violations
+
+
+class QuotaExceeded(RetryableError):
+    """Over a hard quota limit; ``violations`` lists (limit, description)."""
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        reason: str,
+        retry_after: float | None,
+        violations: list[tuple[str, str]],
+    ):
+        super().__init__(code, message, reason, retry_after)
+        self.violations = violations
+
+
+class Overloaded(RetryableError):
+    """The model's queue is full or its latency exceeds the deadline; try again later."""
+
+
+class Unavailable(RetryableError):
+    """No replica or service reachable right now."""
+
+
+class DeadlineExceeded(FerrymanError):
+    """The answer could not come within the deadline (the request was not run, or ran late)."""
+
+
+class ModelError(FerrymanError):
+    """The model raised on this input (it is recorded as a dead letter)."""
+
+
+def from_status(status: status_pb2.Status) -> FerrymanError:
+    """The typed error for a google.rpc.Status."""
+    code = status_code(status)
+    details = unpack_details(status)
+    reason = getattr(details.get("ErrorInfo"), "reason", "")
+    retry = details.get("RetryInfo")
+    retry_after = retry.retry_delay.ToTimedelta().total_seconds() if retry is not None else None  # type: ignore[attr-defined]
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return Unauthenticated(code, status.message, reason)
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return PermissionDenied(code, status.message, reason)
+    if code == grpc.StatusCode.NOT_FOUND:
+        return NotFound(code, status.message, reason)
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        bad = details.get("BadRequest")
+        violations = [(v.field, v.description) for v in getattr(bad, "field_violations", [])]
+        return InvalidInput(code, status.message, reason, violations)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        quota = details.get("QuotaFailure")
+        if quota is not None:
+            violations = [(v.subject, v.description) for v in quota.violations]  # type: ignore[attr-defined]
+            return QuotaExceeded(code, status.message, reason, retry_after, violations)
+        return Overloaded(code, status.message, reason, retry_after)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return Unavailable(code, status.message, reason, retry_after)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return DeadlineExceeded(code, status.message, reason)
+    if code == grpc.StatusCode.INTERNAL and reason == "MODEL_ERROR":
+        return ModelError(code, status.message, reason)
+    return FerrymanError(code, status.message, reason)
+
+
+def from_rpc_error(error: grpc.RpcError) -> FerrymanError:
+    """The typed error for a failed call (details from grpc-status-details-bin)."""
+    from grpc_status import rpc_status
+
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    if status is None:
+        code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+        details = error.details() if hasattr(error, "details") else str(error)
+        status = status_pb2.Status(code=code.value[0], message=details or "")
+    return from_status(status)

@@ -1,0 +1,213 @@
+"""End to end over real gRPC: SDK and raw stubs -> router -> batcher -> two nodes."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+
+import grpc
+import numpy as np
+import pytest
+import torch
+from metrics_scrape import sample
+from router_platform import E2E, SLOW_MS
+
+import ferryman
+from ferryman.errors import unpack_details
+from ferryman.tensors import decode, encode
+from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from gpu_node.demo import echo, mlp
+
+RNG = np.random.default_rng(11)
+
+
+def stub(e2e: E2E) -> inference_pb2_grpc.InferenceStub:
+    return inference_pb2_grpc.InferenceStub(grpc.insecure_channel(e2e.router))
+
+
+def auth(key: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {key}"),)
+
+
+def mlp_request(x: np.ndarray, **kw: object) -> inference_pb2.PredictRequest:
+    return inference_pb2.PredictRequest(
+        model="mlp",
+        inputs=[common_pb2.NamedTensor(name="input", tensor=encode(x))],
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def rpc_error(call: object) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as raised:
+        call()  # type: ignore[operator]
+    return raised.value
+
+
+def test_sdk_and_raw_stubs_get_correct_mlp_answers(e2e: E2E) -> None:
+    x = RNG.standard_normal((3, 512), dtype=np.float32)
+    expected = mlp.build_mlp()(torch.from_numpy(x)).detach().numpy()
+    with ferryman.Client(e2e.router, e2e.keys["acme"]) as client:
+        prediction = client.predict("mlp", x, user="alice")
+    output = prediction.outputs["output"]
+    assert isinstance(output, np.ndarray)
+    np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-5)
+    assert prediction.model == "mlp" and prediction.version in ("1", "2") and not prediction.fallback
+    assert prediction.usage.items == 3 and prediction.usage.cost_usd >= 0
+    raw = stub(e2e).Predict(mlp_request(x), metadata=auth(e2e.keys["acme"]), timeout=30)
+    np.testing.assert_allclose(decode(raw.outputs[0].tensor), expected, rtol=1e-4, atol=1e-5)
+    assert raw.timing.batch_size >= 3 and raw.timing.total.ToNanoseconds() > 0
+
+
+def test_sdk_accepts_lists_and_torch_tensors(e2e: E2E) -> None:
+    row = RNG.standard_normal(512).astype(np.float32)
+    with ferryman.Client(e2e.router, e2e.keys["acme"]) as client:
+        from_list = client.predict("mlp", {"input": [row.tolist()]}).outputs["output"]
+        from_torch = client.predict("mlp", torch.from_numpy(row)).outputs["output"]
+    np.testing.assert_allclose(from_list, from_torch, rtol=1e-5, atol=1e-6)
+
+
+def test_minilm_embeddings_through_the_platform(e2e: E2E) -> None:
+    texts = ["a ferry on a river", "boats carry people over water"]
+    with ferryman.Client(e2e.router, e2e.keys["acme"]) as client:
+        prediction = client.predict("minilm", texts)
+    embedding = prediction.outputs["embedding"]
+    assert isinstance(embedding, np.ndarray) and embedding.shape == (2, 384)
+    np.testing.assert_allclose(np.linalg.norm(embedding, axis=1), 1.0, rtol=1e-4)
+    assert prediction.usage.input_tokens > 4
+    from sentence_transformers import SentenceTransformer
+
+    from gpu_node.demo.minilm import bundled_model_dir
+
+    reference = SentenceTransformer(str(bundled_model_dir()), device="cpu").encode(texts)
+    cosine = (embedding * reference).sum(1) / np.linalg.norm(reference, axis=1)
+    assert cosine.min() > 0.999
+
+
+def test_bad_and_revoked_keys_are_unauthenticated(e2e: E2E) -> None:
+    x = np.zeros((1, 512), np.float32)
+    for metadata in ((), auth("fm_00000000_nope"), auth("garbage")):
+        error = rpc_error(lambda m=metadata: stub(e2e).Predict(mlp_request(x), metadata=m, timeout=10))
+        assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+    key = e2e.writer.issue_key("acme")
+    issued_at = time.monotonic()
+    while True:  # a new key works once the routers' config refresh has seen it
+        try:
+            assert stub(e2e).Predict(mlp_request(x), metadata=auth(key.plaintext), timeout=30).outputs
+            break
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert time.monotonic() - issued_at < 2.0, "a new key must work within 2 s"
+            time.sleep(0.05)
+    e2e.writer.revoke_key(key.prefix)
+    revoked_at = time.monotonic()
+    while True:
+        try:
+            stub(e2e).Predict(mlp_request(x), metadata=auth(key.plaintext), timeout=10)
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+            break
+        time.sleep(0.05)
+    assert time.monotonic() - revoked_at < 2.0
+    with pytest.raises(ferryman.Unauthenticated), ferryman.Client(e2e.router, key.plaintext) as client:
+        client.predict("mlp", x)
+
+
+def test_unknown_model_wrong_shape_and_forbidden_model(e2e: E2E) -> None:
+    x = np.zeros((1, 512), np.float32)
+    missing = inference_pb2.PredictRequest(
+        model="nope", inputs=[common_pb2.NamedTensor(name="input", tensor=encode(x))]
+    )
+    error = rpc_error(lambda: stub(e2e).Predict(missing, metadata=auth(e2e.keys["acme"]), timeout=10))
+    assert error.code() == grpc.StatusCode.NOT_FOUND
+    wrong = mlp_request(np.zeros((1, 100), np.float32))
+    error = rpc_error(lambda: stub(e2e).Predict(wrong, metadata=auth(e2e.keys["acme"]), timeout=10))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with (
+        pytest.raises(ferryman.InvalidInput) as invalid,
+        ferryman.Client(e2e.router, e2e.keys["acme"]) as client,
+    ):
+        client.predict("mlp", {"input": np.zeros((1, 100), np.float32)})
+    assert invalid.value.violations == [("inputs.input.shape", "expected [rows, 512], got [1, 100]")]
+    error = rpc_error(
+        lambda: stub(e2e).Predict(mlp_request(x), metadata=auth(e2e.keys["limited"]), timeout=10)
+    )
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_canary_split_is_ten_percent_and_sticky_per_user(e2e: E2E) -> None:
+    x = np.zeros((1, 512), np.float32)
+    users = [f"user-{i}" for i in range(2000)]
+
+    def served(batch: list[str]) -> dict[str, str]:
+        requests = iter([mlp_request(x, user=u, request_id=f"{u}-{uuid.uuid4().hex[:6]}") for u in batch])
+        by_request: dict[str, str] = {}
+        for answer in stub(e2e).PredictStream(requests, metadata=auth(e2e.keys["acme"]), timeout=120):
+            assert answer.WhichOneof("result") == "response", answer.error.message
+            by_request[answer.request_id.rsplit("-", 1)[0]] = answer.response.version
+        return by_request
+
+    first = served(users)
+    share = Counter(first.values())["2"] / len(users)
+    assert 0.07 <= share <= 0.13, share
+    again = served(users[:300])
+    assert all(again[u] == first[u] for u in users[:300])
+
+
+def test_route_without_replicas_answers_from_fallback(e2e: E2E) -> None:
+    with ferryman.Client(e2e.router, e2e.keys["acme"]) as client:
+        prediction = client.predict("lonely", np.ones((1, echo.WIDTH), np.float32))
+    assert prediction.fallback and prediction.model == "echo" and prediction.version == "1"
+    np.testing.assert_array_equal(prediction.outputs["output"], np.full((1, echo.WIDTH), 2.0, np.float32))
+
+
+def test_late_request_is_dropped_without_running(e2e: E2E) -> None:
+    before = sample(e2e.batcher_metrics, "ferryman_batch_size_count", model="echo", version="slow")
+    request = inference_pb2.PredictRequest(
+        model="echo",
+        version="slow",
+        inputs=[common_pb2.NamedTensor(name="input", tensor=encode(np.ones((1, echo.WIDTH), np.float32)))],
+    )
+    error = rpc_error(
+        lambda: stub(e2e).Predict(request, metadata=auth(e2e.keys["acme"]), timeout=SLOW_MS / 3000)
+    )
+    assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    time.sleep(SLOW_MS / 1000)
+    assert sample(e2e.batcher_metrics, "ferryman_batch_size_count", model="echo", version="slow") == before
+
+
+def test_request_quota_is_enforced_with_retry_info(e2e: E2E) -> None:
+    x = np.ones((1, echo.WIDTH), np.float32)
+    request = inference_pb2.PredictRequest(
+        model="echo", inputs=[common_pb2.NamedTensor(name="input", tensor=encode(x))]
+    )
+    for _ in range(5):
+        stub(e2e).Predict(request, metadata=auth(e2e.keys["metered"]), timeout=30)
+    error = rpc_error(lambda: stub(e2e).Predict(request, metadata=auth(e2e.keys["metered"]), timeout=30))
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    from grpc_status import rpc_status
+
+    details = unpack_details(rpc_status.from_call(error))  # type: ignore[arg-type]
+    assert "QuotaFailure" in details and "RetryInfo" in details
+    with (
+        pytest.raises(ferryman.QuotaExceeded) as exceeded,
+        ferryman.Client(e2e.router, e2e.keys["metered"]) as c,
+    ):
+        c.predict("echo", x)
+    assert exceeded.value.retry_after is not None and 0 < exceeded.value.retry_after <= 60
+
+
+def test_list_and_get_model(e2e: E2E) -> None:
+    models = stub(e2e).ListModels(
+        inference_pb2.ListModelsRequest(), metadata=auth(e2e.keys["acme"]), timeout=10
+    )
+    assert {"mlp", "minilm", "echo", "lonely"} <= {m.name for m in models.models}
+    limited = stub(e2e).ListModels(
+        inference_pb2.ListModelsRequest(), metadata=auth(e2e.keys["limited"]), timeout=10
+    )
+    assert [m.name for m in limited.models] == ["echo"]
+    info = stub(e2e).GetModel(
+        inference_pb2.GetModelRequest(model="mlp"), metadata=auth(e2e.keys["acme"]), timeout=10
+    )
+    assert {v.version: v.weight for v in info.versions} == {"1": 90, "2": 10}
+    assert list(info.versions[0].schema.inputs[0].shape) == [512]

@@ -1,0 +1,141 @@
+"""The whole platform for end-to-end tests: registry, two nodes, a batcher, routers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from batcher_platform import register, wait_for_replicas
+from harness import ServiceMain, ServiceThread
+from node_helpers import node_settings
+
+from batcher.server import serve_batcher
+from batcher.settings import BatcherSettings
+from ferryman.config import CommonSettings
+from ferryman.net import free_port
+from gpu_node.demo import echo, minilm, mlp
+from gpu_node.server import serve_node
+from registry.db import make_engine
+from registry.migrate import upgrade
+from registry.reader import RegistryReader
+from registry.writer import QuotaLimits, RegistryWriter
+from router.quota.settings import QuotaSettings
+from router.server import serve_router
+from router.settings import RouterSettings
+
+NODES = ("rn1", "rn2")
+ECHO_HANDLER = "gpu_node.demo.echo:EchoHandler"
+SLOW_MS = 300
+
+
+@dataclass
+class E2E:
+    router: str
+    batcher: str
+    batcher_metrics: str
+    registry_url: str
+    common: CommonSettings
+    keys: dict[str, str]
+    writer: RegistryWriter
+    threads: list[ServiceThread] = field(default_factory=list)
+
+    def start_router(self, quota: QuotaSettings) -> tuple[str, ServiceThread]:
+        """Another router on the same platform (for multi-router quota tests)."""
+        settings = RouterSettings(listen="127.0.0.1:0", batchers=self.batcher, refresh_s=0.2)
+        thread = ServiceThread(
+            lambda stop, ready: serve_router(settings, quota, self.common, stop, ready), "router"
+        )
+        address = thread.start()
+        self.threads.append(thread)
+        return address, thread
+
+
+def seed(writer: RegistryWriter, fx: Path) -> dict[str, str]:
+    """Versions, routes, placements and tenants of the end-to-end platform; returns API keys."""
+    mlp_path = mlp.export_mlp(fx / "mlp.pt2")
+    register(writer, "mlp", "1", mlp_path, "torch_export", mlp.SCHEMA, max_batch=64, delay_ms=5)
+    register(writer, "mlp", "2", mlp_path, "torch_export", mlp.SCHEMA, max_batch=64, delay_ms=5)
+    writer.set_route("mlp", {"1": 90, "2": 10}, sticky="user")
+    register(
+        writer,
+        "minilm",
+        "1",
+        minilm.build_artifact(fx / "minilm"),
+        "python",
+        minilm.SCHEMA,
+        handler="gpu_node.demo.minilm:MiniLMHandler",
+        max_batch=16,
+        nodes=("rn1",),
+    )
+    writer.set_route("minilm", {"1": 100})
+    plain = echo.write_config(fx / "echo.json")
+    register(
+        writer, "echo", "1", plain, "python", echo.SCHEMA, handler=ECHO_HANDLER, max_batch=64, delay_ms=2
+    )
+    register(
+        writer,
+        "echo",
+        "slow",
+        echo.write_config(fx / "slow.json", delay_ms=SLOW_MS),
+        "python",
+        echo.SCHEMA,
+        handler=ECHO_HANDLER,
+        max_batch=4,
+    )
+    writer.set_route("echo", {"1": 100})
+    # A model whose only version runs nowhere: its route falls back to echo.
+    register(writer, "lonely", "1", plain, "python", echo.SCHEMA, handler=ECHO_HANDLER, nodes=())
+    writer.set_route("lonely", {"1": 100}, fallback="echo")
+    keys = {"acme": writer.create_tenant("acme").plaintext}
+    keys["limited"] = writer.create_tenant("limited", allowed_models=["echo"]).plaintext
+    keys["metered"] = writer.create_tenant("metered").plaintext
+    writer.set_quota("metered", QuotaLimits(rpm=5))
+    return keys
+
+
+@contextmanager
+def run_e2e(root: Path) -> Iterator[E2E]:
+    url = f"sqlite:///{root / 'registry.db'}"
+    engine = make_engine(url)
+    upgrade(engine)
+    writer = RegistryWriter(engine, actor="test")
+    keys = seed(writer, root / "artifacts")
+    common = CommonSettings(data_dir=root, database_url=url)
+
+    def node_main(name: str) -> ServiceMain:
+        settings = node_settings(name=name, use_registry=True, heartbeat_interval_s=0.2, capacity=2)
+        return lambda stop, ready: serve_node(settings, common, stop, ready)
+
+    threads = [ServiceThread(node_main(name), name) for name in NODES]
+    for thread in threads:
+        thread.start()
+    wait_for_replicas(RegistryReader(engine), ("rn1",), {"mlp:1", "mlp:2", "minilm:1", "echo:1", "echo:slow"})
+    wait_for_replicas(RegistryReader(engine), ("rn2",), {"mlp:1", "mlp:2", "echo:1", "echo:slow"})
+    metrics = f"127.0.0.1:{free_port()}"
+    batcher_settings = BatcherSettings(listen="127.0.0.1:0", metrics_listen=metrics, registry_refresh_s=0.1)
+    batcher = ServiceThread(
+        lambda stop, ready: serve_batcher(batcher_settings, common, stop, ready), "batcher"
+    )
+    threads.append(batcher)
+    batcher_address = batcher.start()
+    time.sleep(0.3)  # the batcher's first replica refresh
+    platform = E2E(
+        router="",
+        batcher=batcher_address,
+        batcher_metrics=f"http://{metrics}/metrics",
+        registry_url=url,
+        common=common,
+        keys=keys,
+        writer=writer,
+        threads=threads,
+    )
+    platform.router, _ = platform.start_router(QuotaSettings())
+    try:
+        yield platform
+    finally:
+        for thread in reversed(platform.threads):
+            thread.stop()
+        engine.dispose()
