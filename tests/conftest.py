@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from services import SERVICE_START_TIMEOUT_S, start_redis, wait_for_redis
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -26,7 +25,6 @@ from registry.db import make_engine, normalize_url
 from registry.migrate import upgrade
 
 LOCAL_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-SERVICE_START_TIMEOUT_S = 10.0
 
 
 def unavailable(reason: str) -> NoReturn:
@@ -42,48 +40,17 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if url := os.environ.get("FERRYMAN_TEST_REDIS_URL"):
         yield url
         return
-    binary = shutil.which("redis-server")
-    if binary is None:
+    if shutil.which("redis-server") is None:
         unavailable("redis-server not installed")
     port = free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = start_redis(port, tmp_path_factory.mktemp("redis"))
     try:
-        _wait_for_redis(port)
+        if not wait_for_redis(port):
+            unavailable(f"redis-server on port {port} did not start")
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         proc.terminate()
         proc.wait(timeout=SERVICE_START_TIMEOUT_S)
-
-
-def _wait_for_redis(port: int) -> None:
-    import redis
-
-    deadline = time.monotonic() + SERVICE_START_TIMEOUT_S
-    while True:
-        try:
-            redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5).ping()
-            return
-        except redis.ConnectionError:
-            if time.monotonic() > deadline:
-                unavailable(f"redis-server on port {port} did not start")
-            time.sleep(0.05)
 
 
 @pytest.fixture(scope="session")

@@ -62,8 +62,8 @@ def test_sdk_and_raw_stubs_get_correct_mlp_answers(e2e: E2E) -> None:
 def test_sdk_accepts_lists_and_torch_tensors(e2e: E2E) -> None:
     row = RNG.standard_normal(512).astype(np.float32)
     with ferryman.Client(e2e.router, e2e.keys["acme"]) as client:
-        from_list = client.predict("mlp", {"input": [row.tolist()]}).outputs["output"]
-        from_torch = client.predict("mlp", torch.from_numpy(row)).outputs["output"]
+        from_list = np.asarray(client.predict("mlp", {"input": [row.tolist()]}).outputs["output"])
+        from_torch = np.asarray(client.predict("mlp", torch.from_numpy(row)).outputs["output"])
     np.testing.assert_allclose(from_list, from_torch, rtol=1e-5, atol=1e-6)
 
 

@@ -1,0 +1,46 @@
+"""Start and stop real service processes (Redis) for tests, by PID."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+SERVICE_START_TIMEOUT_S = 10.0
+
+
+def start_redis(port: int, workdir: Path) -> subprocess.Popen[bytes]:
+    """A private redis-server on 127.0.0.1:port that keeps nothing on disk."""
+    binary = shutil.which("redis-server") or "redis-server"
+    return subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def wait_for_redis(port: int, timeout: float = SERVICE_START_TIMEOUT_S) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5).ping()
+            return True
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
