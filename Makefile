@@ -1,5 +1,5 @@
 # The two commands of the quick start:
-#   make up    installs Ferryman into .venv and runs the platform locally
+#   make up    installs Ferryman into .venv and runs the whole platform locally (Ctrl-C stops it)
 #   make test  installs Ferryman into .venv and runs lint, types and the test suite
 PYTHON ?= python3
 VENV := .venv
@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 up: install
-	$(BIN)/ferryman db upgrade
+	$(BIN)/ferryman up
 
 lint: install
 	$(BIN)/ruff check .

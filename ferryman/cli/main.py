@@ -8,8 +8,10 @@ import typer
 
 from ferryman import __version__
 from ferryman.cli.models_cmds import models_app
+from ferryman.cli.predict_cmd import predict
 from ferryman.cli.registry_cmds import db_app, key_app, model_app, quota_app, route_app, tenant_app
 from ferryman.cli.serve_cmds import serve_app
+from ferryman.cli.up import up
 
 app = typer.Typer(
     name="ferryman",
@@ -26,6 +28,8 @@ app.add_typer(model_app, name="model")
 app.add_typer(route_app, name="route")
 app.add_typer(models_app, name="models")
 app.add_typer(serve_app, name="serve")
+app.command("up")(up)
+app.command("predict")(predict)
 
 
 def _version(value: bool) -> None:

@@ -43,7 +43,7 @@ def policy_snapshot(tenant: str, **limits: object) -> ConfigSnapshot:
         max_concurrency=None,
         mode="hard",
     )
-    record = PolicyRecord(**{**record.__dict__, **limits})  # type: ignore[arg-type]
+    record = PolicyRecord(**{**record.__dict__, **limits})
     return ConfigSnapshot(revision=1, policies={tenant: [record]})
 
 

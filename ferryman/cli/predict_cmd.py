@@ -1,0 +1,63 @@
+"""``ferryman predict``: one request from the command line, through the SDK."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+
+from ferryman.cli.output import fail
+from ferryman.sdk import Client, FerrymanError
+
+DEFAULT_TARGET = "127.0.0.1:7001"
+
+
+def _load(value: str) -> Any:
+    text = Path(value[1:]).read_text() if value.startswith("@") else value
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail(f"--input is not JSON: {exc}")
+
+
+def _plain(value: Any) -> Any:
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def predict(
+    model: str,
+    input: Annotated[
+        str, typer.Option("--input", help='JSON (or @file): a value, or {"name": value}. Strings are text.')
+    ],
+    target: Annotated[str, typer.Option(help="Router address (env FERRYMAN_TARGET).")] = "",
+    key: Annotated[str, typer.Option(help="API key (env FERRYMAN_API_KEY).")] = "",
+    version: Annotated[str, typer.Option(help="Pin a version.")] = "",
+    user: Annotated[str, typer.Option(help="End-user id for sticky routes.")] = "",
+    timeout: Annotated[float, typer.Option(help="Seconds.")] = 30.0,
+) -> None:
+    """Send one prediction and print its outputs, version and usage as JSON."""
+    api_key = key or os.environ.get("FERRYMAN_API_KEY", "")
+    if not api_key:
+        fail("an API key is needed: --key or FERRYMAN_API_KEY")
+    address = target or os.environ.get("FERRYMAN_TARGET", DEFAULT_TARGET)
+    try:
+        with Client(address, api_key, timeout=timeout) as client:
+            result = client.predict(model, _load(input), version=version or None, user=user or None)
+    except FerrymanError as exc:
+        fail(str(exc))
+    typer.echo(
+        json.dumps(
+            {
+                "model": result.model,
+                "version": result.version,
+                "fallback": result.fallback,
+                "outputs": {name: _plain(value) for name, value in result.outputs.items()},
+                "usage": result.usage.__dict__,
+                "timing_ms": result.timing.__dict__,
+            }
+        )
+    )

@@ -1,0 +1,170 @@
+"""``ferryman up``: the whole platform on this machine, one process per service.
+
+Registry (SQLite under the data dir, migrated), demo models (built and registered),
+N nodes, a batcher, and a router hosting the quota service (in memory, or on Redis
+with --redis-url); a demo tenant whose new key is printed once. Ctrl-C stops every
+process it started, by PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Annotated
+
+import grpc
+import typer
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from ferryman.cli.context import engine, settings
+from ferryman.cli.output import console, fail
+from ferryman.net import free_port
+
+DEMO_TENANT = "demo"
+DEMO_VERSIONS = {"mlp:1", "minilm:1"}
+READY_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 30.0
+POLL_S = 0.2
+
+
+@dataclass
+class Platform:
+    processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+
+    def start(self, name: str, *args: str) -> None:
+        proc = subprocess.Popen([sys.executable, "-m", "ferryman", "serve", *args], env=os.environ.copy())
+        self.processes.append((name, proc))
+
+    def check(self) -> None:
+        for name, proc in self.processes:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with code {proc.returncode}")
+
+    def stop(self) -> None:
+        for _, proc in reversed(self.processes):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for _, proc in self.processes:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def snippet(router: str, key: str) -> str:
+    return (
+        "import numpy as np, ferryman\n"
+        f'client = ferryman.Client("{router}", api_key="{key}")\n'
+        'print(client.predict("mlp", np.random.rand(1, 512).astype("float32")).outputs["output"])\n'
+        'print(client.predict("minilm", ["Ferryman carries requests across."]).outputs["embedding"].shape)\n'
+    )
+
+
+def _serving(address: str) -> bool:
+    try:
+        with grpc.insecure_channel(address) as channel:
+            response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
+            return bool(response.status == health_pb2.HealthCheckResponse.SERVING)
+    except grpc.RpcError:
+        return False
+
+
+def _wait_ready(platform: Platform, router: str, nodes: int) -> None:
+    from registry.reader import RegistryReader
+
+    reader = RegistryReader(engine())
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        platform.check()
+        ready = [
+            n for n in reader.nodes() if n.lifecycle == "READY" and set(n.loaded_versions) >= DEMO_VERSIONS
+        ]
+        if len(ready) >= nodes and _serving(router):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError("the platform did not become ready in time")
+        time.sleep(POLL_S)
+
+
+def up(
+    nodes: Annotated[int, typer.Option(help="Node processes to start.")] = 2,
+    listen: Annotated[str, typer.Option(help="Router (public endpoint) host:port.")] = "127.0.0.1:7001",
+    redis_url: Annotated[str, typer.Option(help="Keep quotas in Redis instead of memory.")] = "",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line once ready.")] = False,
+) -> None:
+    """Run the whole platform locally; Ctrl-C stops it."""
+    from gpu_node.demo.build import build_demo_artifacts, register_demo
+    from registry.migrate import upgrade
+    from registry.reader import RegistryReader
+    from registry.writer import RegistryWriter
+
+    if nodes < 1:
+        fail("--nodes must be at least 1")
+    upgrade(engine())
+    writer, reader = RegistryWriter(engine(), actor="ferryman-up"), RegistryReader(engine())
+    if not as_json:
+        console.print("building demo models (first run takes a minute)...")
+    register_demo(writer, reader, build_demo_artifacts(settings().data_dir / "models"))
+    known = any(t.name == DEMO_TENANT for t in reader.tenants())
+    key = writer.issue_key(DEMO_TENANT) if known else writer.create_tenant(DEMO_TENANT)
+
+    batcher = f"127.0.0.1:{free_port()}"
+    batcher_metrics = f"127.0.0.1:{free_port()}"
+    platform = Platform()
+    stop_requested = False
+
+    def request_stop(*_: object) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        for i in range(nodes):
+            platform.start(
+                f"node-{i + 1}", "node", "--listen", f"127.0.0.1:{free_port()}", "--name", f"node-{i + 1}"
+            )
+        platform.start("batcher", "batcher", "--listen", batcher, "--metrics-listen", batcher_metrics)
+        router_args = ["router", "--listen", listen, "--batchers", batcher]
+        platform.start("router", *router_args, *(["--redis-url", redis_url] if redis_url else []))
+        _wait_ready(platform, listen, nodes)
+        code = snippet(listen, key.plaintext)
+        if as_json:
+            print(
+                json.dumps(
+                    {
+                        "router": listen,
+                        "api_key": key.plaintext,
+                        "tenant": DEMO_TENANT,
+                        "console_url": None,
+                        "metrics": {"batcher": f"http://{batcher_metrics}/metrics"},
+                        "snippet": code,
+                    }
+                ),
+                flush=True,
+            )
+        else:
+            console.print(
+                f"\n[bold green]Ferryman is up[/bold green] at [bold]{listen}[/bold] "
+                f"({nodes} node(s), quotas {'on Redis' if redis_url else 'in memory'})"
+            )
+            console.print(f"demo tenant API key (shown once): [bold]{key.plaintext}[/bold]", soft_wrap=True)
+            console.print("try it (Python):\n")
+            print(code, flush=True)
+            console.print("Ctrl-C stops everything.")
+        while not stop_requested:
+            platform.check()
+            time.sleep(POLL_S)
+    except (RuntimeError, TimeoutError) as exc:
+        platform.stop()
+        fail(str(exc))
+    platform.stop()
+    if not as_json:
+        console.print("stopped.")

@@ -1,0 +1,78 @@
+"""The README's first command: ``ferryman up`` brings the platform up, its printed
+snippet works as pasted, ``ferryman predict`` answers, and Ctrl-C stops everything."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import grpc
+
+from ferryman.net import free_port
+
+READY_TIMEOUT_S = 240.0
+STOP_TIMEOUT_S = 60.0
+
+
+def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path) -> None:
+    router = f"127.0.0.1:{free_port()}"
+    env = {**os.environ, "FERRYMAN_DATA_DIR": str(tmp_path), "FERRYMAN_LOG_LEVEL": "WARNING"}
+    env.pop("FERRYMAN_DATABASE_URL", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ferryman", "up", "--json", "--nodes", "1", "--listen", router],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    lines: list[bytes] = []
+    reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline()) if proc.stdout else None)
+    reader.start()
+    reader.join(READY_TIMEOUT_S)
+    try:
+        assert lines and lines[0], "ferryman up printed nothing"
+        info = json.loads(lines[0])
+        assert info["router"] == router and info["api_key"].startswith("fm_")
+        snippet = tmp_path / "snippet.py"
+        snippet.write_text(info["snippet"])
+        ran = subprocess.run(
+            [sys.executable, str(snippet)], capture_output=True, text=True, timeout=60, env=env
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert "(1, 384)" in ran.stdout
+        predicted = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ferryman",
+                "predict",
+                "minilm",
+                "--input",
+                '["hello"]',
+                "--target",
+                router,
+                "--key",
+                info["api_key"],
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert predicted.returncode == 0, predicted.stderr
+        answer = json.loads(predicted.stdout)
+        assert answer["version"] == "1" and len(answer["outputs"]["embedding"][0]) == 384
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(STOP_TIMEOUT_S) == 0
+    with grpc.insecure_channel(router) as channel:
+        try:
+            grpc.channel_ready_future(channel).result(timeout=1)
+            stopped = False
+        except grpc.FutureTimeoutError:
+            stopped = True
+    assert stopped, "the router still answers after Ctrl-C"
