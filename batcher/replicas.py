@@ -15,7 +15,6 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import grpc
 
@@ -87,16 +86,12 @@ class ReplicaDirectory:
                 for model, row in rows
             }
             self._revision = revision
-        nodes = await asyncio.to_thread(self._reader.nodes)
-        now = datetime.now(UTC)
-        live: dict[str, tuple[str, frozenset[str]]] = {}
-        for node in nodes:
-            beat = (
-                node.last_heartbeat if node.last_heartbeat.tzinfo else node.last_heartbeat.replace(tzinfo=UTC)
-            )
-            fresh = (now - beat).total_seconds() <= self._settings.heartbeat_timeout_s
-            if node.lifecycle == "READY" and fresh:
-                live[node.name] = (node.address, frozenset(node.loaded_versions))
+        ready = await asyncio.to_thread(self._reader.ready_versions, self._settings.heartbeat_timeout_s)
+        serving: dict[tuple[str, str], set[str]] = {}
+        for version_key, holders in ready.items():
+            for name, address in holders:
+                serving.setdefault((name, address), set()).add(version_key)
+        live = {name: (address, frozenset(keys)) for (name, address), keys in serving.items()}
         for name in list(self.replicas):
             if name not in live or live[name][0] != self.replicas[name].address:
                 gone = self.replicas.pop(name)

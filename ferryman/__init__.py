@@ -6,35 +6,7 @@ every service imports the shared config, telemetry and gRPC helpers from here.
 
 __version__ = "0.1.0"
 
-from ferryman.sdk import (
-    AsyncClient,
-    Client,
-    DeadlineExceeded,
-    FerrymanError,
-    InvalidInput,
-    ModelError,
-    NotFound,
-    Overloaded,
-    PermissionDenied,
-    Prediction,
-    QuotaExceeded,
-    Unauthenticated,
-    Unavailable,
-)
+from ferryman.sdk import *  # noqa: F403  (the SDK is the package's public face)
+from ferryman.sdk import __all__ as _sdk_names
 
-__all__ = [
-    "AsyncClient",
-    "Client",
-    "DeadlineExceeded",
-    "FerrymanError",
-    "InvalidInput",
-    "ModelError",
-    "NotFound",
-    "Overloaded",
-    "PermissionDenied",
-    "Prediction",
-    "QuotaExceeded",
-    "Unauthenticated",
-    "Unavailable",
-    "__version__",
-]
+__all__ = [*_sdk_names, "__version__"]

@@ -9,6 +9,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
 from registry.keys import matches, parse_prefix
+from registry.snapshot import ready_versions
 from registry.tables import (
     ApiKey,
     AuditEvent,
@@ -144,6 +145,10 @@ class RegistryReader:
                 .order_by(Model.name, ModelVersion.version)
             )
             return [(name, version) for name, version in rows]
+
+    def ready_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
+        """``model:version`` -> [(node, address)] of READY nodes with a fresh heartbeat."""
+        return ready_versions(self._engine, heartbeat_timeout_s)
 
     def audit_events(self, limit: int = 100) -> list[AuditEvent]:
         with Session(self._engine) as s:

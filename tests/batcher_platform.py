@@ -79,6 +79,12 @@ def wait_for_replicas(reader: RegistryReader, names: tuple[str, ...], versions: 
         time.sleep(0.1)
 
 
+def node_main(name: str, common: CommonSettings) -> ServiceMain:
+    """A registered in-process node with a fast heartbeat."""
+    settings = node_settings(name=name, use_registry=True, heartbeat_interval_s=0.2, capacity=2)
+    return lambda stop, ready: serve_node(settings, common, stop, ready)
+
+
 @contextmanager
 def run_platform(root: Path) -> Iterator[Platform]:
     """Registry with test versions, nodes bn1 and bn2, and a batcher; stopped on exit."""
@@ -115,11 +121,7 @@ def run_platform(root: Path) -> Iterator[Platform]:
     register(writer, "echo", "cached", plain, "python", echo.SCHEMA, handler=echo_handler, cacheable=True)
     common = CommonSettings(data_dir=root, database_url=url)
 
-    def node_main(name: str) -> ServiceMain:
-        settings = node_settings(name=name, use_registry=True, heartbeat_interval_s=0.2, capacity=2)
-        return lambda stop, ready: serve_node(settings, common, stop, ready)
-
-    nodes = [ServiceThread(node_main(name), name) for name in NODES]
+    nodes = [ServiceThread(node_main(name, common), name) for name in NODES]
     for node in nodes:
         node.start()
     wait_for_replicas(RegistryReader(engine), NODES, {"mlp:1", "echo:1", "echo:poison", "echo:slow"})

@@ -8,16 +8,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from batcher_platform import register, wait_for_replicas
-from harness import ServiceMain, ServiceThread
-from node_helpers import node_settings
+from batcher_platform import node_main, register, wait_for_replicas
+from harness import ServiceThread
 
 from batcher.server import serve_batcher
 from batcher.settings import BatcherSettings
 from ferryman.config import CommonSettings
 from ferryman.net import free_port
 from gpu_node.demo import echo, minilm, mlp
-from gpu_node.server import serve_node
 from registry.db import make_engine
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
@@ -105,11 +103,7 @@ def run_e2e(root: Path) -> Iterator[E2E]:
     keys = seed(writer, root / "artifacts")
     common = CommonSettings(data_dir=root, database_url=url)
 
-    def node_main(name: str) -> ServiceMain:
-        settings = node_settings(name=name, use_registry=True, heartbeat_interval_s=0.2, capacity=2)
-        return lambda stop, ready: serve_node(settings, common, stop, ready)
-
-    threads = [ServiceThread(node_main(name), name) for name in NODES]
+    threads = [ServiceThread(node_main(name, common), name) for name in NODES]
     for thread in threads:
         thread.start()
     wait_for_replicas(RegistryReader(engine), ("rn1",), {"mlp:1", "mlp:2", "minilm:1", "echo:1", "echo:slow"})
