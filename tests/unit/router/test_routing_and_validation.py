@@ -1,0 +1,97 @@
+"""Route picking and input validation, pure."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from ferryman.schema import IOSchema
+from ferryman.tensors import encode
+from ferryman.v1 import common_pb2
+from registry.snapshot import RouteRecord
+from router.routing import bucket, choose, resolve
+from router.validation import estimate_tokens, price, validate
+
+CANARY = RouteRecord(model="m", targets=(("1", 90), ("2", 10)), sticky="user", salt="s4lt", fallback="fb")
+ROUTES = {
+    "m": CANARY,
+    "fb": RouteRecord(model="fb", targets=(("9", 100),), sticky="none", salt="x", fallback=""),
+}
+
+
+def test_ninety_ten_split_over_2000_users_and_stickiness() -> None:
+    picks = {f"u{i}": choose(CANARY, tenant="t", user=f"u{i}") for i in range(2000)}
+    share = Counter(picks.values())["2"] / 2000
+    assert 0.07 <= share <= 0.13
+    assert all(choose(CANARY, tenant="t", user=u) == v for u, v in picks.items())
+
+
+def test_sticky_tenant_and_random_routes() -> None:
+    by_tenant = RouteRecord(model="m", targets=(("1", 50), ("2", 50)), sticky="tenant", salt="a", fallback="")
+    assert len({choose(by_tenant, tenant="acme", user=f"u{i}") for i in range(50)}) == 1
+    random = RouteRecord(model="m", targets=(("1", 50), ("2", 50)), sticky="none", salt="a", fallback="")
+    assert choose(random, tenant="t", user="", rng=lambda: 0.2) == "1"
+    assert choose(random, tenant="t", user="", rng=lambda: 0.7) == "2"
+    assert 0 <= bucket("salt", "key") < 100
+
+
+def test_fallback_when_not_ready_or_degraded_and_pins() -> None:
+    ready = {("m", "1"), ("m", "2"), ("fb", "9")}
+
+    def is_ready(model: str, version: str) -> bool:
+        return (model, version) in ready
+
+    assert not resolve(ROUTES, "m", tenant="t", user="u1", pin="", is_ready=is_ready).fallback
+    degraded = resolve(ROUTES, "m", tenant="t", user="u1", pin="", is_ready=is_ready, degrade=True)
+    assert (degraded.model, degraded.version, degraded.fallback) == ("fb", "9", True)
+    pinned = resolve(ROUTES, "m", tenant="t", user="u1", pin="2", is_ready=is_ready)
+    assert (pinned.version, pinned.fallback) == ("2", False)
+    nothing_ready = resolve(ROUTES, "m", tenant="t", user="u1", pin="", is_ready=lambda m, v: m == "fb")
+    assert nothing_ready.fallback
+    with pytest.raises(LookupError):
+        resolve(ROUTES, "nope", tenant="t", user="", pin="", is_ready=is_ready)
+
+
+SCHEMA = IOSchema.model_validate(
+    {
+        "inputs": [
+            {"name": "x", "dtype": "FP32", "shape": [4]},
+            {"name": "t", "text": True, "max_text_length": 5},
+        ],
+        "outputs": [{"name": "y", "dtype": "FP32", "shape": [1]}],
+        "max_items": 3,
+    }
+)
+
+
+def named(name: str, value: np.ndarray | list[str]) -> common_pb2.NamedTensor:
+    if isinstance(value, list):
+        return common_pb2.NamedTensor(name=name, text=common_pb2.TextList(values=value))
+    return common_pb2.NamedTensor(name=name, tensor=encode(value))
+
+
+def test_validation_accepts_good_input_and_names_each_problem() -> None:
+    good = [named("x", np.zeros((2, 4), np.float32)), named("t", ["ab", "cd"])]
+    assert validate(good, SCHEMA) == (2, [])
+    cases = {
+        "inputs.x.dtype": [named("x", np.zeros((2, 4), np.int32)), named("t", ["a", "b"])],
+        "inputs.x.shape": [named("x", np.zeros((2, 5), np.float32)), named("t", ["a", "b"])],
+        "inputs.t": [named("x", np.zeros((1, 4), np.float32))],
+        "inputs.t.values[0]": [named("x", np.zeros((1, 4), np.float32)), named("t", ["toolong"])],
+        "inputs.zzz": [*good, named("zzz", np.zeros((2, 4), np.float32))],
+    }
+    for field, inputs in cases.items():
+        _, violations = validate(inputs, SCHEMA)
+        assert field in [f for f, _ in violations], (field, violations)
+    _, violations = validate([named("x", np.zeros((4, 4), np.float32)), named("t", ["a"] * 4)], SCHEMA)
+    assert any("limit of 3" in d for _, d in violations)
+    _, violations = validate([named("x", np.zeros((2, 4), np.float32)), named("t", ["a"])], SCHEMA)
+    assert any("disagree" in d for _, d in violations)
+
+
+def test_token_estimate_and_price() -> None:
+    assert estimate_tokens([named("t", ["abcdefgh", "abc"])]) == 3
+    assert estimate_tokens([named("x", np.zeros((1, 4), np.float32))]) == 0
+    assert price(items=2, tokens=500, per_item_usd=0.01, per_1k_tokens_usd=0.002) == pytest.approx(0.021)
