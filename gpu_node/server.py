@@ -11,9 +11,11 @@ from collections.abc import Callable
 import torch
 
 from ferryman.config import CommonSettings
+from ferryman.metrics_http import serve_metrics
 from ferryman.serving import NOT_SERVING, SERVING, bind, create_server
 from ferryman.v1 import node_pb2, node_pb2_grpc
 from gpu_node.loader import resolve_device
+from gpu_node.metrics import NodeMetrics
 from gpu_node.service import NodeService
 from gpu_node.servicer import NodeServicer
 from gpu_node.settings import NodeSettings
@@ -79,7 +81,9 @@ async def serve_node(
         torch.set_num_threads(settings.torch_threads)
     device = resolve_device(settings.device)
     server, health_servicer = create_server([NODE_SERVICE], settings.max_message_bytes)
-    service = NodeService(settings, device, health_servicer)
+    metrics = NodeMetrics()
+    service = NodeService(settings, device, health_servicer, metrics)
+    metrics_server = serve_metrics(settings.metrics_listen, metrics.registry)
     node_pb2_grpc.add_NodeServicer_to_server(NodeServicer(service), server)
     port = bind(server, settings.listen)
     address = settings.advertise or f"{settings.listen.rsplit(':', 1)[0]}:{port}"
@@ -121,5 +125,7 @@ async def serve_node(
         await link.lifecycle(NodeLifecycle.GONE)
     await server.stop(grace=None)
     service.close()
+    if metrics_server is not None:
+        metrics_server.shutdown()
     log.info("node %s stopped (%s)", settings.name, "drained" if drained else "grace period ran out")
     return 0

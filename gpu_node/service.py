@@ -9,6 +9,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+from google.rpc import code_pb2
 
 # Public as grpc_health.v1.health.aio; imported by module path so type checkers see it.
 from grpc_health.v1._async import HealthServicer
@@ -17,6 +18,7 @@ from ferryman.serving import NOT_SERVING, SERVING
 from ferryman.v1 import node_pb2
 from gpu_node.executor import run_batch
 from gpu_node.loader import LoadError, load_version
+from gpu_node.metrics import NodeMetrics
 from gpu_node.settings import NodeSettings
 from gpu_node.slots import LatencyProfile, ModelSlot, SlotState
 from registry.states import NodeLifecycle, next_node_lifecycle
@@ -33,8 +35,15 @@ class NodeRefusal(Exception):
 class NodeService:
     """Holds loaded versions and runs their batches in worker threads."""
 
-    def __init__(self, settings: NodeSettings, device: torch.device, health_servicer: HealthServicer):
+    def __init__(
+        self,
+        settings: NodeSettings,
+        device: torch.device,
+        health_servicer: HealthServicer,
+        metrics: NodeMetrics,
+    ):
         self.settings = settings
+        self.metrics = metrics
         self.device = device
         self.lifecycle = NodeLifecycle.STARTING
         self.slots: dict[str, ModelSlot] = {}
@@ -46,6 +55,13 @@ class NodeService:
 
     def set_lifecycle(self, target: NodeLifecycle) -> None:
         self.lifecycle = next_node_lifecycle(self.lifecycle, target)
+        self.metrics.up.set(1 if target == NodeLifecycle.READY else 0)
+
+    def _count_versions(self) -> None:
+        for state in SlotState:
+            self.metrics.loaded.labels(state=state.value).set(
+                sum(1 for slot in self.slots.values() if slot.state == state)
+            )
 
     def serving_keys(self) -> list[str]:
         return sorted(key for key, slot in self.slots.items() if slot.state == SlotState.SERVING)
@@ -73,9 +89,11 @@ class NodeService:
                 )
             except LoadError as exc:
                 slot.move(SlotState.FAILED, str(exc))
+                self._count_versions()
                 return slot
             slot.runtime, slot.schema, slot.profile = runtime, schema, profile
             slot.move(SlotState.SERVING)
+            self._count_versions()
             await self._health.set(key, SERVING)
             return slot
 
@@ -92,6 +110,7 @@ class NodeService:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(slot.idle.wait(), timeout=self.settings.drain_grace_s)
         self.slots.pop(key, None)
+        self._count_versions()
         slot.runtime = None
         gc.collect()
         if self.device.type == "cuda":
@@ -129,6 +148,15 @@ class NodeService:
             slot.end()
         if result.rows:
             slot.profile.record(result.rows, result.compute_seconds)
+        labels = {"model": request.model, "version": request.version}
+        self.metrics.batches.labels(**labels).inc()
+        self.metrics.compute.labels(**labels).observe(result.compute_seconds)
+        for outcome in result.outcomes:
+            if outcome.status.code:
+                reason = (
+                    "invalid_input" if outcome.status.code == code_pb2.INVALID_ARGUMENT else "model_error"
+                )
+                self.metrics.item_errors.labels(**labels, reason=reason).inc()
         response = node_pb2.InferBatchResponse(
             items=result.outcomes, batch_size=result.rows, node=self.settings.name
         )

@@ -37,6 +37,8 @@ class NodeSettings(BaseSettings):
     artifact_cache_dir: str = ""
     """Where fetched artifacts go (default: <data dir>/cache)."""
     max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    metrics_listen: str = ""
+    """host:port for Prometheus metrics; empty disables the endpoint."""
 
     def address(self) -> str:
         return self.advertise or self.listen

@@ -10,11 +10,13 @@ from collections.abc import Callable
 import grpc
 
 from ferryman.config import CommonSettings
+from ferryman.metrics_http import serve_metrics
 from ferryman.serving import NOT_SERVING, SERVING, bind, create_server
 from ferryman.v1 import inference_pb2, inference_pb2_grpc, quota_pb2, quota_pb2_grpc
 from registry.cache import SnapshotCache
 from registry.db import make_engine
 from router.batchers import BatcherPool
+from router.metrics import RouterMetrics
 from router.quota.client import LocalQuota, QuotaClient, RemoteQuota
 from router.quota.service import QuotaService, make_backend
 from router.quota.servicer import QuotaServicer
@@ -67,9 +69,13 @@ async def serve_router(
     batchers = BatcherPool(
         settings.batcher_addresses(), settings.streams_per_batcher, settings.max_message_bytes
     )
-    service = RouterService(settings, cache, quota, batchers)
+    metrics = RouterMetrics(settings.max_tenant_labels)
+    service = RouterService(settings, cache, quota, batchers, metrics)
     server, health = create_server(names, settings.max_message_bytes)
-    inference_pb2_grpc.add_InferenceServicer_to_server(InferenceServicer(settings, cache, service), server)
+    inference_pb2_grpc.add_InferenceServicer_to_server(
+        InferenceServicer(settings, cache, service, metrics), server
+    )
+    metrics_server = serve_metrics(settings.metrics_listen, metrics.registry)
     if local_quota is not None:
         quota_pb2_grpc.add_QuotaServicer_to_server(QuotaServicer(local_quota), server)
     port = bind(server, settings.listen)
@@ -87,6 +93,8 @@ async def serve_router(
         await quota_channel.close(grace=None)
     refresher_stop.set()
     await refresher
+    if metrics_server is not None:
+        metrics_server.shutdown()
     engine.dispose()
     return 0
 

@@ -16,6 +16,7 @@ from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord, VersionRecord
 from router.batchers import BatcherPool
+from router.metrics import RouterMetrics
 from router.quota.client import QuotaClient
 from router.quota.policy import Decision
 from router.quota.service import QuotaUnavailable
@@ -50,9 +51,15 @@ class Admitted:
 
 class RouterService:
     def __init__(
-        self, settings: RouterSettings, cache: SnapshotCache, quota: QuotaClient, batchers: BatcherPool
+        self,
+        settings: RouterSettings,
+        cache: SnapshotCache,
+        quota: QuotaClient,
+        batchers: BatcherPool,
+        metrics: RouterMetrics,
     ) -> None:
         self._settings = settings
+        self._metrics = metrics
         self._cache = cache
         self._quota = quota
         self._batchers = batchers
@@ -131,6 +138,9 @@ class RouterService:
             )
         except QuotaUnavailable as exc:
             raise fail(grpc.StatusCode.UNAVAILABLE, str(exc), "QUOTA_UNAVAILABLE") from None
+        self._metrics.quota_decisions.labels(
+            tenant=self._metrics.tenant(tenant.name), decision=verdict.decision.value
+        ).inc()
         if verdict.decision == Decision.REJECT:
             raise fail(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -174,6 +184,10 @@ class RouterService:
             cached=result.cached,
         )
         response.timing.total.FromTimedelta(timedelta(seconds=loop.time() - started))
+        if admitted.choice.fallback:
+            self._metrics.fallbacks.labels(
+                tenant=self._metrics.tenant(tenant.name), model=request.model
+            ).inc()
         return response
 
     def _degrade(

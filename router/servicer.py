@@ -3,25 +3,48 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import grpc
 
-from ferryman.errors import abort, make_status
+from ferryman.errors import abort, make_status, status_code
 from ferryman.serving import ServicerContext
 from ferryman.v1 import inference_pb2, inference_pb2_grpc
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord
 from router.auth import authenticate, bearer_key
+from router.metrics import RouterMetrics
 from router.service import RequestFailed, RouterService
 from router.settings import RouterSettings
 
 
 class InferenceServicer(inference_pb2_grpc.InferenceServicer):
-    def __init__(self, settings: RouterSettings, cache: SnapshotCache, service: RouterService) -> None:
+    def __init__(
+        self, settings: RouterSettings, cache: SnapshotCache, service: RouterService, metrics: RouterMetrics
+    ) -> None:
         self._settings = settings
         self._cache = cache
         self._service = service
+        self._metrics = metrics
+
+    async def _predict(
+        self, request: inference_pb2.PredictRequest, tenant: TenantRecord, deadline: float
+    ) -> inference_pb2.PredictResponse:
+        """RouterService.predict, measured."""
+        started = time.perf_counter()
+        try:
+            response = await self._service.predict(request, tenant, deadline)
+        except RequestFailed as failed:
+            code = status_code(failed.status).name
+            self._metrics.observe(
+                tenant.name, request.model, request.version, code, time.perf_counter() - started
+            )
+            raise
+        self._metrics.observe(
+            tenant.name, response.model, response.version, "OK", time.perf_counter() - started
+        )
+        return response
 
     async def _tenant(self, context: ServicerContext) -> TenantRecord:
         key = bearer_key(context.invocation_metadata())
@@ -43,7 +66,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
     ) -> inference_pb2.PredictResponse:
         tenant = await self._tenant(context)
         try:
-            return await self._service.predict(request, tenant, self._deadline(context))
+            return await self._predict(request, tenant, self._deadline(context))
         except RequestFailed as failed:
             await abort(context, failed.status)
             raise
@@ -58,7 +81,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
 
         async def answer(request: inference_pb2.PredictRequest) -> None:
             try:
-                response = await self._service.predict(request, tenant, deadline)
+                response = await self._predict(request, tenant, deadline)
                 answers.put_nowait(
                     inference_pb2.PredictStreamResponse(request_id=response.request_id, response=response)
                 )

@@ -24,6 +24,8 @@ class RouterSettings(BaseSettings):
     """Registry revision checks; key revocations and route changes apply within this."""
     heartbeat_timeout_s: float = Field(default=10.0, gt=0)
     max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    max_tenant_labels: int = Field(default=100, ge=1)
+    """Tenants named in metric labels; the rest are counted as ``other``."""
 
     def batcher_addresses(self) -> list[str]:
         return [a.strip() for a in self.batchers.split(",") if a.strip()]

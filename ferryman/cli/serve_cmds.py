@@ -35,6 +35,7 @@ def serve_node_cmd(
     use_registry: Annotated[
         bool | None, typer.Option("--registry/--no-registry", help="Register and load placements.")
     ] = None,
+    metrics_listen: Annotated[str | None, typer.Option(help="host:port for /metrics.")] = None,
 ) -> None:
     """Run a node: load its placed versions and serve the Node service."""
     from gpu_node.server import serve_node
@@ -49,6 +50,7 @@ def serve_node_cmd(
             advertise=advertise,
             capacity=capacity,
             use_registry=use_registry,
+            metrics_listen=metrics_listen,
         )
     )
     raise typer.Exit(asyncio.run(serve_node(node_settings, settings())))
@@ -74,6 +76,7 @@ def serve_router_cmd(
     batchers: Annotated[str | None, typer.Option(help="Comma-separated batcher addresses.")] = None,
     quota_address: Annotated[str | None, typer.Option(help="Quota server; empty hosts it here.")] = None,
     redis_url: Annotated[str | None, typer.Option(help="Use Redis for in-process quotas.")] = None,
+    metrics_listen: Annotated[str | None, typer.Option(help="host:port for /metrics.")] = None,
 ) -> None:
     """Run a router: the public Inference service (and quotas, unless --quota-address)."""
     from router.quota.settings import QuotaSettings
@@ -82,7 +85,9 @@ def serve_router_cmd(
 
     _configure_logging()
     router_settings = RouterSettings(
-        **_overrides(listen=listen, batchers=batchers, quota_address=quota_address)
+        **_overrides(
+            listen=listen, batchers=batchers, quota_address=quota_address, metrics_listen=metrics_listen
+        )
     )
     quota_settings = QuotaSettings(**_overrides(redis_url=redis_url, backend="redis" if redis_url else None))
     raise typer.Exit(asyncio.run(serve_router(router_settings, quota_settings, settings())))

@@ -116,7 +116,8 @@ def up(
     key = writer.issue_key(DEMO_TENANT) if known else writer.create_tenant(DEMO_TENANT)
 
     batcher = f"127.0.0.1:{free_port()}"
-    batcher_metrics = f"127.0.0.1:{free_port()}"
+    names = ["router", "batcher", *(f"node-{i + 1}" for i in range(nodes))]
+    metrics = {name: f"127.0.0.1:{free_port()}" for name in names}
     platform = Platform()
     stop_requested = False
 
@@ -128,11 +129,21 @@ def up(
     signal.signal(signal.SIGINT, request_stop)
     try:
         for i in range(nodes):
+            name = f"node-{i + 1}"
+            node_listen = f"127.0.0.1:{free_port()}"
             platform.start(
-                f"node-{i + 1}", "node", "--listen", f"127.0.0.1:{free_port()}", "--name", f"node-{i + 1}"
+                name, "node", "--listen", node_listen, "--name", name, "--metrics-listen", metrics[name]
             )
-        platform.start("batcher", "batcher", "--listen", batcher, "--metrics-listen", batcher_metrics)
-        router_args = ["router", "--listen", listen, "--batchers", batcher]
+        platform.start("batcher", "batcher", "--listen", batcher, "--metrics-listen", metrics["batcher"])
+        router_args = [
+            "router",
+            "--listen",
+            listen,
+            "--batchers",
+            batcher,
+            "--metrics-listen",
+            metrics["router"],
+        ]
         platform.start("router", *router_args, *(["--redis-url", redis_url] if redis_url else []))
         _wait_ready(platform, listen, nodes)
         code = snippet(listen, key.plaintext)
@@ -144,7 +155,7 @@ def up(
                         "api_key": key.plaintext,
                         "tenant": DEMO_TENANT,
                         "console_url": None,
-                        "metrics": {"batcher": f"http://{batcher_metrics}/metrics"},
+                        "metrics": {name: f"http://{address}/metrics" for name, address in metrics.items()},
                         "snippet": code,
                     }
                 ),

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import grpc
+from metrics_scrape import scrape
 
 from ferryman.net import free_port
 
@@ -66,6 +67,21 @@ def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path) -> None:
         assert predicted.returncode == 0, predicted.stderr
         answer = json.loads(predicted.stdout)
         assert answer["version"] == "1" and len(answer["outputs"]["embedding"][0]) == 384
+        assert set(info["metrics"]) == {"router", "batcher", "node-1"}
+        router_metrics = scrape(info["metrics"]["router"])
+        ok = sum(
+            v
+            for (name, labels), v in router_metrics.items()
+            if name == "ferryman_requests_total" and ("code", "OK") in labels
+        )
+        assert ok >= 3  # the snippet's two requests and the CLI's one
+        node_batches = sum(
+            v
+            for (name, _), v in scrape(info["metrics"]["node-1"]).items()
+            if name == "ferryman_node_batches_total"
+        )
+        assert node_batches >= 1
+        assert scrape(info["metrics"]["node-1"])[("ferryman_node_up", ())] == 1
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(STOP_TIMEOUT_S) == 0

@@ -211,3 +211,20 @@ def test_list_and_get_model(e2e: E2E) -> None:
     )
     assert {v.version: v.weight for v in info.versions} == {"1": 90, "2": 10}
     assert list(info.versions[0].schema.inputs[0].shape) == [512]
+
+
+def test_route_changes_reach_the_router_within_two_seconds(e2e: E2E) -> None:
+    x = np.zeros((1, 512), np.float32)
+    e2e.writer.set_route("mlp", {"1": 0, "2": 100}, sticky="user")
+    changed_at = time.monotonic()
+    try:
+        while True:
+            answer = stub(e2e).Predict(
+                mlp_request(x, user="route-watcher"), metadata=auth(e2e.keys["acme"]), timeout=30
+            )
+            if answer.version == "2":
+                break
+            assert time.monotonic() - changed_at < 2.0, "the route change did not arrive within 2 s"
+            time.sleep(0.05)
+    finally:
+        e2e.writer.set_route("mlp", {"1": 90, "2": 10}, sticky="user")

@@ -30,6 +30,9 @@ from router.quota.settings import QuotaSettings
 LIMIT = 40
 CLIENTS = 64
 OUTAGE_ANSWER_S = 1.0
+# Accounting tests share the CPU with the platform's in-process services; a generous
+# backend timeout keeps them about arithmetic, not scheduling luck.
+ACCOUNTING_TIMEOUT_S = 5.0
 
 
 def policy_snapshot(tenant: str, **limits: object) -> ConfigSnapshot:
@@ -98,7 +101,7 @@ async def test_cost_limit_overshoots_by_at_most_one_reservation(redis_url: str) 
     tenant = f"spender-{uuid.uuid4().hex[:6]}"
     limit, each = 1.0, 0.03
     snapshot = policy_snapshot(tenant, cost_per_day_usd=limit)
-    services = [quota_service(redis_url, snapshot) for _ in range(2)]
+    services = [quota_service(redis_url, snapshot, backend_timeout_s=ACCOUNTING_TIMEOUT_S) for _ in range(2)]
 
     async def spend(i: int) -> bool:
         request_id = f"{tenant}/{i}"
@@ -118,7 +121,11 @@ async def test_cost_limit_overshoots_by_at_most_one_reservation(redis_url: str) 
 
 async def test_retried_commit_and_release_never_double_count(redis_url: str) -> None:
     tenant = f"retry-{uuid.uuid4().hex[:6]}"
-    service = quota_service(redis_url, policy_snapshot(tenant, rpm=100, tpm=1000, cost_per_day_usd=10.0))
+    service = quota_service(
+        redis_url,
+        policy_snapshot(tenant, rpm=100, tpm=1000, cost_per_day_usd=10.0),
+        backend_timeout_s=ACCOUNTING_TIMEOUT_S,
+    )
     first = await service.reserve(f"{tenant}/a", tenant, "m", 100, 0.5)
     again = await service.reserve(f"{tenant}/a", tenant, "m", 100, 0.5)
     assert first == again and first.decision == Decision.ADMIT

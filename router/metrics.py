@@ -1,0 +1,54 @@
+"""The router's Prometheus metrics (see docs/metrics.md)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+OTHER_TENANTS = "other"
+
+
+class RouterMetrics:
+    """Per-request metrics; tenant labels are bounded so cardinality stays bounded."""
+
+    def __init__(self, max_tenant_labels: int) -> None:
+        self.registry = CollectorRegistry()
+        self._max_tenants = max_tenant_labels
+        self._tenants: set[str] = set()
+        labels = ["tenant", "model", "version", "code"]
+        self.requests = Counter(
+            "ferryman_requests", "Requests answered, by outcome.", labels, registry=self.registry
+        )
+        self.latency = Histogram(
+            "ferryman_request_latency_seconds",
+            "Time from arrival to answer at the router.",
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.quota_decisions = Counter(
+            "ferryman_quota_decisions",
+            "Quota verdicts, by decision.",
+            ["tenant", "decision"],
+            registry=self.registry,
+        )
+        self.fallbacks = Counter(
+            "ferryman_fallbacks",
+            "Requests answered by the route's fallback model.",
+            ["tenant", "model"],
+            registry=self.registry,
+        )
+
+    def tenant(self, name: str) -> str:
+        """The label for a tenant: its name for the first N tenants seen, then ``other``."""
+        if name in self._tenants:
+            return name
+        if len(self._tenants) < self._max_tenants:
+            self._tenants.add(name)
+            return name
+        return OTHER_TENANTS
+
+    def observe(self, tenant: str, model: str, version: str, code: str, seconds: float) -> None:
+        labels = {"tenant": self.tenant(tenant), "model": model, "version": version or "-", "code": code}
+        self.requests.labels(**labels).inc()
+        self.latency.labels(**labels).observe(seconds)
