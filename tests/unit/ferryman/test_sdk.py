@@ -1,0 +1,90 @@
+"""SDK pieces without sockets: typed errors from statuses, retry decisions, input conversion."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import grpc
+import numpy as np
+import pytest
+import torch
+
+from ferryman.errors import make_status
+from ferryman.sdk import errors
+from ferryman.sdk.client import _retry_delay
+from ferryman.sdk.convert import from_outputs, to_inputs
+from ferryman.tensors import decode
+from ferryman.v1 import common_pb2, inference_pb2
+
+
+def test_statuses_become_typed_errors() -> None:
+    quota = errors.from_status(
+        make_status(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "over",
+            reason="QUOTA_EXCEEDED",
+            quota_violations=[("acme:rpm", "5 of 5 used")],
+            retry_after=timedelta(seconds=12),
+        )
+    )
+    assert isinstance(quota, errors.QuotaExceeded) and quota.retry_after == 12
+    assert quota.violations == [("acme:rpm", "5 of 5 used")]
+    overloaded = errors.from_status(
+        make_status(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "busy",
+            reason="OVERLOADED",
+            retry_after=timedelta(seconds=0.2),
+        )
+    )
+    assert isinstance(overloaded, errors.Overloaded) and overloaded.retry_after == pytest.approx(0.2)
+    invalid = errors.from_status(
+        make_status(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "bad",
+            reason="INVALID_INPUT",
+            violations=[("inputs.x", "missing")],
+        )
+    )
+    assert isinstance(invalid, errors.InvalidInput) and invalid.violations == [("inputs.x", "missing")]
+    model = errors.from_status(make_status(grpc.StatusCode.INTERNAL, "boom", reason="MODEL_ERROR"))
+    assert isinstance(model, errors.ModelError) and model.reason == "MODEL_ERROR"
+    for code, kind in [
+        (grpc.StatusCode.UNAUTHENTICATED, errors.Unauthenticated),
+        (grpc.StatusCode.PERMISSION_DENIED, errors.PermissionDenied),
+        (grpc.StatusCode.NOT_FOUND, errors.NotFound),
+        (grpc.StatusCode.UNAVAILABLE, errors.Unavailable),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, errors.DeadlineExceeded),
+    ]:
+        assert isinstance(errors.from_status(make_status(code, "x")), kind)
+
+
+def test_retries_unavailable_and_overload_but_never_quota_or_input() -> None:
+    unavailable = errors.Unavailable(grpc.StatusCode.UNAVAILABLE, "down")
+    assert _retry_delay(unavailable, 0) == pytest.approx(0.05)
+    assert _retry_delay(unavailable, 2) == pytest.approx(0.2)
+    told = errors.Overloaded(grpc.StatusCode.RESOURCE_EXHAUSTED, "busy", retry_after=1.5)
+    assert _retry_delay(told, 0) == 1.5
+    quota = errors.QuotaExceeded(grpc.StatusCode.RESOURCE_EXHAUSTED, "over", "QUOTA_EXCEEDED", 3.0, [])
+    assert _retry_delay(quota, 0) is None
+    assert _retry_delay(errors.InvalidInput(grpc.StatusCode.INVALID_ARGUMENT, "x", "", []), 0) is None
+
+
+def model_info() -> inference_pb2.ModelInfo:
+    spec = common_pb2.TensorSpec(name="input", dtype=common_pb2.DATA_TYPE_FP32, shape=[4])
+    schema = common_pb2.IOSchema(inputs=[spec])
+    return inference_pb2.ModelInfo(name="m", versions=[inference_pb2.VersionInfo(version="1", schema=schema)])
+
+
+def test_inputs_from_numpy_torch_lists_and_text() -> None:
+    info = model_info()
+    (from_list,) = to_inputs([1, 2, 3, 4], info)  # one item without its item dimension, ints -> FP32
+    assert from_list.tensor.dtype == common_pb2.DATA_TYPE_FP32 and list(from_list.tensor.shape) == [1, 4]
+    (from_torch,) = to_inputs(torch.ones(2, 4, dtype=torch.float64), info)
+    np.testing.assert_array_equal(decode(from_torch.tensor), np.ones((2, 4), np.float32))
+    (text,) = to_inputs({"t": ["a", "b"]}, None)
+    assert list(text.text.values) == ["a", "b"]
+    with pytest.raises(ValueError, match="mapping"):
+        to_inputs([1, 2], None)
+    outputs = from_outputs([common_pb2.NamedTensor(name="t", text=common_pb2.TextList(values=["x"]))])
+    assert outputs == {"t": ["x"]}
