@@ -14,7 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import grpc
 from google.rpc import status_pb2
+from opentelemetry import trace
 
+from batcher.breaker import BreakerState
 from batcher.dead_letters import DeadLetterSink
 from batcher.entries import Entry
 from batcher.metrics import BatcherMetrics
@@ -22,6 +24,7 @@ from batcher.predictor import LatencyPredictor
 from batcher.replicas import Replica, ReplicaDirectory
 from batcher.settings import BatcherSettings
 from ferryman.errors import make_status, unpack_details
+from ferryman.telemetry import links, tracer
 from ferryman.v1 import batcher_pb2, node_pb2
 from registry.tables import DeadLetter
 
@@ -69,6 +72,7 @@ class Dispatcher:
         self._dead_letters = dead_letters
         self._finish = finish
         self._clock = clock
+        self._tracer = tracer("ferryman.batcher")
 
     def reserve(self, version_key: str, rows: int, exclude: frozenset[str] = frozenset()) -> Replica | None:
         """Pick a replica and claim a batch slot on it now, before the batch is sent.
@@ -104,7 +108,16 @@ class Dispatcher:
         Every entry is finished exactly once; this never raises.
         """
         try:
-            await self._run(model, version, dict(parameters), list(entries), predictor, replica)
+            with self._tracer.start_as_current_span(
+                "batcher.dispatch",
+                links=links([e.traceparent for e in entries]),
+                attributes={
+                    "ferryman.model": model,
+                    "ferryman.version": version,
+                    "ferryman.items": len(entries),
+                },
+            ):
+                await self._run(model, version, dict(parameters), list(entries), predictor, replica)
         except Exception as exc:  # a bug here must not strand callers
             status = make_status(grpc.StatusCode.INTERNAL, f"batcher error: {exc}", reason="BATCHER_ERROR")
             for entry in entries:
@@ -148,6 +161,9 @@ class Dispatcher:
             if response is not None:
                 await self._settle(model, version, parameters, entries, response, predictor)
                 return
+            trace.get_current_span().add_event(
+                "retry", {"ferryman.node": replica.name, "ferryman.attempt": failures}
+            )
             tried.add(replica.name)
             replica = None
             failures += 1
@@ -193,8 +209,11 @@ class Dispatcher:
                 # breaker (that turns overload into an outage). Hung nodes stop heartbeating.
                 self._fail(entries, grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed while the batch ran")
                 return _SETTLED
+            was_open = replica.breaker.state != BreakerState.CLOSED
             replica.breaker.on_failure(self._clock())
             self._directory.record_breaker(replica)
+            if replica.breaker.state != BreakerState.CLOSED and not was_open:
+                trace.get_current_span().add_event("breaker_open", {"ferryman.node": replica.name})
             if exc.code() not in RETRIABLE:
                 self._fail(entries, exc.code(), f"node {replica.name}: {exc.details()}")
                 return _SETTLED

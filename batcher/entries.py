@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from opentelemetry.trace import Span
+
 from ferryman.v1 import batcher_pb2, common_pb2
 
 QueueKey = tuple[str, str, tuple[tuple[str, str], ...]]
@@ -25,8 +27,15 @@ class Waiter:
     sink: Sink
     coalesced: bool = False
     done: bool = False
+    span: Span | None = None
+    """The item's queue-wait span, ended at dispatch (or at its answer, if never dispatched)."""
+
+    def end_wait(self) -> None:
+        if self.span is not None and self.span.is_recording():
+            self.span.end()
 
     def deliver(self, result: batcher_pb2.ItemResult) -> None:
+        self.end_wait()
         if not self.done:
             self.done = True
             self.sink(result)

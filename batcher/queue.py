@@ -168,6 +168,12 @@ class VersionQueue:
         for entry in batch:
             entry.dispatched = True
             self._metrics.queue_wait.labels(**self._labels).observe(now - entry.arrival)
+            for waiter in entry.waiters:
+                if waiter.span is not None:
+                    waiter.span.set_attribute(
+                        "ferryman.dispatch_reason", (reason or DispatchReason.WINDOW).value
+                    )
+                waiter.end_wait()
         self._metrics.batch_size.labels(**self._labels).observe(rows)
         self._metrics.batch_fill_ratio.labels(**self._labels).observe(rows / self.config.max_batch_rows)
         self._metrics.dispatches.labels(**self._labels, reason=(reason or DispatchReason.WINDOW).value).inc()

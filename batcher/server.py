@@ -17,6 +17,7 @@ from batcher.settings import BatcherSettings
 from ferryman.config import CommonSettings
 from ferryman.metrics_http import serve_metrics
 from ferryman.serving import NOT_SERVING, SERVING, bind, create_server
+from ferryman.telemetry import setup_tracing
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
 from registry.db import make_engine
 from registry.reader import RegistryReader
@@ -33,6 +34,7 @@ async def serve_batcher(
     on_ready: Callable[[str], None] | None = None,
 ) -> int:
     """Run a batcher until SIGTERM/SIGINT (or, when given, until ``stop`` is set)."""
+    setup_tracing("batcher")
     engine = make_engine(common.resolved_database_url())
     metrics = BatcherMetrics()
     directory = ReplicaDirectory(settings, RegistryReader(engine), metrics)

@@ -20,6 +20,7 @@ from batcher.replicas import ReplicaDirectory, VersionConfig
 from batcher.scheduler import SchedulerConfig
 from batcher.settings import BatcherSettings
 from ferryman.errors import make_status
+from ferryman.telemetry import parent_context, tracer
 from ferryman.v1 import batcher_pb2, common_pb2
 
 DEFAULT_PRIORITY = common_pb2.PRIORITY_NORMAL
@@ -61,6 +62,7 @@ class BatcherService:
         )
         self._statuses: dict[tuple[grpc.StatusCode, str, str], status_pb2.Status] = {}
         self.accepting = True
+        self._tracer = tracer("ferryman.batcher")
 
     def pending(self, stream: int) -> int:
         return len(self._streams.get(stream, {}))
@@ -115,9 +117,19 @@ class BatcherService:
             return sink(result)
         priority = item.priority or DEFAULT_PRIORITY
         waiter = Waiter(request_id=item.request_id, stream=stream, arrival=now, deadline=deadline, sink=sink)
+        waiter.span = self._tracer.start_span(
+            "batcher.queue",
+            context=parent_context(item.traceparent),
+            attributes={
+                "ferryman.model": item.model,
+                "ferryman.version": item.version,
+                "ferryman.rows": rows,
+            },
+        )
         shared = self._inflight.get(key)
         if shared is not None and len(shared.live_waiters()) < self._settings.max_waiters:
             waiter.coalesced = True
+            waiter.span.set_attribute("ferryman.coalesced", True)
             shared.join(waiter, priority)
             self._streams.setdefault(stream, {})[item.request_id] = (shared, waiter)
             self._metrics.coalesced.labels(**labels).inc()

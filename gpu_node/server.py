@@ -13,6 +13,7 @@ import torch
 from ferryman.config import CommonSettings
 from ferryman.metrics_http import serve_metrics
 from ferryman.serving import NOT_SERVING, SERVING, bind, create_server
+from ferryman.telemetry import setup_tracing
 from ferryman.v1 import node_pb2, node_pb2_grpc
 from gpu_node.loader import resolve_device
 from gpu_node.metrics import NodeMetrics
@@ -77,6 +78,7 @@ async def serve_node(
 
     ``on_ready`` is called with the node's address once it serves.
     """
+    setup_tracing("node")
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
     device = resolve_device(settings.device)

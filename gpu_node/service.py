@@ -13,8 +13,10 @@ from google.rpc import code_pb2
 
 # Public as grpc_health.v1.health.aio; imported by module path so type checkers see it.
 from grpc_health.v1._async import HealthServicer
+from opentelemetry.trace import SpanKind
 
 from ferryman.serving import NOT_SERVING, SERVING
+from ferryman.telemetry import links, tracer
 from ferryman.v1 import node_pb2
 from gpu_node.executor import run_batch
 from gpu_node.loader import LoadError, load_version
@@ -44,6 +46,7 @@ class NodeService:
     ):
         self.settings = settings
         self.metrics = metrics
+        self._tracer = tracer("ferryman.node")
         self.device = device
         self.lifecycle = NodeLifecycle.STARTING
         self.slots: dict[str, ModelSlot] = {}
@@ -134,6 +137,17 @@ class NodeService:
                 f"{len(request.items)} items exceed the max batch size {slot.spec.max_batch_size}",
             )
         runtime, schema = slot.runtime, slot.schema
+        span = self._tracer.start_span(
+            "node.batch",
+            kind=SpanKind.SERVER,
+            links=links([item.traceparent for item in request.items]),
+            attributes={
+                "ferryman.model": request.model,
+                "ferryman.version": request.version,
+                "ferryman.items": len(request.items),
+                "ferryman.node": self.settings.name,
+            },
+        )
         slot.begin()
         try:
             result = await asyncio.get_running_loop().run_in_executor(
@@ -144,8 +158,13 @@ class NodeService:
                 list(request.items),
                 dict(request.parameters),
             )
+        except BaseException:
+            span.end()
+            raise
         finally:
             slot.end()
+        span.set_attribute("ferryman.batch_size", result.rows)
+        span.end()
         if result.rows:
             slot.profile.record(result.rows, result.compute_seconds)
         labels = {"model": request.model, "version": request.version}

@@ -12,6 +12,7 @@ import grpc
 from ferryman.config import CommonSettings
 from ferryman.metrics_http import serve_metrics
 from ferryman.serving import NOT_SERVING, SERVING, bind, create_server
+from ferryman.telemetry import setup_tracing
 from ferryman.v1 import inference_pb2, inference_pb2_grpc, quota_pb2, quota_pb2_grpc
 from registry.cache import SnapshotCache
 from registry.db import make_engine
@@ -49,6 +50,7 @@ async def serve_router(
 ) -> int:
     """Run a router until SIGTERM/SIGINT (or ``stop``). Without a quota address the
     Quota service runs in this process, and is also served over gRPC on this port."""
+    setup_tracing("router")
     stop = _stop_event(stop)
     engine = make_engine(common.resolved_database_url())
     cache = SnapshotCache(engine, settings.refresh_s, settings.heartbeat_timeout_s)

@@ -12,6 +12,7 @@ import grpc
 from google.rpc import status_pb2
 
 from ferryman.errors import make_status
+from ferryman.telemetry import traceparent, tracer
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord, VersionRecord
@@ -60,6 +61,7 @@ class RouterService:
     ) -> None:
         self._settings = settings
         self._metrics = metrics
+        self._tracer = tracer("ferryman.router")
         self._cache = cache
         self._quota = quota
         self._batchers = batchers
@@ -113,7 +115,6 @@ class RouterService:
         request: inference_pb2.PredictRequest,
         tenant: TenantRecord,
         deadline: float,
-        traceparent: str = "",
     ) -> inference_pb2.PredictResponse:
         """Answer one request before ``deadline`` (event-loop time) or raise RequestFailed."""
         loop = asyncio.get_running_loop()
@@ -128,14 +129,17 @@ class RouterService:
         quota_id = f"{tenant.name}/{request_id}"
         admitted = self._check(request, tenant, degrade=False)
         try:
-            verdict = await self._quota.reserve(
-                quota_id,
-                tenant.name,
-                admitted.choice.model,
-                admitted.tokens,
-                admitted.cost,
-                budget_s=min(self._settings.quota_timeout_s, deadline - loop.time()),
-            )
+            with self._tracer.start_as_current_span(
+                "quota.reserve", attributes={"ferryman.tenant": tenant.name}
+            ):
+                verdict = await self._quota.reserve(
+                    quota_id,
+                    tenant.name,
+                    admitted.choice.model,
+                    admitted.tokens,
+                    admitted.cost,
+                    budget_s=min(self._settings.quota_timeout_s, deadline - loop.time()),
+                )
         except QuotaUnavailable as exc:
             raise fail(grpc.StatusCode.UNAVAILABLE, str(exc), "QUOTA_UNAVAILABLE") from None
         self._metrics.quota_decisions.labels(
@@ -155,7 +159,7 @@ class RouterService:
             )
         if verdict.decision == Decision.DEGRADE:
             admitted = self._degrade(request, tenant, admitted)
-        result = await self._run(request_id, request, tenant, admitted, deadline, traceparent)
+        result = await self._run(request_id, request, tenant, admitted, deadline)
         if result.status.code != 0:
             await self._quota.release(quota_id, budget_s=SETTLE_TIMEOUT_S)
             raise RequestFailed(result.status)
@@ -216,7 +220,6 @@ class RouterService:
         tenant: TenantRecord,
         admitted: Admitted,
         deadline: float,
-        traceparent: str,
     ) -> batcher_pb2.ItemResult:
         remaining = deadline - asyncio.get_running_loop().time()
         item = batcher_pb2.SubmitItem(
@@ -227,7 +230,7 @@ class RouterService:
             parameters=request.parameters,
             priority=admitted.priority,
             inputs=request.inputs,
-            traceparent=traceparent,
+            traceparent=traceparent(),  # the request span: queue and batch spans join its trace
         )
         item.time_budget.FromTimedelta(timedelta(seconds=max(0.0, remaining)))
         item.deadline.FromNanoseconds(time.time_ns() + int(remaining * 1e9))

@@ -7,9 +7,13 @@ import time
 from collections.abc import AsyncIterator
 
 import grpc
+from opentelemetry.context import Context
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ferryman.errors import abort, make_status, status_code
+from ferryman.logs import log_request
 from ferryman.serving import ServicerContext
+from ferryman.telemetry import context_from_metadata, tracer
 from ferryman.v1 import inference_pb2, inference_pb2_grpc
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord
@@ -27,23 +31,44 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
         self._cache = cache
         self._service = service
         self._metrics = metrics
+        self._tracer = tracer("ferryman.router")
 
     async def _predict(
-        self, request: inference_pb2.PredictRequest, tenant: TenantRecord, deadline: float
+        self, request: inference_pb2.PredictRequest, tenant: TenantRecord, deadline: float, parent: Context
     ) -> inference_pb2.PredictResponse:
-        """RouterService.predict, measured."""
+        """RouterService.predict inside the request's root span, measured and logged."""
         started = time.perf_counter()
-        try:
-            response = await self._service.predict(request, tenant, deadline)
-        except RequestFailed as failed:
-            code = status_code(failed.status).name
-            self._metrics.observe(
-                tenant.name, request.model, request.version, code, time.perf_counter() - started
+        with self._tracer.start_as_current_span(
+            "router.Predict",
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes={"ferryman.tenant": tenant.name, "ferryman.model": request.model},
+        ) as span:
+            try:
+                response = await self._service.predict(request, tenant, deadline)
+            except RequestFailed as failed:
+                code = status_code(failed.status).name
+                elapsed = time.perf_counter() - started
+                self._metrics.observe(tenant.name, request.model, request.version, code, elapsed)
+                span.set_status(Status(StatusCode.ERROR, failed.status.message))
+                span.set_attribute("rpc.grpc.status_code", failed.status.code)
+                log_request(tenant.name, request.model, request.version, request.request_id, code, elapsed)
+                raise
+            elapsed = time.perf_counter() - started
+            span.set_attributes(
+                {
+                    "ferryman.request_id": response.request_id,
+                    "ferryman.version": response.version,
+                    "ferryman.served_model": response.model,
+                    "ferryman.fallback": response.fallback,
+                    "ferryman.coalesced": response.coalesced,
+                    "ferryman.cached": response.cached,
+                    "gen_ai.usage.input_tokens": response.usage.input_tokens,
+                    "gen_ai.usage.output_tokens": response.usage.output_tokens,
+                }
             )
-            raise
-        self._metrics.observe(
-            tenant.name, response.model, response.version, "OK", time.perf_counter() - started
-        )
+            self._metrics.observe(tenant.name, response.model, response.version, "OK", elapsed)
+            log_request(tenant.name, response.model, response.version, response.request_id, "OK", elapsed)
         return response
 
     async def _tenant(self, context: ServicerContext) -> TenantRecord:
@@ -66,7 +91,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
     ) -> inference_pb2.PredictResponse:
         tenant = await self._tenant(context)
         try:
-            return await self._predict(request, tenant, self._deadline(context))
+            parent = context_from_metadata(context.invocation_metadata())
+            return await self._predict(request, tenant, self._deadline(context), parent)
         except RequestFailed as failed:
             await abort(context, failed.status)
             raise
@@ -76,12 +102,13 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
     ) -> AsyncIterator[inference_pb2.PredictStreamResponse]:
         tenant = await self._tenant(context)
         deadline = self._deadline(context)
+        parent = context_from_metadata(context.invocation_metadata())
         answers: asyncio.Queue[inference_pb2.PredictStreamResponse] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
 
         async def answer(request: inference_pb2.PredictRequest) -> None:
             try:
-                response = await self._predict(request, tenant, deadline)
+                response = await self._predict(request, tenant, deadline, parent)
                 answers.put_nowait(
                     inference_pb2.PredictStreamResponse(request_id=response.request_id, response=response)
                 )

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Annotated, Any
 
 import typer
 
 from ferryman.cli.context import settings
+from ferryman.logs import configure_logging
 
 serve_app = typer.Typer(help="Run one service (the Kubernetes path).", no_args_is_help=True)
 
@@ -19,10 +19,7 @@ def _overrides(**values: Any) -> dict[str, Any]:
 
 
 def _configure_logging() -> None:
-    logging.basicConfig(
-        level=settings().log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(settings().log_level)
 
 
 @serve_app.command("node")

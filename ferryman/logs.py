@@ -1,0 +1,58 @@
+"""JSON-lines logging with trace and span ids, for every service."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from opentelemetry import trace
+
+REQUEST_LOGGER = "ferryman.requests"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, trace/span ids, extras."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        context = trace.get_current_span().get_span_context()
+        line: dict[str, object] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if context.is_valid:
+            line["trace_id"] = f"{context.trace_id:032x}"
+            line["span_id"] = f"{context.span_id:016x}"
+        line.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+def configure_logging(level: str) -> None:
+    """JSON lines on stderr for the whole process."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def log_request(tenant: str, model: str, version: str, request_id: str, code: str, seconds: float) -> None:
+    """The router's one line per request (inside the request span, so it carries its trace id)."""
+    logging.getLogger(REQUEST_LOGGER).info(
+        "request",
+        extra={
+            "fields": {
+                "tenant": tenant,
+                "model": model,
+                "version": version,
+                "request_id": request_id,
+                "code": code,
+                "latency_ms": round(seconds * 1000, 3),
+            }
+        },
+    )

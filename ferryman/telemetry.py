@@ -1,0 +1,104 @@
+"""Tracing for every service: one OpenTelemetry tracer provider per process, W3C trace
+context through gRPC metadata and through the ``traceparent`` fields of the internal
+protos (so a node's batch span can link to every request span in the batch).
+
+Export: OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set, the console with
+``FERRYMAN_TRACE_CONSOLE=true``; sampling by ``FERRYMAN_TRACE_SAMPLE_RATIO``
+(parent-based, so a trace is kept or dropped whole).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, TraceFlags
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Above the largest batch any version may declare, so no request link is dropped.
+MAX_LINKS = 4096
+PROPAGATOR = TraceContextTextMapPropagator()
+TRACEPARENT = "traceparent"
+
+
+class TraceSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FERRYMAN_TRACE_", extra="ignore")
+
+    sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+    console: bool = False
+
+
+def setup_tracing(service: str) -> None:
+    """Install this process's tracer provider once (a provider already installed stays)."""
+    if isinstance(trace.get_tracer_provider(), TracerProvider):
+        return
+    settings = TraceSettings()
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": f"ferryman-{service}"}),
+        sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)),
+        span_limits=SpanLimits(max_links=MAX_LINKS),
+    )
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    if settings.console:
+        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
+    trace.set_tracer_provider(provider)
+
+
+def tracer(name: str) -> trace.Tracer:
+    return trace.get_tracer(name)
+
+
+def context_from_metadata(metadata: Iterable[Any] | None) -> Context:
+    """The caller's trace context from gRPC invocation metadata (W3C traceparent)."""
+    carrier = {str(k).lower(): v for k, v in (metadata or ()) if isinstance(v, str)}
+    return PROPAGATOR.extract(carrier)
+
+
+def traceparent(span: Span | None = None) -> str:
+    """The W3C traceparent of ``span`` (default: the current span), empty when not sampled."""
+    context = (span or trace.get_current_span()).get_span_context()
+    if not context.is_valid:
+        return ""
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+
+def span_context(header: str) -> SpanContext | None:
+    """The remote span a traceparent names, None for anything malformed."""
+    parts = header.split("-")
+    if len(parts) != 4 or len(parts[1]) != 32 or len(parts[2]) != 16:
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    except ValueError:
+        return None
+    if not trace_id or not span_id:
+        return None
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
+
+
+def parent_context(header: str) -> Context | None:
+    """A context whose parent is the span a traceparent names (None: start a new trace)."""
+    remote = span_context(header)
+    return trace.set_span_in_context(NonRecordingSpan(remote)) if remote else None
+
+
+def links(headers: Sequence[str]) -> list[Link]:
+    """One link per distinct valid traceparent."""
+    seen: dict[tuple[int, int], Link] = {}
+    for header in headers:
+        remote = span_context(header)
+        if remote is not None:
+            seen.setdefault((remote.trace_id, remote.span_id), Link(remote))
+    return list(seen.values())

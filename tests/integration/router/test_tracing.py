@@ -1,0 +1,90 @@
+"""Traces across every hop: one trace per request with router, quota and queue spans,
+and the node's batch span linked to every request span in the batch."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import grpc
+import numpy as np
+import pytest
+from batcher_client import item, submit_all
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from router_platform import E2E
+
+from ferryman.telemetry import traceparent
+from ferryman.tensors import encode
+from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from gpu_node.demo import echo
+
+SPAN_WAIT_S = 5.0
+
+
+@pytest.fixture
+def spans(e2e: E2E) -> Iterator[InMemorySpanExporter]:
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider), "the services install an SDK tracer provider"
+    exporter = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(exporter)
+    provider.add_span_processor(processor)
+    yield exporter
+    processor.shutdown()
+
+
+def finished(exporter: InMemorySpanExporter, name: str, count: int) -> list[ReadableSpan]:
+    deadline = time.monotonic() + SPAN_WAIT_S
+    while True:
+        found = [s for s in exporter.get_finished_spans() if s.name == name]
+        if len(found) >= count or time.monotonic() > deadline:
+            return found
+        time.sleep(0.02)
+
+
+def test_one_trace_per_request_across_router_quota_queue_and_node(e2e: E2E, spans: InMemorySpanExporter) -> None:
+    stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(e2e.router))
+    request_ids = [f"trace-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    for request_id in request_ids:
+        stub.Predict(
+            inference_pb2.PredictRequest(
+                request_id=request_id, model="echo",
+                inputs=[common_pb2.NamedTensor(name="input", tensor=encode(np.ones((1, echo.WIDTH), np.float32)))],
+            ),
+            metadata=(("authorization", f"Bearer {e2e.keys['acme']}"),), timeout=30,
+        )
+    roots = [s for s in finished(spans, "router.Predict", 3) if s.attributes.get("ferryman.request_id") in request_ids]
+    assert len(roots) == 3
+    assert len({r.context.trace_id for r in roots}) == 3, "one trace per request"
+    batches = finished(spans, "node.batch", 1)
+    for root in roots:
+        assert root.parent is None
+        assert root.attributes["ferryman.tenant"] == "acme" and root.attributes["ferryman.version"] == "1"
+        assert "gen_ai.usage.input_tokens" in root.attributes
+        in_trace = [s for s in spans.get_finished_spans() if s.context.trace_id == root.context.trace_id]
+        children = {s.name for s in in_trace if s.parent is not None and s.parent.span_id == root.context.span_id}
+        assert {"quota.reserve", "batcher.queue"} <= children
+        linked = [b for b in batches if any(link.context.span_id == root.context.span_id for link in b.links)]
+        assert len(linked) == 1, "the batch that ran the request links to its span"
+
+
+def test_a_batch_of_eight_has_eight_links(e2e: E2E, spans: InMemorySpanExporter) -> None:
+    tracer = trace.get_tracer("test")
+    case = uuid.uuid4().hex
+    parents = [tracer.start_span(f"client-{i}") for i in range(8)]
+    items = []
+    for i, parent in enumerate(parents):
+        submit = item(f"eight-{case}-{i}", np.full((1, echo.WIDTH), i, np.float32), parameters={"case": case})
+        submit.traceparent = traceparent(parent)
+        items.append(submit)
+    results = submit_all(e2e.batcher, items, per_message=8)
+    for parent in parents:
+        parent.end()
+    assert all(r.status.code == 0 for r in results.values())
+    batches = [b for b in finished(spans, "node.batch", 1) if b.attributes.get("ferryman.items") == 8]
+    assert batches, "the eight items ran as one batch"
+    linked = {link.context.span_id for link in batches[0].links}
+    assert linked == {p.get_span_context().span_id for p in parents}
