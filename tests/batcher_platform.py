@@ -79,9 +79,11 @@ def wait_for_replicas(reader: RegistryReader, names: tuple[str, ...], versions: 
         time.sleep(0.1)
 
 
-def node_main(name: str, common: CommonSettings) -> ServiceMain:
+def node_main(name: str, common: CommonSettings, metrics_listen: str = "") -> ServiceMain:
     """A registered in-process node with a fast heartbeat."""
-    settings = node_settings(name=name, use_registry=True, heartbeat_interval_s=0.2, capacity=2)
+    settings = node_settings(
+        name=name, use_registry=True, heartbeat_interval_s=0.2, capacity=2, metrics_listen=metrics_listen
+    )
     return lambda stop, ready: serve_node(settings, common, stop, ready)
 
 

@@ -34,15 +34,19 @@ class E2E:
     router: str
     batcher: str
     batcher_metrics: str
+    router_metrics: str
     registry_url: str
     common: CommonSettings
     keys: dict[str, str]
     writer: RegistryWriter
     threads: list[ServiceThread] = field(default_factory=list)
+    node_metrics: list[str] = field(default_factory=list)
 
-    def start_router(self, quota: QuotaSettings) -> tuple[str, ServiceThread]:
+    def start_router(self, quota: QuotaSettings, metrics_listen: str = "") -> tuple[str, ServiceThread]:
         """Another router on the same platform (for multi-router quota tests)."""
-        settings = RouterSettings(listen="127.0.0.1:0", batchers=self.batcher, refresh_s=0.2)
+        settings = RouterSettings(
+            listen="127.0.0.1:0", batchers=self.batcher, refresh_s=0.2, metrics_listen=metrics_listen
+        )
         thread = ServiceThread(
             lambda stop, ready: serve_router(settings, quota, self.common, stop, ready), "router"
         )
@@ -103,7 +107,8 @@ def run_e2e(root: Path) -> Iterator[E2E]:
     keys = seed(writer, root / "artifacts")
     common = CommonSettings(data_dir=root, database_url=url)
 
-    threads = [ServiceThread(node_main(name, common), name) for name in NODES]
+    node_metrics = {name: f"127.0.0.1:{free_port()}" for name in NODES}
+    threads = [ServiceThread(node_main(name, common, node_metrics[name]), name) for name in NODES]
     for thread in threads:
         thread.start()
     wait_for_replicas(RegistryReader(engine), ("rn1",), {"mlp:1", "mlp:2", "minilm:1", "echo:1", "echo:slow"})
@@ -116,17 +121,20 @@ def run_e2e(root: Path) -> Iterator[E2E]:
     threads.append(batcher)
     batcher_address = batcher.start()
     time.sleep(0.3)  # the batcher's first replica refresh
+    router_metrics = f"127.0.0.1:{free_port()}"
     platform = E2E(
         router="",
         batcher=batcher_address,
         batcher_metrics=f"http://{metrics}/metrics",
+        router_metrics=f"http://{router_metrics}/metrics",
         registry_url=url,
         common=common,
         keys=keys,
         writer=writer,
         threads=threads,
+        node_metrics=[f"http://{a}/metrics" for a in node_metrics.values()],
     )
-    platform.router, _ = platform.start_router(QuotaSettings())
+    platform.router, _ = platform.start_router(QuotaSettings(), router_metrics)
     try:
         yield platform
     finally:

@@ -36,6 +36,10 @@ def spans(e2e: E2E) -> Iterator[InMemorySpanExporter]:
     processor.shutdown()
 
 
+def attrs(span: ReadableSpan) -> dict[str, object]:
+    return dict(span.attributes or {})
+
+
 def finished(exporter: InMemorySpanExporter, name: str, count: int) -> list[ReadableSpan]:
     deadline = time.monotonic() + SPAN_WAIT_S
     while True:
@@ -45,27 +49,39 @@ def finished(exporter: InMemorySpanExporter, name: str, count: int) -> list[Read
         time.sleep(0.02)
 
 
-def test_one_trace_per_request_across_router_quota_queue_and_node(e2e: E2E, spans: InMemorySpanExporter) -> None:
+def test_one_trace_per_request_across_router_quota_queue_and_node(
+    e2e: E2E, spans: InMemorySpanExporter
+) -> None:
     stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(e2e.router))
     request_ids = [f"trace-{uuid.uuid4().hex[:8]}" for _ in range(3)]
     for request_id in request_ids:
         stub.Predict(
             inference_pb2.PredictRequest(
-                request_id=request_id, model="echo",
-                inputs=[common_pb2.NamedTensor(name="input", tensor=encode(np.ones((1, echo.WIDTH), np.float32)))],
+                request_id=request_id,
+                model="echo",
+                inputs=[
+                    common_pb2.NamedTensor(name="input", tensor=encode(np.ones((1, echo.WIDTH), np.float32)))
+                ],
             ),
-            metadata=(("authorization", f"Bearer {e2e.keys['acme']}"),), timeout=30,
+            metadata=(("authorization", f"Bearer {e2e.keys['acme']}"),),
+            timeout=30,
         )
-    roots = [s for s in finished(spans, "router.Predict", 3) if s.attributes.get("ferryman.request_id") in request_ids]
+    roots = [
+        s
+        for s in finished(spans, "router.Predict", 3)
+        if attrs(s).get("ferryman.request_id") in request_ids
+    ]
     assert len(roots) == 3
     assert len({r.context.trace_id for r in roots}) == 3, "one trace per request"
     batches = finished(spans, "node.batch", 1)
     for root in roots:
         assert root.parent is None
-        assert root.attributes["ferryman.tenant"] == "acme" and root.attributes["ferryman.version"] == "1"
-        assert "gen_ai.usage.input_tokens" in root.attributes
+        assert attrs(root)["ferryman.tenant"] == "acme" and attrs(root)["ferryman.version"] == "1"
+        assert "gen_ai.usage.input_tokens" in attrs(root)
         in_trace = [s for s in spans.get_finished_spans() if s.context.trace_id == root.context.trace_id]
-        children = {s.name for s in in_trace if s.parent is not None and s.parent.span_id == root.context.span_id}
+        children = {
+            s.name for s in in_trace if s.parent is not None and s.parent.span_id == root.context.span_id
+        }
         assert {"quota.reserve", "batcher.queue"} <= children
         linked = [b for b in batches if any(link.context.span_id == root.context.span_id for link in b.links)]
         assert len(linked) == 1, "the batch that ran the request links to its span"
@@ -84,7 +100,7 @@ def test_a_batch_of_eight_has_eight_links(e2e: E2E, spans: InMemorySpanExporter)
     for parent in parents:
         parent.end()
     assert all(r.status.code == 0 for r in results.values())
-    batches = [b for b in finished(spans, "node.batch", 1) if b.attributes.get("ferryman.items") == 8]
+    batches = [b for b in finished(spans, "node.batch", 1) if attrs(b).get("ferryman.items") == 8]
     assert batches, "the eight items ran as one batch"
     linked = {link.context.span_id for link in batches[0].links}
     assert linked == {p.get_span_context().span_id for p in parents}

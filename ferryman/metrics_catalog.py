@@ -1,0 +1,52 @@
+"""Every metric Ferryman exports: name -> (type, labels). docs/metrics.md describes them;
+tests check that services export exactly these and that dashboards and alerts use no other."""
+
+from __future__ import annotations
+
+CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
+    # router
+    "ferryman_requests": ("counter", ("tenant", "model", "version", "code")),
+    "ferryman_request_latency_seconds": ("histogram", ("tenant", "model", "version", "code")),
+    "ferryman_quota_decisions": ("counter", ("tenant", "decision")),
+    "ferryman_fallbacks": ("counter", ("tenant", "model")),
+    # batcher
+    "ferryman_batch_size": ("histogram", ("model", "version")),
+    "ferryman_batch_fill_ratio": ("histogram", ("model", "version")),
+    "ferryman_coalesced": ("counter", ("model", "version")),
+    "ferryman_cache_hits": ("counter", ("model", "version")),
+    "ferryman_dispatches": ("counter", ("model", "version", "reason")),
+    "ferryman_shed_requests": ("counter", ("model", "version", "reason")),
+    "ferryman_queue_depth": ("gauge", ("model", "version")),
+    "ferryman_queue_wait_seconds": ("histogram", ("model", "version")),
+    "ferryman_batch_retries": ("counter", ("model", "version")),
+    "ferryman_dead_letters": ("counter", ("model", "version")),
+    "ferryman_breaker_open": ("gauge", ("node",)),
+    # node
+    "ferryman_node_up": ("gauge", ()),
+    "ferryman_node_loaded_versions": ("gauge", ("state",)),
+    "ferryman_node_batches": ("counter", ("model", "version")),
+    "ferryman_node_compute_seconds": ("histogram", ("model", "version")),
+    "ferryman_node_item_errors": ("counter", ("model", "version", "reason")),
+}
+
+SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_count", "_sum", "_created"),
+    "gauge": ("",),
+}
+
+
+def series_names() -> set[str]:
+    """Every sample name a scrape or a PromQL expression may use."""
+    names: set[str] = set()
+    for name, (kind, _) in CATALOG.items():
+        names.update(name + suffix for suffix in SUFFIXES[kind])
+    return names
+
+
+def family(sample_name: str) -> str | None:
+    """The catalog metric a sample belongs to, None when it is not ours."""
+    for name, (kind, _) in CATALOG.items():
+        if any(sample_name == name + suffix for suffix in SUFFIXES[kind]):
+            return name
+    return None
