@@ -9,6 +9,8 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     "ferryman_request_latency_seconds": ("histogram", ("tenant", "model", "version", "code")),
     "ferryman_quota_decisions": ("counter", ("tenant", "decision")),
     "ferryman_fallbacks": ("counter", ("tenant", "model")),
+    "ferryman_tokens": ("counter", ("tenant", "model", "direction")),
+    "ferryman_cost_usd": ("counter", ("tenant", "model")),
     # batcher
     "ferryman_batch_size": ("histogram", ("model", "version")),
     "ferryman_batch_fill_ratio": ("histogram", ("model", "version")),

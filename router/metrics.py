@@ -32,6 +32,15 @@ class RouterMetrics:
             ["tenant", "decision"],
             registry=self.registry,
         )
+        self.tokens = Counter(
+            "ferryman_tokens",
+            "Tokens charged, by direction.",
+            ["tenant", "model", "direction"],
+            registry=self.registry,
+        )
+        self.cost = Counter(
+            "ferryman_cost_usd", "US dollars charged.", ["tenant", "model"], registry=self.registry
+        )
         self.fallbacks = Counter(
             "ferryman_fallbacks",
             "Requests answered by the route's fallback model.",

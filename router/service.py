@@ -188,6 +188,14 @@ class RouterService:
             cached=result.cached,
         )
         response.timing.total.FromTimedelta(timedelta(seconds=loop.time() - started))
+        tenant_label = self._metrics.tenant(tenant.name)
+        self._metrics.tokens.labels(tenant=tenant_label, model=admitted.choice.model, direction="input").inc(
+            response.usage.input_tokens
+        )
+        self._metrics.tokens.labels(tenant=tenant_label, model=admitted.choice.model, direction="output").inc(
+            response.usage.output_tokens
+        )
+        self._metrics.cost.labels(tenant=tenant_label, model=admitted.choice.model).inc(cost)
         if admitted.choice.fallback:
             self._metrics.fallbacks.labels(
                 tenant=self._metrics.tenant(tenant.name), model=request.model

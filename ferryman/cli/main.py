@@ -11,6 +11,7 @@ from ferryman.cli.models_cmds import models_app
 from ferryman.cli.predict_cmd import predict
 from ferryman.cli.registry_cmds import db_app, key_app, model_app, quota_app, route_app, tenant_app
 from ferryman.cli.serve_cmds import serve_app
+from ferryman.cli.top_cmd import top
 from ferryman.cli.up import up
 
 app = typer.Typer(
@@ -30,6 +31,7 @@ app.add_typer(models_app, name="models")
 app.add_typer(serve_app, name="serve")
 app.command("up")(up)
 app.command("predict")(predict)
+app.command("top")(top)
 
 
 def _version(value: bool) -> None:

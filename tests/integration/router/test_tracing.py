@@ -67,9 +67,7 @@ def test_one_trace_per_request_across_router_quota_queue_and_node(
             timeout=30,
         )
     roots = [
-        s
-        for s in finished(spans, "router.Predict", 3)
-        if attrs(s).get("ferryman.request_id") in request_ids
+        s for s in finished(spans, "router.Predict", 3) if attrs(s).get("ferryman.request_id") in request_ids
     ]
     assert len(roots) == 3
     assert len({r.context.trace_id for r in roots}) == 3, "one trace per request"

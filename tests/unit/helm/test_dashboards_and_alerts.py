@@ -1,0 +1,58 @@
+"""Dashboards and alert rules parse, and every PromQL expression names only catalog metrics."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from ferryman.metrics_catalog import series_names
+
+CHART = Path(__file__).resolve().parents[3] / "helm" / "ferryman"
+METRIC = re.compile(r"\bferryman_[a-z0-9_]+")
+RECORDED = re.compile(r"\bferryman:[a-z0-9_:]+")
+
+
+def dashboard_exprs(path: Path) -> list[str]:
+    board = json.loads(path.read_text())
+    assert board["uid"] and board["title"] and board["panels"]
+    return [target["expr"] for panel in board["panels"] for target in panel["targets"]]
+
+
+def test_dashboards_parse_and_use_catalog_metrics_only() -> None:
+    boards = sorted((CHART / "dashboards").glob("*.json"))
+    assert {b.stem for b in boards} >= {
+        "ferryman-overview",
+        "ferryman-batching",
+        "ferryman-tenants",
+        "ferryman-canary",
+    }
+    known = series_names()
+    for board in boards:
+        exprs = dashboard_exprs(board)
+        assert exprs, board.name
+        for expr in exprs:
+            unknown = set(METRIC.findall(expr)) - known
+            assert not unknown, f"{board.name}: {unknown} not in the catalog ({expr})"
+
+
+def test_alert_rules_parse_and_use_catalog_metrics_only() -> None:
+    rules = yaml.safe_load((CHART / "alerts" / "ferryman-rules.yaml").read_text())
+    known = series_names()
+    recorded = {r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r}
+    alerts = [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
+    assert {a["alert"] for a in alerts} >= {
+        "FerrymanLatencyBudgetBurn",
+        "FerrymanErrorBudgetBurn",
+        "FerrymanQueueSaturated",
+        "FerrymanNodeDown",
+    }
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            expr = rule["expr"]
+            assert not set(METRIC.findall(expr)) - known, expr
+            assert not set(RECORDED.findall(expr)) - recorded, expr
+            if "alert" in rule:
+                assert rule["labels"]["severity"] in ("page", "ticket") and rule["annotations"]["summary"]
