@@ -50,7 +50,7 @@ class RegistryLink:
         )
 
     async def placements(self) -> list[node_pb2.ModelVersionSpec]:
-        rows = await asyncio.to_thread(self._reader.placements_for, self._settings.name)
+        rows = await asyncio.to_thread(self._reader.placements_for, self._settings.name, self._settings.pool)
         return [version_spec(model, row) for model, row in rows]
 
     async def lifecycle(self, target: NodeLifecycle) -> None:

@@ -19,6 +19,8 @@ class NodeSettings(BaseSettings):
     """Address other services dial (default: the listen address)."""
     name: str = Field(default_factory=lambda: socket.gethostname().lower().replace("_", "-"))
     """Unique node name in the registry."""
+    pool: str = ""
+    """Node pool: versions placed on the pool's name load on every node of it."""
     device: str = "auto"
     """auto (CUDA when present), cpu or cuda:N."""
     capacity: int = Field(default=2, ge=1)

@@ -133,15 +133,15 @@ class RegistryReader:
         with Session(self._engine) as s:
             return list(s.exec(select(Node).order_by(Node.name)))
 
-    def placements_for(self, node_name: str) -> list[tuple[str, ModelVersion]]:
-        """(model name, version row) pairs placed on this node or on every node."""
+    def placements_for(self, node_name: str, pool: str = "") -> list[tuple[str, ModelVersion]]:
+        """(model name, version row) pairs placed on this node, its pool, or every node."""
         with Session(self._engine) as s:
             rows = s.exec(
                 select(Model.name, ModelVersion)
                 .select_from(Placement)
                 .join(ModelVersion, col(Placement.version_id) == col(ModelVersion.id))
                 .join(Model, col(ModelVersion.model_id) == col(Model.id))
-                .where(col(Placement.node_name).in_([node_name, "*"]))
+                .where(col(Placement.node_name).in_([node_name, pool or node_name, "*"]))
                 .order_by(Model.name, ModelVersion.version)
             )
             return [(name, version) for name, version in rows]

@@ -342,7 +342,7 @@ class RegistryWriter:
         return route
 
     def place(self, model: str, version: str, node_name: str = "*") -> None:
-        """Ask nodes (one by name, or ``*`` for all) to load this version."""
+        """Ask nodes (one by name, a pool by its name, or ``*`` for all) to load this version."""
         if node_name != "*":
             v.check_name("node", node_name)
         with self._change("placement.add", "placement", f"{model}:{version}@{node_name}") as c:

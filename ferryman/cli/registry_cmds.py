@@ -12,7 +12,7 @@ from ferryman.cli.context import engine, migrated_engine, settings
 from ferryman.cli.output import JsonFlag, console, emit, fail, refusals, table
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
-from registry.validation import parse_weights
+from registry.validation import RegistryError, parse_weights
 from registry.writer import QuotaLimits, RegistryWriter, VersionSpec
 
 db_app = typer.Typer(help="Registry database.", no_args_is_help=True)
@@ -252,6 +252,28 @@ def model_list(as_json: JsonFlag = False) -> None:
                 for v in d["versions"]
             ],
         ),
+    )
+
+
+@model_app.command("place")
+def model_place(
+    name: str,
+    version: Annotated[str, typer.Option(help="Version label.")],
+    node: Annotated[str, typer.Option(help="Node name, node pool, or * for every node.")] = "*",
+    as_json: JsonFlag = False,
+) -> None:
+    """Ask nodes to load a version (idempotent: an existing placement is kept)."""
+    try:
+        _writer().place(name, version, node)
+        placed = True
+    except RegistryError as exc:
+        if "already placed" not in str(exc):
+            fail(str(exc))
+        placed = False
+    emit(
+        {"model": name, "version": version, "node": node, "new": placed},
+        as_json,
+        lambda: console.print(f"{name}:{version} placed on {node}" + ("" if placed else " (already)")),
     )
 
 
