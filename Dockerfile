@@ -1,0 +1,23 @@
+# The Ferryman image the Helm chart runs (every service; the command picks which).
+# Torch comes from the index pip is configured with; pass TORCH_PIP_ARGS (for example an
+# --index-url of a CPU or CUDA wheel index) to choose the build.
+FROM python:3.11-slim
+
+ARG TORCH_VERSION=2.13.0
+ARG TORCH_PIP_ARGS=""
+
+RUN useradd --uid 10001 --create-home --shell /usr/sbin/nologin ferryman
+WORKDIR /app
+COPY pyproject.toml constraints.txt README.md ./
+COPY ferryman ferryman
+COPY registry registry
+COPY router router
+COPY batcher batcher
+COPY gpu_node gpu_node
+RUN pip install --no-cache-dir ${TORCH_PIP_ARGS} "torch==${TORCH_VERSION}" \
+ && pip install --no-cache-dir --constraint constraints.txt .
+
+USER 10001
+ENV FERRYMAN_DATA_DIR=/tmp/ferryman
+ENTRYPOINT ["ferryman"]
+CMD ["--help"]

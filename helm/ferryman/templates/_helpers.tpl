@@ -1,0 +1,87 @@
+{{- define "ferryman.fullname" -}}
+{{- printf "%s-ferryman" .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "ferryman.labels" -}}
+app.kubernetes.io/name: ferryman
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* selector labels of one component: (dict "root" $ "component" "router") */}}
+{{- define "ferryman.selector" -}}
+app.kubernetes.io/name: ferryman
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "ferryman.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "ferryman.secretName" -}}
+{{ include "ferryman.fullname" . }}-config
+{{- end -}}
+
+{{/* env every Ferryman container gets */}}
+{{- define "ferryman.env" -}}
+- name: FERRYMAN_DATA_DIR
+  value: /tmp/ferryman
+- name: FERRYMAN_LOG_LEVEL
+  value: {{ .Values.logLevel | quote }}
+- name: FERRYMAN_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.database.existingSecret | default (include "ferryman.secretName" .) }}
+      key: {{ .Values.database.secretKey }}
+{{- if or .Values.redis.url .Values.redis.existingSecret .Values.redisServer.enabled }}
+- name: FERRYMAN_QUOTA_BACKEND
+  value: redis
+- name: FERRYMAN_QUOTA_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.redis.existingSecret | default (include "ferryman.secretName" .) }}
+      key: {{ .Values.redis.secretKey }}
+{{- end }}
+{{- if .Values.otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .Values.otlpEndpoint | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "ferryman.podSecurity" -}}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end -}}
+
+{{/* writable scratch for a read-only root filesystem */}}
+{{- define "ferryman.tmpVolume" -}}
+- name: tmp
+  emptyDir: {}
+{{- end -}}
+{{- define "ferryman.tmpMount" -}}
+- name: tmp
+  mountPath: /tmp
+{{- end -}}
+
+{{/* Readiness on grpc.health.v1 (NOT_SERVING while starting or draining takes the pod
+out of endpoints at once); liveness on the port alone, so a drain is never cut short. */}}
+{{- define "ferryman.probes" -}}
+readinessProbe:
+  grpc:
+    port: {{ . }}
+  periodSeconds: 5
+  failureThreshold: 2
+livenessProbe:
+  tcpSocket:
+    port: {{ . }}
+  initialDelaySeconds: 10
+  periodSeconds: 10
+  failureThreshold: 6
+{{- end -}}
+
+{{- define "ferryman.batcherAddress" -}}
+{{ include "ferryman.fullname" . }}-batcher:{{ .Values.batcher.port }}
+{{- end -}}

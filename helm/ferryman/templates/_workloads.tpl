@@ -1,0 +1,138 @@
+{{/*
+A Ferryman service Deployment.
+(dict "root" $ "component" "router" "values" .Values.router "args" (list ...) "port" 7001 "grpc" true)
+*/}}
+{{- define "ferryman.deployment" -}}
+{{- $root := .root -}}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ include "ferryman.fullname" $root }}-{{ .component }}
+  labels:
+    {{- include "ferryman.labels" $root | nindent 4 }}
+    app.kubernetes.io/component: {{ .component }}
+spec:
+  {{- if not (and .values.autoscaling .values.autoscaling.enabled) }}
+  replicas: {{ .values.replicas | default 1 }}
+  {{- end }}
+  selector:
+    matchLabels:
+      {{- include "ferryman.selector" (dict "root" $root "component" .component) | nindent 6 }}
+  template:
+    metadata:
+      labels:
+        {{- include "ferryman.selector" (dict "root" $root "component" .component) | nindent 8 }}
+    spec:
+      {{- include "ferryman.podSecurity" $root | nindent 6 }}
+      {{- with $root.Values.imagePullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      containers:
+        - name: {{ .component }}
+          image: {{ include "ferryman.image" $root }}
+          imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+          args:
+            {{- toYaml .args | nindent 12 }}
+          env:
+            {{- include "ferryman.env" $root | nindent 12 }}
+            {{- with .env }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
+          ports:
+            - name: grpc
+              containerPort: {{ .port }}
+            - name: metrics
+              containerPort: {{ $root.Values.metricsPort }}
+          {{- if .grpc }}
+          {{- include "ferryman.probes" .port | nindent 10 }}
+          {{- else }}
+          readinessProbe:
+            httpGet: {path: /_stcore/health, port: {{ .port }}}
+            periodSeconds: 5
+          livenessProbe:
+            httpGet: {path: /_stcore/health, port: {{ .port }}}
+            initialDelaySeconds: 15
+            periodSeconds: 10
+          {{- end }}
+          resources:
+            {{- toYaml .values.resources | nindent 12 }}
+          securityContext:
+            {{- toYaml $root.Values.securityContext | nindent 12 }}
+          volumeMounts:
+            {{- include "ferryman.tmpMount" $root | nindent 12 }}
+      volumes:
+        {{- include "ferryman.tmpVolume" $root | nindent 8 }}
+{{- end -}}
+
+{{/* (dict "root" $ "component" "router" "port" 7001 "type" "ClusterIP") */}}
+{{- define "ferryman.service" -}}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "ferryman.fullname" .root }}-{{ .component }}
+  labels:
+    {{- include "ferryman.labels" .root | nindent 4 }}
+    app.kubernetes.io/component: {{ .component }}
+spec:
+  type: {{ .type | default "ClusterIP" }}
+  selector:
+    {{- include "ferryman.selector" (dict "root" .root "component" .component) | nindent 4 }}
+  ports:
+    - name: grpc
+      port: {{ .port }}
+      targetPort: grpc
+      {{- if .appProtocol }}
+      appProtocol: {{ .appProtocol }}
+      {{- end }}
+    - name: metrics
+      port: {{ .root.Values.metricsPort }}
+      targetPort: metrics
+{{- end -}}
+
+{{/* (dict "root" $ "component" "router" "values" .Values.router) */}}
+{{- define "ferryman.hpa" -}}
+{{- if and .values.autoscaling .values.autoscaling.enabled }}
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: {{ include "ferryman.fullname" .root }}-{{ .component }}
+  labels:
+    {{- include "ferryman.labels" .root | nindent 4 }}
+spec:
+  scaleTargetRef:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: {{ include "ferryman.fullname" .root }}-{{ .component }}
+  minReplicas: {{ .values.autoscaling.minReplicas }}
+  maxReplicas: {{ .values.autoscaling.maxReplicas }}
+  metrics:
+    - type: Resource
+      resource:
+        name: cpu
+        target:
+          type: Utilization
+          averageUtilization: {{ .values.autoscaling.targetCPUUtilizationPercentage }}
+{{- end }}
+{{- end -}}
+
+{{/* (dict "root" $ "component" "router" "values" .Values.router) */}}
+{{- define "ferryman.pdb" -}}
+{{- if and .values.pdb .values.pdb.enabled }}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "ferryman.fullname" .root }}-{{ .component }}
+  labels:
+    {{- include "ferryman.labels" .root | nindent 4 }}
+spec:
+  {{- if hasKey .values.pdb "maxUnavailable" }}
+  maxUnavailable: {{ .values.pdb.maxUnavailable }}
+  {{- else }}
+  minAvailable: {{ .values.pdb.minAvailable }}
+  {{- end }}
+  selector:
+    matchLabels:
+      {{- include "ferryman.selector" (dict "root" .root "component" .component) | nindent 6 }}
+{{- end }}
+{{- end -}}

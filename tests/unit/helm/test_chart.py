@@ -1,0 +1,209 @@
+"""The Helm chart, rendered by Helm's own engine (helm-python-sdk), linted, and every
+manifest validated against a current Kubernetes schema (kubernetes-validate)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+CHART = Path(__file__).resolve().parents[3] / "helm" / "ferryman"
+KUBE_VERSION = kubernetes_validate.latest_version()
+CRDS = {"ServiceMonitor", "PrometheusRule", "ScaledObject"}
+WORKLOADS = {"Deployment", "StatefulSet"}
+
+DEFAULTS: dict[str, Any] = {"database": {"url": "postgresql://ferryman@db/ferryman"}}
+ALL_ON: dict[str, Any] = {
+    "postgresql": {"enabled": True},
+    "redisServer": {"enabled": True},
+    "console": {"enabled": True},
+    "otlpEndpoint": "http://otel-collector:4317",
+    "imagePullSecrets": [{"name": "registry"}],
+    "monitoring": {
+        "serviceMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True},
+        "dashboards": {"enabled": True},
+    },
+    "nodePools": [
+        {
+            "name": "gpu",
+            "replicas": 2,
+            "port": 7004,
+            "gpus": 1,
+            "versions": ["mlp:1", "minilm:1"],
+            "nodeSelector": {"nvidia.com/gpu.present": "true"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "resources": {
+                "requests": {"cpu": "2", "memory": "8Gi"},
+                "limits": {"cpu": "4", "memory": "16Gi"},
+            },
+            "drainGraceSeconds": 90,
+            "pdb": {"enabled": True, "maxUnavailable": 1},
+            "keda": {
+                "enabled": True,
+                "minReplicas": 1,
+                "maxReplicas": 6,
+                "prometheusAddress": "http://prometheus:9090",
+                "queueDepthPerReplica": 64,
+            },
+        },
+        {
+            "name": "cpu",
+            "replicas": 1,
+            "port": 7004,
+            "gpus": 0,
+            "versions": ["mlp:1"],
+            "nodeSelector": {},
+            "tolerations": [],
+            "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}},
+            "drainGraceSeconds": 30,
+            "pdb": {"enabled": False},
+            "keda": {
+                "enabled": False,
+                "minReplicas": 1,
+                "maxReplicas": 2,
+                "prometheusAddress": "http://p:9090",
+                "queueDepthPerReplica": 64,
+            },
+        },
+    ],
+}
+
+
+def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    chart = helm.Chart.load(CHART)
+    rendered = chart.render(values, name="fm", namespace="ferryman", is_install=True)
+    docs = []
+    for path, text in rendered.items():
+        if path.endswith(".yaml"):
+            docs += [d for d in yaml.safe_load_all(text) if d]
+    return docs
+
+
+@pytest.fixture(scope="module", params=["defaults", "all-on"])
+def manifests(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
+    return render(DEFAULTS if request.param == "defaults" else ALL_ON)
+
+
+def containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(doc["spec"]["template"]["spec"]["containers"])
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+@pytest.mark.parametrize("values", [DEFAULTS, ALL_ON], ids=["defaults", "all-on"])
+def test_chart_lints_clean(values: dict[str, Any]) -> None:
+    report = helm.lint(CHART, values, strict=True)
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not report["errors"] and not problems, report
+
+
+def test_every_manifest_is_valid_kubernetes(manifests: list[dict[str, Any]]) -> None:
+    kinds = {d["kind"] for d in manifests}
+    assert {
+        "Deployment",
+        "Service",
+        "Job",
+        "Secret",
+        "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
+    } <= kinds
+    for doc in manifests:
+        if doc["kind"] in CRDS:
+            assert doc["apiVersion"] in ("monitoring.coreos.com/v1", "keda.sh/v1alpha1") and doc["spec"]
+            continue
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
+def test_containers_have_probes_resources_and_run_as_non_root(manifests: list[dict[str, Any]]) -> None:
+    for doc in manifests:
+        if doc["kind"] not in WORKLOADS | {"Job"}:
+            continue
+        pod = doc["spec"]["template"]["spec"]
+        for container in containers(doc):
+            where = f"{doc['kind']}/{doc['metadata']['name']}/{container['name']}"
+            assert container["resources"]["requests"] and container["resources"]["limits"], where
+            context = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
+            assert context.get("runAsNonRoot") is True and context.get("runAsUser", 0) != 0, where
+            assert context.get("allowPrivilegeEscalation") is False, where
+            if doc["kind"] in WORKLOADS:  # a Job's container runs to completion: no probes
+                assert "readinessProbe" in container and "livenessProbe" in container, where
+
+
+def test_pdb_and_hpa_target_real_workloads(manifests: list[dict[str, Any]]) -> None:
+    workloads = {d["metadata"]["name"]: d for d in manifests if d["kind"] in WORKLOADS}
+    for pdb in by_kind(manifests, "PodDisruptionBudget"):
+        selector = pdb["spec"]["selector"]["matchLabels"]
+        matched = [
+            w
+            for w in workloads.values()
+            if selector.items() <= w["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        assert len(matched) == 1, pdb["metadata"]["name"]
+    for hpa in by_kind(manifests, "HorizontalPodAutoscaler"):
+        target = workloads[hpa["spec"]["scaleTargetRef"]["name"]]
+        assert target["kind"] == hpa["spec"]["scaleTargetRef"]["kind"]
+        assert "replicas" not in target["spec"], "an autoscaled Deployment must not pin replicas"
+    for scaled in by_kind(manifests, "ScaledObject"):
+        assert "replicas" not in workloads[scaled["spec"]["scaleTargetRef"]["name"]]["spec"]
+    for workload in workloads.values():
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        assert workload["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+def test_node_pools_request_gpus_and_drain_gracefully() -> None:
+    docs = render(ALL_ON)
+    nodes = {
+        d["metadata"]["name"]: d for d in by_kind(docs, "Deployment") if "-node-" in d["metadata"]["name"]
+    }
+    gpu, cpu = nodes["fm-ferryman-node-gpu"], nodes["fm-ferryman-node-cpu"]
+    (gpu_container,) = containers(gpu)
+    assert gpu_container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert gpu["spec"]["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert gpu["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > 90
+    assert "preStop" in gpu_container["lifecycle"]
+    assert "nvidia.com/gpu" not in containers(cpu)[0]["resources"]["limits"]
+    env = {e["name"]: e.get("value") for e in gpu_container["env"]}
+    assert env["FERRYMAN_NODE_POOL"] == "gpu" and env["FERRYMAN_NODE_DRAIN_GRACE_S"] == "90"
+    (job,) = by_kind(docs, "Job")
+    script = job["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    assert "ferryman db upgrade" in script and "ferryman model place minilm --version 1 --node gpu" in script
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+
+
+def test_monitoring_objects_carry_rules_and_dashboards() -> None:
+    docs = render(ALL_ON)
+    (rule,) = by_kind(docs, "PrometheusRule")
+    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    assert "FerrymanNodeDown" in alerts
+    dashboards = [
+        d for d in by_kind(docs, "ConfigMap") if d["metadata"]["labels"].get("grafana_dashboard") == "1"
+    ]
+    assert len(dashboards) == 4
+    assert by_kind(docs, "ServiceMonitor")[0]["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"router": {"replicas": 0}},
+        {"quota": {"failMode": "sometimes"}},
+        {"podSecurityContext": {"runAsNonRoot": False}},
+        {"nodePools": [{"name": "Bad_Name"}]},
+        {"surprise": True},
+    ],
+)
+def test_values_that_break_the_schema_are_refused(bad: dict[str, Any]) -> None:
+    with pytest.raises(helm.HelmValuesError):
+        render({**DEFAULTS, **bad})
+
+
+def test_a_database_is_required() -> None:
+    with pytest.raises(helm.HelmError, match=r"database\.url"):
+        render({})
