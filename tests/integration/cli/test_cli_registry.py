@@ -120,6 +120,13 @@ def test_model_and_route_flow(cli: CliRunner, tmp_path: Path) -> None:
     assert run_json(cli, "route", "rollback", "mlp")["targets"] == {"1": 90, "2": 10}
     statuses = {v["version"]: v["status"] for v in run_json(cli, "model", "list")[0]["versions"]}
     assert statuses == {"1": "ACTIVE", "2": "ACTIVE"}
+    assert run_json(cli, "model", "place", "mlp", "--version", "2", "--node", "gpu")["new"] is True
+    assert run_json(cli, "model", "place", "mlp", "--version", "2", "--node", "gpu")["new"] is False
+    run(cli, "model", "place", "mlp", "--version", "9", "--node", "gpu", ok=False)
+    from registry.reader import RegistryReader
+
+    placed = RegistryReader(context.engine()).placements_for("gpu-node-7", pool="gpu")
+    assert [(m, v.version) for m, v in placed] == [("mlp", "2")]
 
 
 @pytest.mark.parametrize(
