@@ -11,6 +11,7 @@ from sqlmodel import Session, col, select
 from registry.keys import matches, parse_prefix
 from registry.snapshot import ready_versions
 from registry.tables import (
+    AdminCredential,
     ApiKey,
     AuditEvent,
     ConfigRevision,
@@ -149,6 +150,11 @@ class RegistryReader:
     def ready_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
         """``model:version`` -> [(node, address)] of READY nodes with a fresh heartbeat."""
         return ready_versions(self._engine, heartbeat_timeout_s)
+
+    def admin_password_hash(self) -> str | None:
+        with Session(self._engine) as s:
+            row = s.get(AdminCredential, 1)
+            return row.password_hash if row else None
 
     def audit_events(self, limit: int = 100) -> list[AuditEvent]:
         with Session(self._engine) as s:

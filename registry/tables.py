@@ -170,3 +170,13 @@ class AuditEvent(SQLModel, table=True):
     entity_key: str = Field(max_length=200)
     detail: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow, index=True)
+
+
+class AdminCredential(SQLModel, table=True):
+    """One row: the console's admin password hash (scrypt); never the password."""
+
+    __tablename__ = "admin_credentials"
+
+    id: int = Field(default=1, primary_key=True)
+    password_hash: str = Field(max_length=256)
+    updated_at: datetime = Field(default_factory=utcnow)

@@ -31,6 +31,7 @@ from registry.states import (
     next_version_status,
 )
 from registry.tables import (
+    AdminCredential,
     ApiKey,
     AuditEvent,
     ConfigRevision,
@@ -353,6 +354,15 @@ class RegistryWriter:
             if exists is not None:
                 raise v.RegistryError(f"{model}:{version} is already placed on {node_name}")
             c.session.add(Placement(version_id=row.id or 0, node_name=node_name))
+
+    def set_admin_password_hash(self, password_hash: str) -> None:
+        """Replace the console's admin password hash (the audit records that, not the hash)."""
+        if not password_hash.startswith("scrypt$"):
+            raise v.RegistryError("the admin password must be stored as an scrypt hash")
+        with self._change("admin.password", "admin", "console") as c:
+            row = c.session.get(AdminCredential, 1) or AdminCredential(id=1, password_hash=password_hash)
+            row.password_hash, row.updated_at = password_hash, utcnow()
+            c.session.add(row)
 
     # -- nodes and operational records ------------------------------------------
 

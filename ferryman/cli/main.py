@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from ferryman import __version__
+from ferryman.cli.admin_cmd import admin_app
 from ferryman.cli.models_cmds import models_app
 from ferryman.cli.predict_cmd import predict
 from ferryman.cli.registry_cmds import db_app, key_app, model_app, quota_app, route_app, tenant_app
@@ -29,6 +30,7 @@ app.add_typer(model_app, name="model")
 app.add_typer(route_app, name="route")
 app.add_typer(models_app, name="models")
 app.add_typer(serve_app, name="serve")
+app.add_typer(admin_app, name="admin")
 app.command("up")(up)
 app.command("predict")(predict)
 app.command("top")(top)

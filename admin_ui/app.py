@@ -1,0 +1,45 @@
+"""The Ferryman admin console: ``ferryman admin`` runs ``streamlit run`` on this file."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from admin_ui.auth import check_login
+from admin_ui.context import Console, build_console
+from admin_ui.pages import PAGES
+
+
+@st.cache_resource
+def console() -> Console:
+    return build_console()
+
+
+def login(ctx: Console) -> None:
+    st.title("Ferryman console")
+    with st.form("login"):
+        password = st.text_input("Admin password", type="password", key="password")
+        if st.form_submit_button("Log in", key="login_submit"):
+            if check_login(password, ctx.reader.admin_password_hash()):
+                st.session_state["authenticated"] = True
+                st.rerun()
+            st.error("Wrong password.")
+
+
+def main() -> None:
+    st.set_page_config(page_title="Ferryman console", page_icon="⛴", layout="wide")
+    ctx = console()
+    if not st.session_state.get("authenticated"):
+        login(ctx)
+        return
+    st.sidebar.title("⛴ Ferryman")
+    page = st.sidebar.radio("Page", list(PAGES), key="page")
+    if st.sidebar.button("Log out"):
+        st.session_state.clear()
+        st.rerun()
+    try:
+        PAGES[page](ctx)
+    except Exception as exc:  # a page must show a message, never a traceback
+        st.error(f"This page could not be shown: {exc}")
+
+
+main()

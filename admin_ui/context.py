@@ -1,0 +1,39 @@
+"""What every console page gets: the registry's reader and writer, and where metrics live."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ferryman.config import CommonSettings
+from registry.db import make_engine
+from registry.reader import RegistryReader
+from registry.writer import RegistryWriter
+
+
+class ConsoleSettings(BaseSettings):
+    """Console settings (env prefix ``FERRYMAN_CONSOLE_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="FERRYMAN_CONSOLE_", extra="ignore")
+
+    port: int = 8501
+    metrics_urls: str = ""
+    """Comma-separated /metrics URLs of routers and batchers (``ferryman up --json`` prints them)."""
+    quota_address: str = ""
+    """A Quota service (a router hosting it, or a quota server) for live usage bars."""
+
+    def metrics(self) -> list[str]:
+        return [u.strip() for u in self.metrics_urls.split(",") if u.strip()]
+
+
+@dataclass(frozen=True)
+class Console:
+    reader: RegistryReader
+    writer: RegistryWriter
+    settings: ConsoleSettings
+
+
+def build_console() -> Console:
+    engine = make_engine(CommonSettings().resolved_database_url())
+    return Console(RegistryReader(engine), RegistryWriter(engine, actor="console"), ConsoleSettings())

@@ -1,0 +1,56 @@
+"""Models: versions with status, artifact, checksum and IO schema; register a version."""
+
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from admin_ui.context import Console
+from registry.validation import RegistryError
+from registry.writer import VersionSpec
+
+FORMATS = ["torch_export", "torchscript", "python"]
+
+
+def render(ctx: Console) -> None:
+    st.header("Models")
+    for model in ctx.reader.models():
+        st.subheader(model.name)
+        if model.description:
+            st.caption(model.description)
+        for row in ctx.reader.versions(model.name):
+            with st.expander(f"{model.name}:{row.version} — {row.status}"):
+                st.write(
+                    f"format `{row.format}`, max batch {row.max_batch_size}, "
+                    f"cacheable {row.cacheable}, shareable {row.shareable}"
+                )
+                st.write(f"artifact `{row.artifact_uri}`")
+                st.write(f"sha256 `{row.sha256}`")
+                st.json(row.io_schema)
+    with st.form("register_version"):
+        st.subheader("Register a version")
+        name = st.text_input("Model", key="reg_model")
+        version = st.text_input("Version", key="reg_version")
+        artifact = st.text_input("Artifact path or file:// URI", key="reg_artifact")
+        fmt = st.selectbox("Format", FORMATS, key="reg_format")
+        handler = st.text_input("Handler (module:Class, python only)", key="reg_handler")
+        schema = st.text_area("IO schema (JSON)", key="reg_schema")
+        max_batch = st.number_input("Max batch size", min_value=1, value=32, key="reg_batch")
+        if st.form_submit_button("Register", key="register_submit"):
+            try:
+                spec = VersionSpec(
+                    model=name.strip(),
+                    version=version.strip(),
+                    artifact=artifact.strip(),
+                    format=fmt,
+                    io_schema=json.loads(schema or "{}"),
+                    handler=handler.strip(),
+                    max_batch_size=int(max_batch),
+                )
+                row = ctx.writer.register_version(spec)
+                st.success(f"registered {name}:{version} ({row.status})")
+            except json.JSONDecodeError as exc:
+                st.error(f"the IO schema is not JSON: {exc}")
+            except RegistryError as exc:
+                st.error(str(exc))

@@ -1,0 +1,61 @@
+"""Nodes: device, loaded versions, heartbeat, outstanding work; drain a node."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import grpc
+import streamlit as st
+
+from admin_ui.context import Console
+from ferryman.v1 import node_pb2, node_pb2_grpc
+from registry.validation import RegistryError
+
+NODE_INFO_TIMEOUT_S = 1.0
+
+
+def in_flight(address: str) -> int | None:
+    """Batches running on the node now (None when it does not answer)."""
+    try:
+        with grpc.insecure_channel(address) as channel:
+            info = node_pb2_grpc.NodeStub(channel).NodeInfo(
+                node_pb2.NodeInfoRequest(), timeout=NODE_INFO_TIMEOUT_S
+            )
+    except grpc.RpcError:
+        return None
+    return int(sum(v.in_flight for v in info.versions))
+
+
+def render(ctx: Console) -> None:
+    st.header("Nodes")
+    nodes = ctx.reader.nodes()
+    if not nodes:
+        st.info("No node has registered yet.")
+        return
+    now = datetime.now(UTC)
+    rows = []
+    for node in nodes:
+        beat = node.last_heartbeat if node.last_heartbeat.tzinfo else node.last_heartbeat.replace(tzinfo=UTC)
+        live = node.lifecycle in ("READY", "DRAINING")
+        rows.append(
+            {
+                "name": node.name,
+                "lifecycle": node.lifecycle,
+                "device": node.device,
+                "address": node.address,
+                "loaded": ", ".join(node.loaded_versions),
+                "heartbeat s ago": round((now - beat).total_seconds(), 1),
+                "batches in flight": in_flight(node.address) if live else None,
+            }
+        )
+    st.dataframe(rows, hide_index=True, width="stretch")
+    ready = [n.name for n in nodes if n.lifecycle == "READY"]
+    if ready:
+        chosen = st.selectbox("Node", ready, key="drain_node")
+        st.caption("Draining stops new batches to the node; its in-flight batches finish.")
+        if st.button("Drain", key="drain", type="primary"):
+            try:
+                ctx.writer.set_node_lifecycle(chosen, "DRAINING")
+                st.success(f"{chosen} is draining")
+            except RegistryError as exc:
+                st.error(str(exc))

@@ -1,0 +1,71 @@
+"""``ferryman admin``: run the Streamlit console; ``ferryman admin set-password``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ferryman.cli.context import migrated_engine
+from ferryman.cli.output import console, fail, refusals
+
+admin_app = typer.Typer(help="The admin console.", invoke_without_command=True)
+MIN_PASSWORD_LENGTH = 8
+
+
+def console_command(port: int, address: str) -> list[str]:
+    """The streamlit command line that serves the console."""
+    import admin_ui
+
+    app = Path(admin_ui.__file__).resolve().parent / "app.py"
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(app),
+        "--server.port",
+        str(port),
+        "--server.address",
+        address,
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+
+
+@admin_app.callback()
+def admin(
+    ctx: typer.Context,
+    port: Annotated[int, typer.Option(help="HTTP port of the console.")] = 8501,
+    address: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+) -> None:
+    """Run the admin console (log in with the admin password)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    migrated_engine()  # refuse early on an unmigrated registry
+    raise typer.Exit(subprocess.call(console_command(port, address), env=os.environ.copy()))
+
+
+@admin_app.command("set-password")
+def set_password(
+    password_stdin: Annotated[bool, typer.Option("--password-stdin", help="Read it from stdin.")] = False,
+) -> None:
+    """Set the console's admin password (stored as an scrypt hash in the registry)."""
+    from admin_ui.auth import hash_password
+    from registry.writer import RegistryWriter
+
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = typer.prompt("Admin password", hide_input=True, confirmation_prompt=True)
+    if len(password) < MIN_PASSWORD_LENGTH:
+        fail(f"the password needs at least {MIN_PASSWORD_LENGTH} characters")
+    with refusals():
+        RegistryWriter(migrated_engine(), actor="cli").set_admin_password_hash(hash_password(password))
+    console.print("admin password set")

@@ -1,0 +1,143 @@
+"""The console driven with Streamlit's AppTest against a real registry."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+import admin_ui
+from registry.db import make_engine
+from registry.migrate import upgrade
+from registry.reader import RegistryReader
+from registry.writer import RegistryWriter, VersionSpec
+
+APP = str(Path(admin_ui.__file__).resolve().parent / "app.py")
+PASSWORD = "correct horse battery"
+TIMEOUT_S = 30
+SCHEMA = {
+    "inputs": [{"name": "input", "dtype": "FP32", "shape": [4]}],
+    "outputs": [{"name": "output", "dtype": "FP32", "shape": [4]}],
+}
+
+
+@pytest.fixture
+def registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[RegistryWriter, RegistryReader]]:
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    engine = make_engine(url)
+    upgrade(engine)
+    writer = RegistryWriter(engine, actor="test")
+    artifact = tmp_path / "m.pt2"
+    artifact.write_bytes(b"weights")
+    for version in ("1", "2"):
+        writer.register_version(
+            VersionSpec(
+                model="mlp", version=version, artifact=str(artifact), format="torch_export", io_schema=SCHEMA
+            )
+        )
+    writer.set_route("mlp", {"1": 100})
+    monkeypatch.setenv("FERRYMAN_DATABASE_URL", url)
+    monkeypatch.setenv("FERRYMAN_ADMIN_PASSWORD", PASSWORD)
+    st.cache_resource.clear()  # the console's registry connection is cached per process
+    yield writer, RegistryReader(engine)
+    st.cache_resource.clear()
+    engine.dispose()
+
+
+def logged_in() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).run()
+    at.text_input(key="password").input(PASSWORD)
+    at.button(key="login_submit").click().run()
+    assert not at.exception, at.exception
+    return at
+
+
+def open_page(at: AppTest, page: str) -> AppTest:
+    at.sidebar.radio(key="page").set_value(page).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_nothing_is_visible_before_login(registry: tuple[RegistryWriter, RegistryReader]) -> None:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).run()
+    assert not at.sidebar.radio and not at.dataframe
+    at.text_input(key="password").input("wrong").run()
+    at.button(key="login_submit").click().run()
+    assert at.error and "Wrong password" in at.error[0].value
+    assert not at.sidebar.radio
+
+
+def test_every_page_renders_without_exception(registry: tuple[RegistryWriter, RegistryReader]) -> None:
+    at = logged_in()
+    for page in at.sidebar.radio(key="page").options:
+        open_page(at, page)
+        assert at.header and at.header[0].value == page
+
+
+def test_create_tenant_and_key_shown_once(registry: tuple[RegistryWriter, RegistryReader]) -> None:
+    _, reader = registry
+    at = open_page(logged_in(), "Tenants")
+    at.text_input(key="tenant_name").input("acme")
+    at.button(key="create_submit").click().run()
+    assert not at.exception
+    (tenant,) = reader.tenants()
+    key = at.code[0].value
+    assert tenant.name == "acme" and key.startswith("fm_") and reader.verify_key(key) == "acme"
+    at.sidebar.radio(key="page").set_value("Overview").run()
+    at.sidebar.radio(key="page").set_value("Tenants").run()
+    assert not at.code, "the key is shown only once"
+
+
+def test_set_a_quota(registry: tuple[RegistryWriter, RegistryReader]) -> None:
+    writer, reader = registry
+    writer.create_tenant("acme")
+    at = open_page(logged_in(), "Quotas")
+    at.number_input(key="q_rpm").set_value(120)
+    at.number_input(key="q_burst").set_value(20)
+    at.radio(key="q_mode").set_value("soft")
+    at.button(key="quota_submit").click().run()
+    assert not at.exception and at.success
+    (policy,) = reader.quota_policies("acme")
+    assert (policy.rpm, policy.burst, policy.tpm, policy.mode) == (120, 20, None, "soft")
+
+
+def test_canary_weights_bad_weights_and_rollback(registry: tuple[RegistryWriter, RegistryReader]) -> None:
+    _, reader = registry
+    at = open_page(logged_in(), "Routing")
+    at.slider(key="weight_mlp_1").set_value(90)
+    at.slider(key="weight_mlp_2").set_value(10)
+    at.button(key="route_apply").click().run()
+    assert not at.exception
+    route = reader.route("mlp")
+    assert route is not None and dict(route.targets) == {"1": 90, "2": 10}
+    revision = reader.revision()
+    at.slider(key="weight_mlp_1").set_value(90)
+    at.slider(key="weight_mlp_2").set_value(30)
+    at.button(key="route_apply").click().run()
+    assert at.error and "sum to 100, got 120" in at.error[0].value
+    assert reader.revision() == revision and dict(reader.route("mlp").targets) == {"1": 90, "2": 10}  # type: ignore[union-attr]
+    at.button(key="rollback").click().run()
+    assert not at.exception
+    assert dict(reader.route("mlp").targets) == {"1": 100}  # type: ignore[union-attr]
+    assert at.success and "rolled back" in at.success[0].value
+
+
+def test_promote_canary_and_drain_a_node(registry: tuple[RegistryWriter, RegistryReader]) -> None:
+    writer, reader = registry
+    writer.set_route("mlp", {"1": 90, "2": 10})
+    writer.register_node("n1", "127.0.0.1:1", device="cpu", capacity=1)
+    writer.set_node_lifecycle("n1", "READY")
+    at = open_page(logged_in(), "Routing")
+    at.button(key="promote").click().run()
+    assert dict(reader.route("mlp").targets) == {"1": 0, "2": 100}  # type: ignore[union-attr]
+    open_page(at, "Nodes")
+    at.button(key="drain").click().run()
+    assert not at.exception and reader.nodes()[0].lifecycle == "DRAINING"
+    open_page(at, "Audit log")
+    at.text_input(key="audit_search").input("node.lifecycle").run()
+    assert "DRAINING" in at.dataframe[0].value.to_string()
