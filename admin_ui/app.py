@@ -6,7 +6,7 @@ import streamlit as st
 
 from admin_ui.auth import check_login
 from admin_ui.context import Console, build_console
-from admin_ui.pages import PAGES
+from admin_ui.views import PAGES
 
 
 @st.cache_resource
@@ -26,12 +26,12 @@ def login(ctx: Console) -> None:
 
 
 def main() -> None:
-    st.set_page_config(page_title="Ferryman console", page_icon="⛴", layout="wide")
+    st.set_page_config(page_title="Ferryman console", layout="wide")
     ctx = console()
     if not st.session_state.get("authenticated"):
         login(ctx)
         return
-    st.sidebar.title("⛴ Ferryman")
+    st.sidebar.title("Ferryman")
     page = st.sidebar.radio("Page", list(PAGES), key="page")
     if st.sidebar.button("Log out"):
         st.session_state.clear()

@@ -13,10 +13,9 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
-from services import SERVICE_START_TIMEOUT_S, start_redis, wait_for_redis
+from services import SERVICE_START_TIMEOUT_S, start_redis, unavailable, wait_for_redis
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -25,13 +24,6 @@ from registry.db import make_engine, normalize_url
 from registry.migrate import upgrade
 
 LOCAL_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-
-
-def unavailable(reason: str) -> NoReturn:
-    """Fail under CI (nothing is skipped silently there), skip elsewhere."""
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"required test service unavailable: {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

@@ -36,6 +36,8 @@ def console_command(port: int, address: str) -> list[str]:
         "true",
         "--browser.gatherUsageStats",
         "false",
+        "--client.toolbarMode",
+        "viewer",
     ]
 
 

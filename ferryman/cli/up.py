@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -21,11 +23,15 @@ import grpc
 import typer
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from admin_ui.auth import PASSWORD_ENV
 from ferryman.cli.context import engine, settings
 from ferryman.cli.output import console, fail
 from ferryman.net import free_port
+from registry.reader import RegistryReader
 
 DEMO_TENANT = "demo"
+CONSOLE_PASSWORD_BYTES = 12
+HTTP_OK = 200
 DEMO_VERSIONS = {"mlp:1", "minilm:1"}
 READY_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 30.0
@@ -37,7 +43,15 @@ class Platform:
     processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
 
     def start(self, name: str, *args: str) -> None:
-        proc = subprocess.Popen([sys.executable, "-m", "ferryman", "serve", *args], env=os.environ.copy())
+        """Start ``ferryman serve <args>``."""
+        self.start_command(name, ["serve", *args])
+
+    def start_command(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+        """Start ``ferryman <args>`` as a child process."""
+        # Children's stdout goes to our stderr: our stdout carries only what `up` prints (--json).
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ferryman", *args], env={**os.environ, **(env or {})}, stdout=sys.stderr
+        )
         self.processes.append((name, proc))
 
     def check(self) -> None:
@@ -58,6 +72,13 @@ class Platform:
                 proc.wait()
 
 
+def _console_password(reader: RegistryReader) -> str:
+    """A one-run admin password when none is configured (none needed when one is)."""
+    if reader.admin_password_hash() or os.environ.get(PASSWORD_ENV):
+        return ""
+    return secrets.token_urlsafe(CONSOLE_PASSWORD_BYTES)
+
+
 def snippet(router: str, key: str) -> str:
     return (
         "import numpy as np, ferryman\n"
@@ -76,7 +97,15 @@ def _serving(address: str) -> bool:
         return False
 
 
-def _wait_ready(platform: Platform, router: str, nodes: int) -> None:
+def _console_up(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1) as response:
+            return bool(response.status == HTTP_OK)
+    except OSError:
+        return False
+
+
+def _wait_ready(platform: Platform, router: str, nodes: int, console_port: int) -> None:
     from registry.reader import RegistryReader
 
     reader = RegistryReader(engine())
@@ -86,7 +115,7 @@ def _wait_ready(platform: Platform, router: str, nodes: int) -> None:
         ready = [
             n for n in reader.nodes() if n.lifecycle == "READY" and set(n.loaded_versions) >= DEMO_VERSIONS
         ]
-        if len(ready) >= nodes and _serving(router):
+        if len(ready) >= nodes and _serving(router) and _console_up(console_port):
             return
         if time.monotonic() > deadline:
             raise TimeoutError("the platform did not become ready in time")
@@ -116,6 +145,7 @@ def up(
     key = writer.issue_key(DEMO_TENANT) if known else writer.create_tenant(DEMO_TENANT)
 
     batcher = f"127.0.0.1:{free_port()}"
+    console_port = free_port()
     names = ["router", "batcher", *(f"node-{i + 1}" for i in range(nodes))]
     metrics = {name: f"127.0.0.1:{free_port()}" for name in names}
     platform = Platform()
@@ -145,7 +175,17 @@ def up(
             metrics["router"],
         ]
         platform.start("router", *router_args, *(["--redis-url", redis_url] if redis_url else []))
-        _wait_ready(platform, listen, nodes)
+        console_env = {
+            "FERRYMAN_CONSOLE_METRICS_URLS": ",".join(
+                f"http://{metrics[n]}/metrics" for n in ("router", "batcher")
+            ),
+            "FERRYMAN_CONSOLE_QUOTA_ADDRESS": listen,
+        }
+        password = _console_password(reader)
+        if password:
+            console_env[PASSWORD_ENV] = password
+        platform.start_command("console", ["admin", "--port", str(console_port)], console_env)
+        _wait_ready(platform, listen, nodes, console_port)
         code = snippet(listen, key.plaintext)
         if as_json:
             print(
@@ -154,7 +194,8 @@ def up(
                         "router": listen,
                         "api_key": key.plaintext,
                         "tenant": DEMO_TENANT,
-                        "console_url": None,
+                        "console_url": f"http://127.0.0.1:{console_port}",
+                        "console_password": password,
                         "metrics": {name: f"http://{address}/metrics" for name, address in metrics.items()},
                         "snippet": code,
                     }
@@ -167,6 +208,10 @@ def up(
                 f"({nodes} node(s), quotas {'on Redis' if redis_url else 'in memory'})"
             )
             console.print(f"demo tenant API key (shown once): [bold]{key.plaintext}[/bold]", soft_wrap=True)
+            where = f"console: http://127.0.0.1:{console_port}"
+            if password:
+                where += f" (admin password for this run: [bold]{password}[/bold])"
+            console.print(where, soft_wrap=True)
             console.print("try it (Python):\n")
             print(code, flush=True)
             console.print("Ctrl-C stops everything.")

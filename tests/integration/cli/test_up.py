@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -68,6 +69,9 @@ def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path) -> None:
         answer = json.loads(predicted.stdout)
         assert answer["version"] == "1" and len(answer["outputs"]["embedding"][0]) == 384
         assert set(info["metrics"]) == {"router", "batcher", "node-1"}
+        with urllib.request.urlopen(f"{info['console_url']}/_stcore/health", timeout=5) as health:
+            assert health.status == 200
+        assert len(info["console_password"]) >= 12
         router_metrics = scrape(info["metrics"]["router"])
         ok = sum(
             v

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from admin_ui.context import Console
-from admin_ui.pages import models, nodes, overview, quotas, records, routing, tenants
+from admin_ui.views import models, nodes, overview, quotas, records, routing, tenants
 
 PAGES: dict[str, Callable[[Console], None]] = {
     "Overview": overview.render,

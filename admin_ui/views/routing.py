@@ -80,6 +80,7 @@ def render(ctx: Console) -> None:
             "Fallback model",
             others,
             index=others.index(route.fallback) if route and route.fallback in others else 0,
+            format_func=lambda name: name or "(none)",
             key="route_fallback",
         )
         if st.form_submit_button("Apply", key="route_apply"):

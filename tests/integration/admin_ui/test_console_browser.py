@@ -1,0 +1,149 @@
+"""The console in a real headless Chromium: log in, open every page, screenshot each,
+and fail on any page that shows a Streamlit exception."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from services import unavailable
+
+from ferryman.net import free_port
+from registry.db import make_engine
+from registry.migrate import upgrade
+from registry.tables import DeadLetter
+from registry.writer import QuotaLimits, RegistryWriter, VersionSpec
+
+PASSWORD = "browser-test-password"
+PAGES = ["Overview", "Tenants", "Quotas", "Models", "Routing", "Nodes", "Dead letters", "Audit log"]
+START_TIMEOUT_S = 60.0
+SETTLE_TIMEOUT_S = 15.0
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCHEMA = {
+    "inputs": [{"name": "input", "dtype": "FP32", "shape": [512]}],
+    "outputs": [{"name": "output", "dtype": "FP32", "shape": [10]}],
+}
+
+
+def seed(url: str, root: Path) -> None:
+    engine = make_engine(url)
+    upgrade(engine)
+    writer = RegistryWriter(engine, actor="test")
+    artifact = root / "mlp.pt2"
+    artifact.write_bytes(b"weights")
+    for version in ("1", "2"):
+        writer.register_version(
+            VersionSpec(
+                model="mlp",
+                version=version,
+                artifact=str(artifact),
+                format="torch_export",
+                io_schema=SCHEMA,
+                description="demo MLP",
+            )
+        )
+    writer.set_route("mlp", {"1": 90, "2": 10}, sticky="user")
+    for tenant in ("acme", "globex"):
+        writer.create_tenant(tenant)
+    writer.set_quota("acme", QuotaLimits(rpm=600, tpm=100000, cost_per_day_usd=5.0, burst=50))
+    writer.register_node("node-1", "127.0.0.1:1", device="cpu", capacity=2)
+    writer.set_node_lifecycle("node-1", "READY")
+    writer.heartbeat("node-1", ["mlp:1", "mlp:2"])
+    writer.record_dead_letter(
+        DeadLetter(
+            model="mlp",
+            version="2",
+            request_id="r-42",
+            tenant="acme",
+            input_sha256="ab" * 32,
+            error="ValueError: poison value in batch",
+        )
+    )
+    engine.dispose()
+
+
+@pytest.fixture
+def console_url(tmp_path: Path) -> Iterator[str]:
+    if shutil.which("chromium") is None:
+        unavailable("chromium is not installed (apt-get install chromium)")
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    seed(url, tmp_path)
+    port = free_port()
+    env = {
+        **os.environ,
+        "FERRYMAN_DATABASE_URL": url,
+        "FERRYMAN_ADMIN_PASSWORD": PASSWORD,
+        "FERRYMAN_DATA_DIR": str(tmp_path),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ferryman", "admin", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base}/_stcore/health", timeout=1) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise AssertionError("the console did not start")
+        time.sleep(0.2)
+    yield base
+    proc.terminate()
+    proc.wait(10)
+
+
+def settle(page: Any) -> None:
+    """Wait until Streamlit has finished the run: no status widget, no skeleton placeholders."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        busy = page.get_by_test_id("stStatusWidget").count() + page.get_by_test_id("stSkeleton").count()
+        if busy == 0:
+            break
+        page.wait_for_timeout(100)
+    page.wait_for_timeout(800)  # tables and charts draw after the run ends
+
+
+def test_every_page_in_a_real_browser(console_url: str, tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    shots = Path(os.environ.get("FERRYMAN_SCREENSHOT_DIR") or tmp_path / "screenshots")
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(console_url)
+        page.get_by_label("Admin password").fill(PASSWORD)
+        page.get_by_role("button", name="Log in").click()
+        sidebar = page.get_by_test_id("stSidebar")
+        expect(sidebar.get_by_text("Overview")).to_be_visible(timeout=30_000)
+        for name in PAGES:
+            sidebar.get_by_text(name, exact=True).click()
+            expect(page.get_by_role("heading", name=name, exact=True)).to_be_visible(timeout=30_000)
+            settle(page)
+            assert page.get_by_test_id("stException").count() == 0, f"{name} shows an exception"
+            page.screenshot(path=str(shots / f"{name.lower().replace(' ', '-')}.png"), full_page=True)
+        browser.close()
+    assert len(list(shots.glob("*.png"))) == len(PAGES)
