@@ -17,7 +17,7 @@ from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 REQUESTS = 2000
 STREAM_TIMEOUT_S = 120.0
 RSS_GROWTH_LIMIT_MB = 200
-DTYPES = list(common_pb2.DataType.values())
+DTYPES = list(common_pb2.DataType.keys())  # names: the constructor takes them
 
 
 def malformed(rng: random.Random, i: int) -> inference_pb2.PredictRequest:
