@@ -13,10 +13,11 @@ from ferryman.config import CommonSettings
 from ferryman.metrics_http import serve_metrics
 from ferryman.serving import NOT_SERVING, SERVING, bind, create_server
 from ferryman.telemetry import setup_tracing
-from ferryman.v1 import inference_pb2, inference_pb2_grpc, quota_pb2, quota_pb2_grpc
+from ferryman.v1 import inference_pb2, quota_pb2, quota_pb2_grpc
 from registry.cache import SnapshotCache
 from registry.db import make_engine
 from router.batchers import BatcherPool
+from router.handlers import add_inference_servicer
 from router.metrics import RouterMetrics
 from router.quota.client import LocalQuota, QuotaClient, RemoteQuota
 from router.quota.service import QuotaService, make_backend
@@ -74,9 +75,7 @@ async def serve_router(
     metrics = RouterMetrics(settings.max_tenant_labels)
     service = RouterService(settings, cache, quota, batchers, metrics)
     server, health = create_server(names, settings.max_message_bytes)
-    inference_pb2_grpc.add_InferenceServicer_to_server(
-        InferenceServicer(settings, cache, service, metrics), server
-    )
+    add_inference_servicer(InferenceServicer(settings, cache, service, metrics), server)
     metrics_server = serve_metrics(settings.metrics_listen, metrics.registry)
     if local_quota is not None:
         quota_pb2_grpc.add_QuotaServicer_to_server(QuotaServicer(local_quota), server)

@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator
 
 import grpc
+from google.rpc import status_pb2
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -18,9 +19,19 @@ from ferryman.v1 import inference_pb2, inference_pb2_grpc
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord
 from router.auth import authenticate, bearer_key
+from router.handlers import Undecodable
 from router.metrics import RouterMetrics
 from router.service import RequestFailed, RouterService
 from router.settings import RouterSettings
+
+
+def undecodable(request: Undecodable) -> status_pb2.Status:
+    return make_status(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"the request could not be parsed: {request.reason}",
+        reason="UNDECODABLE",
+        violations=[("request", request.reason)],
+    )
 
 
 class InferenceServicer(inference_pb2_grpc.InferenceServicer):
@@ -90,6 +101,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
         self, request: inference_pb2.PredictRequest, context: ServicerContext
     ) -> inference_pb2.PredictResponse:
         tenant = await self._tenant(context)
+        if isinstance(request, Undecodable):
+            await abort(context, undecodable(request))
         try:
             parent = context_from_metadata(context.invocation_metadata())
             return await self._predict(request, tenant, self._deadline(context), parent)
@@ -106,7 +119,10 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
         answers: asyncio.Queue[inference_pb2.PredictStreamResponse] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
 
-        async def answer(request: inference_pb2.PredictRequest) -> None:
+        async def answer(request: inference_pb2.PredictRequest | Undecodable) -> None:
+            if isinstance(request, Undecodable):
+                answers.put_nowait(inference_pb2.PredictStreamResponse(error=undecodable(request)))
+                return
             try:
                 response = await self._predict(request, tenant, deadline, parent)
                 answers.put_nowait(

@@ -85,3 +85,33 @@ def test_malformed_requests_are_refused_cleanly(e2e: E2E) -> None:
     )
     assert stub.Predict(good, metadata=metadata, timeout=30).outputs
     assert rss_mb() - before < RSS_GROWTH_LIMIT_MB, f"pid {os.getpid()} grew {rss_mb() - before:.0f} MB"
+
+
+def test_unparseable_messages_are_invalid_argument(e2e: E2E) -> None:
+    text = inference_pb2.PredictRequest(
+        model="minilm", inputs=[common_pb2.NamedTensor(name="text", text=common_pb2.TextList(values=["AB"]))]
+    ).SerializeToString()
+    bad_utf8 = text.replace(b"AB", b"\xff\xfe")
+    metadata = (("authorization", f"Bearer {e2e.keys['acme']}"),)
+    with grpc.insecure_channel(e2e.router) as channel:
+        # No request serializer: the raw bytes go on the wire as they are.
+        predict = channel.unary_unary(
+            "/ferryman.v1.Inference/Predict",
+            request_serializer=None,
+            response_deserializer=inference_pb2.PredictResponse.FromString,
+        )
+        for payload in (bad_utf8, b"\x0a\xff\xff\xff"):  # bad UTF-8; a truncated length-delimited field
+            try:
+                predict(payload, metadata=metadata, timeout=10)
+                raise AssertionError("an unparseable request was accepted")
+            except grpc.RpcError as error:
+                assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error
+                assert "could not be parsed" in (error.details() or "")
+        stream = channel.stream_stream(
+            "/ferryman.v1.Inference/PredictStream",
+            request_serializer=None,
+            response_deserializer=inference_pb2.PredictStreamResponse.FromString,
+        )
+        answers = list(stream(iter([bad_utf8, text]), metadata=metadata, timeout=30))
+    codes = sorted(a.error.code if a.WhichOneof("result") == "error" else 0 for a in answers)
+    assert codes == [0, grpc.StatusCode.INVALID_ARGUMENT.value[0]]

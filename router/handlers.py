@@ -1,0 +1,64 @@
+"""The Inference service's method handlers, with request parsing that never fails the RPC.
+
+A request protobuf cannot parse (invalid UTF-8 in a string field, truncated bytes) would
+otherwise be answered INTERNAL by grpc before our code sees it; here it reaches the
+servicer as ``Undecodable`` and is answered INVALID_ARGUMENT with the parser's reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from ferryman.v1 import inference_pb2, inference_pb2_grpc
+
+SERVICE = "ferryman.v1.Inference"
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """A request message that could not be parsed, and why."""
+
+    reason: str
+
+
+def tolerant(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except DecodeError as exc:
+            return Undecodable(str(exc))
+
+    return deserialize
+
+
+def add_inference_servicer(servicer: inference_pb2_grpc.InferenceServicer, server: grpc.aio.Server) -> None:
+    """Register ``servicer`` like the generated helper does, with tolerant request parsing."""
+    handlers = {
+        "Predict": grpc.unary_unary_rpc_method_handler(
+            servicer.Predict,
+            request_deserializer=tolerant(inference_pb2.PredictRequest.FromString),
+            response_serializer=inference_pb2.PredictResponse.SerializeToString,
+        ),
+        "PredictStream": grpc.stream_stream_rpc_method_handler(
+            servicer.PredictStream,
+            request_deserializer=tolerant(inference_pb2.PredictRequest.FromString),
+            response_serializer=inference_pb2.PredictStreamResponse.SerializeToString,
+        ),
+        "ListModels": grpc.unary_unary_rpc_method_handler(
+            servicer.ListModels,
+            request_deserializer=inference_pb2.ListModelsRequest.FromString,
+            response_serializer=inference_pb2.ListModelsResponse.SerializeToString,
+        ),
+        "GetModel": grpc.unary_unary_rpc_method_handler(
+            servicer.GetModel,
+            request_deserializer=inference_pb2.GetModelRequest.FromString,
+            response_serializer=inference_pb2.ModelInfo.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_registered_method_handlers(SERVICE, handlers)  # type: ignore[attr-defined]
