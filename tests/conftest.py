@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from services import SERVICE_START_TIMEOUT_S, start_redis, unavailable, wait_for_redis
+from services import (
+    SERVICE_START_TIMEOUT_S,
+    create_postgres_database,
+    drop_postgres_database,
+    start_redis,
+    unavailable,
+    wait_for_redis,
+)
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -57,24 +63,6 @@ def postgres_admin_url() -> str:
     except Exception as exc:
         unavailable(f"PostgreSQL not reachable at {make_url(url).render_as_string()}: {exc}")
     return url
-
-
-def create_postgres_database(admin_url: str) -> str:
-    """Create an empty database beside ``admin_url``'s and return its URL."""
-    name = f"ferryman_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(normalize_url(admin_url), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    return make_url(normalize_url(admin_url)).set(database=name).render_as_string(hide_password=False)
-
-
-def drop_postgres_database(admin_url: str, url: str) -> None:
-    name = make_url(url).database
-    admin = create_engine(normalize_url(admin_url), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
 
 
 @pytest.fixture(scope="session")

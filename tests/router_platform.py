@@ -99,8 +99,9 @@ def seed(writer: RegistryWriter, fx: Path) -> dict[str, str]:
 
 
 @contextmanager
-def run_e2e(root: Path) -> Iterator[E2E]:
-    url = f"sqlite:///{root / 'registry.db'}"
+def run_e2e(root: Path, registry_url: str = "") -> Iterator[E2E]:
+    """The platform on a registry at ``registry_url`` (default: SQLite under ``root``)."""
+    url = registry_url or f"sqlite:///{root / 'registry.db'}"
     engine = make_engine(url)
     upgrade(engine)
     writer = RegistryWriter(engine, actor="test")

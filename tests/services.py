@@ -6,11 +6,16 @@ import os
 import shutil
 import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
 import redis
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from registry.db import normalize_url
 
 SERVICE_START_TIMEOUT_S = 10.0
 
@@ -54,3 +59,21 @@ def unavailable(reason: str) -> NoReturn:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"required test service unavailable: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def create_postgres_database(admin_url: str) -> str:
+    """Create an empty database beside ``admin_url``'s and return its URL."""
+    name = f"ferryman_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(normalize_url(admin_url), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return make_url(normalize_url(admin_url)).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_postgres_database(admin_url: str, url: str) -> None:
+    name = make_url(url).database
+    admin = create_engine(normalize_url(admin_url), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
