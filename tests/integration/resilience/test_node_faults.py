@@ -1,0 +1,187 @@
+"""Under steady load through the router: kill -9 a node, then drain one with SIGTERM;
+not one request fails (batches in flight retry on another node, new ones avoid it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import grpc
+import numpy as np
+import pytest
+from batcher_platform import wait_for_replicas
+from harness import ServiceThread
+
+from batcher.server import serve_batcher
+from batcher.settings import BatcherSettings
+from ferryman.config import CommonSettings
+from ferryman.net import free_port
+from ferryman.tensors import encode
+from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from gpu_node.demo import echo
+from registry.db import make_engine
+from registry.migrate import upgrade
+from registry.reader import RegistryReader
+from registry.writer import RegistryWriter, VersionSpec
+from router.quota.settings import QuotaSettings
+from router.server import serve_router
+from router.settings import RouterSettings
+
+CLIENTS = 8
+LOAD_S = 3.0
+BATCH_DELAY_MS = "20"  # batches take a while, so some are in flight when the fault hits
+
+
+@dataclass
+class Cluster:
+    router: str
+    key: str
+    common: CommonSettings
+    reader: RegistryReader
+    nodes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start_node(self, name: str) -> None:
+        env = {
+            **os.environ,
+            "FERRYMAN_DATABASE_URL": self.common.resolved_database_url(),
+            "FERRYMAN_DATA_DIR": str(self.common.data_dir),
+            "FERRYMAN_NODE_HEARTBEAT_INTERVAL_S": "0.2",
+            "FERRYMAN_NODE_WARMUP_RUNS": "1",
+            "FERRYMAN_LOG_LEVEL": "WARNING",
+        }
+        self.nodes[name] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ferryman",
+                "serve",
+                "node",
+                "--listen",
+                f"127.0.0.1:{free_port()}",
+                "--name",
+                name,
+                "--device",
+                "cpu",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_replicas(self.reader, (name,), {"echo:1"})
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("faults")
+    url = f"sqlite:///{root / 'registry.db'}"
+    engine = make_engine(url)
+    upgrade(engine)
+    writer = RegistryWriter(engine, actor="test")
+    writer.register_version(
+        VersionSpec(
+            model="echo",
+            version="1",
+            artifact=str(echo.write_config(root / "echo.json")),
+            format="python",
+            handler="gpu_node.demo.echo:EchoHandler",
+            io_schema=echo.SCHEMA,
+            max_batch_size=16,
+        )
+    )
+    writer.set_route("echo", {"1": 100})
+    writer.place("echo", "1")
+    key = writer.create_tenant("acme").plaintext
+    common = CommonSettings(data_dir=root, database_url=url)
+    batcher_settings = BatcherSettings(listen="127.0.0.1:0", registry_refresh_s=0.1, retry_backoff_ms=10)
+    batcher = ServiceThread(
+        lambda stop, ready: serve_batcher(batcher_settings, common, stop, ready), "batcher"
+    )
+    batcher_address = batcher.start()
+    router_settings = RouterSettings(listen="127.0.0.1:0", batchers=batcher_address, refresh_s=0.2)
+    router = ServiceThread(
+        lambda stop, ready: serve_router(router_settings, QuotaSettings(), common, stop, ready), "router"
+    )
+    cluster = Cluster(router=router.start(), key=key, common=common, reader=RegistryReader(engine))
+    for name in ("f1", "f2"):
+        cluster.start_node(name)
+    time.sleep(0.5)  # the batcher's replica refresh
+    yield cluster
+    for proc in cluster.nodes.values():
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+    router.stop()
+    batcher.stop()
+    engine.dispose()
+
+
+def steady_load(cluster: Cluster, fault: threading.Event) -> tuple[int, list[str]]:
+    """CLIENTS closed-loop clients for LOAD_S seconds; ``fault`` is set halfway. Returns (ok, failures)."""
+    stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(cluster.router))
+    metadata = (("authorization", f"Bearer {cluster.key}"),)
+    ok = [0] * CLIENTS
+    failures: list[str] = []
+    ends = time.monotonic() + LOAD_S
+
+    def client(i: int) -> None:
+        n = 0
+        while time.monotonic() < ends:
+            x = np.full((1, echo.WIDTH), i * 10_000 + n, np.float32)
+            request = inference_pb2.PredictRequest(
+                model="echo",
+                parameters={"delay_ms": BATCH_DELAY_MS},
+                inputs=[common_pb2.NamedTensor(name="input", tensor=encode(x))],
+            )
+            try:
+                stub.Predict(request, metadata=metadata, timeout=30)
+                ok[i] += 1
+            except grpc.RpcError as error:
+                failures.append(f"{error.code().name}: {error.details()}")
+            n += 1
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
+    for thread in threads:
+        thread.start()
+    time.sleep(LOAD_S / 2)
+    fault.set()
+    for thread in threads:
+        thread.join()
+    return sum(ok), failures
+
+
+def signal_on(fault: threading.Event, proc: subprocess.Popen[bytes], sig: int) -> None:
+    fault.wait()
+    proc.send_signal(sig)
+
+
+def test_kill_9_one_of_two_nodes_fails_no_request(cluster: Cluster) -> None:
+    fault = threading.Event()
+    killer = threading.Thread(target=signal_on, args=(fault, cluster.nodes["f1"], signal.SIGKILL))
+    killer.start()
+    ok, failures = steady_load(cluster, fault)
+    killer.join()
+    assert cluster.nodes["f1"].wait(10) == -signal.SIGKILL
+    assert not failures, failures[:5]
+    assert ok > CLIENTS * 4
+
+
+def test_sigterm_drain_fails_no_request(cluster: Cluster) -> None:
+    cluster.start_node("f3")
+    time.sleep(0.5)
+    fault = threading.Event()
+    drainer = threading.Thread(
+        target=lambda: fault.wait() and cluster.nodes["f2"].send_signal(signal.SIGTERM)
+    )
+    drainer.start()
+    ok, failures = steady_load(cluster, fault)
+    drainer.join()
+    assert cluster.nodes["f2"].wait(30) == 0
+    assert not failures, failures[:5]
+    assert ok > CLIENTS * 4
+    assert {n.name: n.lifecycle for n in cluster.reader.nodes()}["f2"] == "GONE"
