@@ -175,9 +175,7 @@ def test_sigterm_drain_fails_no_request(cluster: Cluster) -> None:
     cluster.start_node("f3")
     time.sleep(0.5)
     fault = threading.Event()
-    drainer = threading.Thread(
-        target=lambda: fault.wait() and cluster.nodes["f2"].send_signal(signal.SIGTERM)
-    )
+    drainer = threading.Thread(target=signal_on, args=(fault, cluster.nodes["f2"], signal.SIGTERM))
     drainer.start()
     ok, failures = steady_load(cluster, fault)
     drainer.join()
