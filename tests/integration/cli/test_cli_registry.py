@@ -201,3 +201,19 @@ def test_bad_input_exits_nonzero_with_one_line_and_changes_nothing(
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and reason in lines[0], result.stderr
     assert RegistryReader(context.engine()).revision() == revision
+
+
+def test_admin_set_password_stores_only_a_hash(cli: CliRunner) -> None:
+    run(cli, "db", "upgrade")
+    short = cli.invoke(app, ["admin", "set-password", "--password-stdin"], input="short\n")
+    assert short.exit_code != 0 and "at least 8" in short.stderr
+    result = cli.invoke(app, ["admin", "set-password", "--password-stdin"], input="a long password\n")
+    assert result.exit_code == 0, result.output
+    from admin_ui.auth import verify_password
+    from registry.reader import RegistryReader
+
+    reader = RegistryReader(context.engine())
+    stored = reader.admin_password_hash()
+    assert stored is not None and "a long password" not in stored
+    assert verify_password("a long password", stored)
+    assert reader.audit_events(limit=1)[0].action == "admin.password"

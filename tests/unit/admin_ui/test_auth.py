@@ -1,0 +1,24 @@
+"""The console's password check: scrypt hashes, the environment fallback, nobody by default."""
+
+from __future__ import annotations
+
+import pytest
+
+from admin_ui.auth import PASSWORD_ENV, check_login, hash_password, verify_password
+
+
+def test_hashes_are_salted_and_verify() -> None:
+    first, second = hash_password("s3cret-pass"), hash_password("s3cret-pass")
+    assert first != second and first.startswith("scrypt$") and "s3cret" not in first
+    assert verify_password("s3cret-pass", first) and verify_password("s3cret-pass", second)
+    assert not verify_password("wrong", first)
+    assert not verify_password("s3cret-pass", "md5$abc$def") and not verify_password("x", "garbage")
+
+
+def test_registry_hash_wins_then_environment_then_nobody(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PASSWORD_ENV, raising=False)
+    assert not check_login("", None) and not check_login("anything", None)
+    monkeypatch.setenv(PASSWORD_ENV, "from-env")
+    assert check_login("from-env", None) and not check_login("other", None)
+    stored = hash_password("from-registry")
+    assert check_login("from-registry", stored) and not check_login("from-env", stored)
