@@ -8,6 +8,7 @@ import typer
 
 from ferryman import __version__
 from ferryman.cli.admin_cmd import admin_app
+from ferryman.cli.bench_cmd import bench
 from ferryman.cli.models_cmds import models_app
 from ferryman.cli.predict_cmd import predict
 from ferryman.cli.registry_cmds import db_app, key_app, model_app, quota_app, route_app, tenant_app
@@ -34,6 +35,7 @@ app.add_typer(admin_app, name="admin")
 app.command("up")(up)
 app.command("predict")(predict)
 app.command("top")(top)
+app.command("bench")(bench)
 
 
 def _version(value: bool) -> None:

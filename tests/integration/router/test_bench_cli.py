@@ -1,0 +1,45 @@
+"""``ferryman bench`` against the real platform: closed loop (unary and streaming) and open loop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from router_platform import E2E
+from typer.testing import CliRunner
+
+from ferryman.cli.main import app
+
+
+@pytest.mark.parametrize(
+    "mode", [["--concurrency", "4"], ["--concurrency", "2", "--stream"], ["--rate", "50"]]
+)
+def test_bench_measures_until_stable_and_writes_json(e2e: E2E, tmp_path: Path, mode: list[str]) -> None:
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "echo",
+            "--input",
+            '{"input": [[1, 2, 3, 4]]}',
+            "--target",
+            e2e.router,
+            "--key",
+            e2e.keys["acme"],
+            "--warmup",
+            "0.3",
+            "--window",
+            "0.4",
+            "--max-windows",
+            "4",
+            "--json-out",
+            str(out),
+            *mode,
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(out.read_text())
+    assert summary["answered"] > 0 and summary["throughput_rps"] > 0 and summary["errors"] == {}
+    assert summary["p50_ms"] <= summary["p99_ms"] and 1 <= len(summary["windows"]) <= 4
