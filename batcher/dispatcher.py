@@ -18,7 +18,7 @@ from opentelemetry import trace
 
 from batcher.breaker import BreakerState
 from batcher.dead_letters import DeadLetterSink
-from batcher.entries import Entry
+from batcher.entries import Entry, Finisher
 from batcher.metrics import BatcherMetrics
 from batcher.predictor import LatencyPredictor
 from batcher.replicas import Replica, ReplicaDirectory
@@ -39,8 +39,6 @@ RETRIABLE = frozenset(
         grpc.StatusCode.CANCELLED,
     }
 )
-
-Finisher = Callable[[Entry, batcher_pb2.ItemResult], None]
 
 # Waiting for a free replica backs off up to 2**this times the base delay.
 MAX_BACKOFF_DOUBLINGS = 5

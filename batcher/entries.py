@@ -68,3 +68,7 @@ class Entry:
 
     def live_waiters(self) -> list[Waiter]:
         return [w for w in self.waiters if not w.done]
+
+
+Finisher = Callable[[Entry, batcher_pb2.ItemResult], None]
+"""Hands an entry its final result (fan-out to its waiters)."""

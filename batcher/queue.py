@@ -10,7 +10,7 @@ from collections.abc import Callable
 import grpc
 
 from batcher.dispatcher import Dispatcher
-from batcher.entries import Entry, QueueKey
+from batcher.entries import Entry, Finisher, QueueKey
 from batcher.metrics import BatcherMetrics
 from batcher.predictor import LatencyPredictor
 from batcher.rate import RateMeter
@@ -19,8 +19,6 @@ from batcher.scheduler import DispatchReason, Load, SchedulerConfig, decide
 from batcher.settings import BatcherSettings
 from ferryman.errors import make_status
 from ferryman.v1 import batcher_pb2
-
-Finisher = Callable[[Entry, batcher_pb2.ItemResult], None]
 
 
 class VersionQueue:

@@ -13,7 +13,7 @@ from google.rpc import status_pb2
 from batcher.cache import TTLCache
 from batcher.coalescer import coalescing_key, input_digest
 from batcher.dispatcher import Dispatcher
-from batcher.entries import Entry, QueueKey, Sink, Waiter
+from batcher.entries import Entry, Finisher, QueueKey, Sink, Waiter
 from batcher.metrics import BatcherMetrics
 from batcher.queue import VersionQueue
 from batcher.replicas import ReplicaDirectory, VersionConfig
@@ -44,7 +44,7 @@ class BatcherService:
         settings: BatcherSettings,
         directory: ReplicaDirectory,
         metrics: BatcherMetrics,
-        dispatcher_factory: Callable[[Callable[[Entry, batcher_pb2.ItemResult], None]], Dispatcher],
+        dispatcher_factory: Callable[[Finisher], Dispatcher],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._settings = settings

@@ -70,11 +70,6 @@ def status_code(status: status_pb2.Status) -> grpc.StatusCode:
     return grpc.StatusCode.UNKNOWN
 
 
-def to_rpc_error(status: status_pb2.Status) -> grpc.Status:
-    """For ``context.abort_with_status``: the status with its details in trailing metadata."""
-    return rpc_status.to_status(status)
-
-
 async def abort(context: grpc.aio.ServicerContext[Any, Any], status: status_pb2.Status) -> None:
     """End an RPC with ``status``: its code, message and details (as grpc-status-details-bin)."""
     rpc = rpc_status.to_status(status)

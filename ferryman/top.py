@@ -36,15 +36,23 @@ def scrape(urls: list[str]) -> Samples:
     return samples
 
 
-def _by_model(samples: Samples, name: str, code: str | None = None) -> dict[str, float]:
-    """Sum of a sample per model label, optionally only for one gRPC code."""
-    totals: dict[str, float] = {}
+def totals(
+    samples: Samples,
+    name: str,
+    by: str = "model",
+    code: str | None = None,
+    where: dict[str, str] | None = None,
+) -> dict[str, float]:
+    """Sum of a sample grouped by one label, optionally only one gRPC code and matching labels."""
+    out: dict[str, float] = {}
     for (sample, labels), value in samples.items():
         fields = dict(labels)
-        if sample == name and (code is None or fields.get("code") == code):
-            model = fields.get("model", "")
-            totals[model] = totals.get(model, 0.0) + value
-    return totals
+        if sample != name or (code is not None and fields.get("code") != code):
+            continue
+        if where and any(fields.get(k) != v for k, v in where.items()):
+            continue
+        out[fields.get(by, "")] = out.get(fields.get(by, ""), 0.0) + value
+    return out
 
 
 def quantile(buckets: dict[float, float], q: float) -> float:
@@ -64,14 +72,20 @@ def quantile(buckets: dict[float, float], q: float) -> float:
     return lower
 
 
-def _latency_buckets(samples: Samples) -> dict[str, dict[float, float]]:
+def latency_buckets(
+    samples: Samples, by: str = "model", where: dict[str, str] | None = None
+) -> dict[str, dict[float, float]]:
+    """The router's cumulative latency buckets (upper bound -> count), grouped by one label."""
     out: dict[str, dict[float, float]] = {}
     for (sample, labels), value in samples.items():
-        if sample == "ferryman_request_latency_seconds_bucket":
-            fields = dict(labels)
-            le = float(fields["le"])
-            per_model = out.setdefault(fields.get("model", ""), {})
-            per_model[le] = per_model.get(le, 0.0) + value
+        fields = dict(labels)
+        if sample != "ferryman_request_latency_seconds_bucket":
+            continue
+        if where and any(fields.get(k) != v for k, v in where.items()):
+            continue
+        group = out.setdefault(fields.get(by, ""), {})
+        le = float(fields["le"])
+        group[le] = group.get(le, 0.0) + value
     return out
 
 
@@ -79,12 +93,12 @@ def rows(before: Samples, after: Samples, seconds: float) -> list[ModelRow]:
     """Per model, over the interval between two scrapes."""
 
     def rate(name: str, code: str | None = None) -> dict[str, float]:
-        a, b = _by_model(after, name, code), _by_model(before, name, code)
+        a, b = totals(after, name, code=code), totals(before, name, code=code)
         return {m: (a[m] - b.get(m, 0.0)) / seconds for m in a}
 
     requests, good = rate("ferryman_requests_total"), rate("ferryman_requests_total", "OK")
     fill_sum, fill_count = rate("ferryman_batch_fill_ratio_sum"), rate("ferryman_batch_fill_ratio_count")
-    lat_after, lat_before = _latency_buckets(after), _latency_buckets(before)
+    lat_after, lat_before = latency_buckets(after), latency_buckets(before)
     result = []
     for model in sorted(set(requests) | set(fill_count)):
         delta = {le: c - lat_before.get(model, {}).get(le, 0.0) for le, c in lat_after.get(model, {}).items()}

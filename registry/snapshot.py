@@ -143,16 +143,19 @@ def load_snapshot(engine: Engine) -> ConfigSnapshot:
         return snapshot
 
 
+def heartbeat_age_s(node: Node, now: datetime) -> float:
+    """Seconds since the node's last heartbeat (SQLite returns naive UTC timestamps)."""
+    beat = node.last_heartbeat if node.last_heartbeat.tzinfo else node.last_heartbeat.replace(tzinfo=UTC)
+    return (now - beat).total_seconds()
+
+
 def ready_versions(engine: Engine, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
     """``model:version`` -> [(node name, address)] of READY nodes with a fresh heartbeat."""
     now = datetime.now(UTC)
     ready: dict[str, list[tuple[str, str]]] = {}
     with Session(engine) as s:
         for node in s.exec(select(Node)):
-            beat = (
-                node.last_heartbeat if node.last_heartbeat.tzinfo else node.last_heartbeat.replace(tzinfo=UTC)
-            )
-            if node.lifecycle != "READY" or (now - beat).total_seconds() > heartbeat_timeout_s:
+            if node.lifecycle != "READY" or heartbeat_age_s(node, now) > heartbeat_timeout_s:
                 continue
             for key in node.loaded_versions:
                 ready.setdefault(key, []).append((node.name, node.address))

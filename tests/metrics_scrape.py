@@ -1,23 +1,14 @@
-"""Read a service's /metrics over HTTP for assertions."""
+"""Read a service's /metrics over HTTP for assertions (the same parser ``ferryman top`` uses)."""
 
 from __future__ import annotations
 
-import urllib.request
-
-from prometheus_client.parser import text_string_to_metric_families
-
-SCRAPE_TIMEOUT_S = 5.0
+from ferryman.top import Samples
+from ferryman.top import scrape as scrape_all
 
 
-def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def scrape(url: str) -> Samples:
     """Every sample as (name, sorted labels) -> value."""
-    with urllib.request.urlopen(url, timeout=SCRAPE_TIMEOUT_S) as response:
-        text = response.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
+    return scrape_all([url])
 
 
 def sample(url: str, name: str, **labels: str) -> float:

@@ -9,6 +9,7 @@ import streamlit as st
 
 from admin_ui.context import Console
 from ferryman.v1 import node_pb2, node_pb2_grpc
+from registry.snapshot import heartbeat_age_s
 from registry.validation import RegistryError
 
 NODE_INFO_TIMEOUT_S = 1.0
@@ -35,7 +36,6 @@ def render(ctx: Console) -> None:
     now = datetime.now(UTC)
     rows = []
     for node in nodes:
-        beat = node.last_heartbeat if node.last_heartbeat.tzinfo else node.last_heartbeat.replace(tzinfo=UTC)
         live = node.lifecycle in ("READY", "DRAINING")
         rows.append(
             {
@@ -44,7 +44,7 @@ def render(ctx: Console) -> None:
                 "device": node.device,
                 "address": node.address,
                 "loaded": ", ".join(node.loaded_versions),
-                "heartbeat s ago": round((now - beat).total_seconds(), 1),
+                "heartbeat s ago": round(heartbeat_age_s(node, now), 1),
                 "batches in flight": in_flight(node.address) if live else None,
             }
         )

@@ -7,7 +7,7 @@ import math
 import streamlit as st
 
 from admin_ui.context import Console
-from ferryman.top import quantile, scrape
+from ferryman.top import latency_buckets, quantile, scrape, totals
 from registry.validation import RegistryError
 
 STICKY = ["none", "tenant", "user"]
@@ -22,24 +22,13 @@ def version_health(ctx: Console, model: str) -> dict[str, tuple[float, float]]:
         samples = scrape(urls)
     except OSError:
         return {}
-    total: dict[str, float] = {}
-    errors: dict[str, float] = {}
-    buckets: dict[str, dict[float, float]] = {}
-    for (name, labels), value in samples.items():
-        fields = dict(labels)
-        if fields.get("model") != model:
-            continue
-        version = fields.get("version", "")
-        if name == "ferryman_requests_total":
-            total[version] = total.get(version, 0.0) + value
-            if fields.get("code") != "OK":
-                errors[version] = errors.get(version, 0.0) + value
-        elif name == "ferryman_request_latency_seconds_bucket":
-            per = buckets.setdefault(version, {})
-            per[float(fields["le"])] = per.get(float(fields["le"]), 0.0) + value
+    where = {"model": model}
+    total = totals(samples, "ferryman_requests_total", by="version", where=where)
+    good = totals(samples, "ferryman_requests_total", by="version", code="OK", where=where)
+    buckets = latency_buckets(samples, by="version", where=where)
     return {
-        v: (errors.get(v, 0.0) / total[v] if total[v] else 0.0, quantile(buckets.get(v, {}), 0.99))
-        for v in total
+        v: ((n - good.get(v, 0.0)) / n if n else 0.0, quantile(buckets.get(v, {}), 0.99))
+        for v, n in total.items()
     }
 
 
