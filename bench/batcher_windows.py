@@ -17,16 +17,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import grpc
-import numpy as np
 
-from bench.loadgen import RunResult, open_loop
+from bench.loadgen import RunResult, make_inputs_factory, open_loop
 from ferryman.net import free_port
-from ferryman.tensors import encode
-from ferryman.v1 import common_pb2
 from gpu_node.demo import mlp
 from registry.db import make_engine
 from registry.migrate import upgrade
@@ -61,17 +57,6 @@ def wait_node(url: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("node never became ready")
         time.sleep(0.2)
-
-
-def make_inputs_factory() -> Callable[[int], list[common_pb2.NamedTensor]]:
-    base = np.random.default_rng(0).standard_normal((1, 512), dtype=np.float32)
-
-    def make(n: int) -> list[common_pb2.NamedTensor]:
-        x = base.copy()
-        x[0, 0] = n  # unique inputs: nothing coalesces
-        return [common_pb2.NamedTensor(name="input", tensor=encode(x))]
-
-    return make
 
 
 def main() -> None:

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 import grpc
+import numpy as np
 
+from ferryman.tensors import encode
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, common_pb2
 
 STREAMS = 4
@@ -122,3 +124,15 @@ async def open_loop(
     if lost:
         result.errors["NO_ANSWER"] = lost
     return result
+
+
+def make_inputs_factory() -> Callable[[int], list[common_pb2.NamedTensor]]:
+    """``mlp`` inputs that differ per request (nothing coalesces or hits a cache)."""
+    base = np.random.default_rng(0).standard_normal((1, 512), dtype=np.float32)
+
+    def make(n: int) -> list[common_pb2.NamedTensor]:
+        x = base.copy()
+        x[0, 0] = n  # unique inputs: nothing coalesces
+        return [common_pb2.NamedTensor(name="input", tensor=encode(x))]
+
+    return make

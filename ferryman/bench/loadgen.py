@@ -48,8 +48,9 @@ class Recorder:
         if seconds <= self.deadline_s:
             self.window.within_deadline += 1
 
-    def error(self, code: str) -> None:
+    def error(self, code: str, seconds: float) -> None:
         self.window.errors[code] = self.window.errors.get(code, 0) + 1
+        self.window.error_latencies.append(seconds)
 
     def roll(self, seconds: float) -> Window:
         done, self.window = self.window, Window(seconds=0.0)
@@ -58,9 +59,14 @@ class Recorder:
 
 
 async def run(
-    spec: LoadSpec, make_inputs: InputsFactory, on_window: Callable[[Window], None] | None = None
+    spec: LoadSpec,
+    make_inputs: InputsFactory,
+    on_window: Callable[[Window], None] | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> list[Window]:
-    """Warm up, then measure windows until three in a row agree within 10% (or max_windows)."""
+    """Warm up, then measure windows until three in a row agree within 10% (or max_windows).
+
+    ``on_start`` runs when the warm-up ends, ``on_window`` after each measured window."""
     channel = grpc.aio.insecure_channel(spec.target)
     stub = inference_pb2_grpc.InferenceStub(channel)
     metadata = (("authorization", f"Bearer {spec.api_key}"),)
@@ -80,7 +86,7 @@ async def run(
             await stub.Predict(request(), metadata=metadata, timeout=spec.deadline_s)
             recorder.ok(time.perf_counter() - started)
         except grpc.aio.AioRpcError as exc:
-            recorder.error(exc.code().name)
+            recorder.error(exc.code().name, time.perf_counter() - started)
 
     async def closed_unary() -> None:
         while not stop.is_set():
@@ -101,10 +107,11 @@ async def run(
         call = stub.PredictStream(requests(), metadata=metadata)
         async for answer in call:
             started = sent.pop(answer.request_id, None)
+            seconds = time.perf_counter() - (started or time.perf_counter())
             if answer.WhichOneof("result") == "response" and started is not None:
-                recorder.ok(time.perf_counter() - started)
+                recorder.ok(seconds)
             else:
-                recorder.error(CODE_NAMES.get(answer.error.code, "UNKNOWN"))
+                recorder.error(CODE_NAMES.get(answer.error.code, "UNKNOWN"), seconds)
             queue.put_nowait(None if stop.is_set() else request())
 
     async def open_loop() -> None:
@@ -126,6 +133,8 @@ async def run(
         workers = [asyncio.create_task(worker()) for _ in range(spec.concurrency)]
     await asyncio.sleep(spec.warmup_s)
     recorder.roll(spec.warmup_s)
+    if on_start is not None:
+        on_start()
     windows: list[Window] = []
     while len(windows) < spec.max_windows and not stable(windows):
         started = time.perf_counter()

@@ -41,6 +41,8 @@ POLL_S = 0.2
 @dataclass
 class Platform:
     processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+    quiet: bool = False
+    """Discard the children's output (benchmarks) instead of passing it to our stderr."""
 
     def start(self, name: str, *args: str) -> None:
         """Start ``ferryman serve <args>``."""
@@ -49,8 +51,12 @@ class Platform:
     def start_command(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
         """Start ``ferryman <args>`` as a child process."""
         # Children's stdout goes to our stderr: our stdout carries only what `up` prints (--json).
+        output = subprocess.DEVNULL if self.quiet else sys.stderr
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ferryman", *args], env={**os.environ, **(env or {})}, stdout=sys.stderr
+            [sys.executable, "-m", "ferryman", *args],
+            env={**os.environ, **(env or {})},
+            stdout=output,
+            stderr=output if self.quiet else None,
         )
         self.processes.append((name, proc))
 

@@ -1,0 +1,131 @@
+"""Ferryman for a scenario: a fresh registry, the demo models, and one process per service.
+
+Like ``ferryman up`` (whose process handling it shares) but with the knobs scenarios turn:
+torch threads, node capacity, batch sizes, batcher settings, quotas, Redis. Caches are off so
+every request computes; processes are stopped by PID on exit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from ferryman.cli.up import Platform, _serving
+from ferryman.net import free_port
+from ferryman.v1 import inference_pb2, inference_pb2_grpc
+from gpu_node.demo.build import build_demo_artifacts
+from registry.db import make_engine
+from registry.migrate import upgrade
+from registry.reader import RegistryReader
+from registry.writer import QuotaLimits, RegistryWriter
+
+TENANT = "bench"
+READY_TIMEOUT_S = 180.0
+POLL_S = 0.2
+SETTLE_S = 1.0
+"""The batcher's and router's first registry refresh after the nodes are ready."""
+MODELS_DIR = Path(tempfile.gettempdir()) / "ferryman-bench-models"
+"""Built demo artifacts, reused across runs (MiniLM takes a while to build)."""
+
+
+@dataclass(frozen=True)
+class PlatformSpec:
+    nodes: int = 1
+    torch_threads: int = 1
+    node_capacity: int = 1
+    """Batches computing at once per node; 1 leaves the other core to the services."""
+    max_batch: Mapping[str, int] = field(default_factory=lambda: {"mlp": 64})
+    models: tuple[str, ...] = ("mlp",)
+    quota: QuotaLimits | None = None
+    redis_url: str = ""
+    batcher_env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Running:
+    router: str
+    key: str
+    pids: list[int]
+
+
+def _register(writer: RegistryWriter, spec: PlatformSpec) -> str:
+    for version in build_demo_artifacts(MODELS_DIR):
+        if version.model not in spec.models:
+            continue
+        max_batch = spec.max_batch.get(version.model, version.max_batch_size)
+        writer.register_version(dataclasses.replace(version, cacheable=False, max_batch_size=max_batch))
+        writer.set_route(version.model, {version.version: 100})
+        writer.place(version.model, version.version)
+    key = writer.create_tenant(TENANT).plaintext
+    if spec.quota is not None:
+        writer.set_quota(TENANT, spec.quota)
+    return key
+
+
+def _wait_ready(platform: Platform, reader: RegistryReader, router: str, spec: PlatformSpec) -> None:
+    wanted = {f"{m}:1" for m in spec.models}
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        platform.check()
+        ready = [n for n in reader.nodes() if n.lifecycle == "READY" and set(n.loaded_versions) >= wanted]
+        if len(ready) >= spec.nodes and _serving(router):
+            time.sleep(SETTLE_S)
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError("the platform did not become ready in time")
+        time.sleep(POLL_S)
+
+
+def answers(router: str, key: str, request: inference_pb2.PredictRequest) -> bool:
+    """Whether the router answers one request OK (readiness of the whole path)."""
+    with grpc.insecure_channel(router) as channel:
+        try:
+            inference_pb2_grpc.InferenceStub(channel).Predict(
+                request, metadata=(("authorization", f"Bearer {key}"),), timeout=10
+            )
+            return True
+        except grpc.RpcError:
+            return False
+
+
+@contextmanager
+def ferryman(spec: PlatformSpec) -> Iterator[Running]:
+    """The platform, ready to serve; yields the router address, the tenant's key and the PIDs."""
+    with tempfile.TemporaryDirectory(prefix="ferryman-bench-") as tmp:
+        url = f"sqlite:///{Path(tmp) / 'registry.db'}"
+        engine = make_engine(url)
+        upgrade(engine)
+        key = _register(RegistryWriter(engine, actor="bench"), spec)
+        env = {
+            "FERRYMAN_DATABASE_URL": url,
+            "FERRYMAN_DATA_DIR": tmp,
+            "FERRYMAN_LOG_LEVEL": "WARNING",
+            "FERRYMAN_NODE_TORCH_THREADS": str(spec.torch_threads),
+            "FERRYMAN_NODE_CAPACITY": str(spec.node_capacity),
+            "FERRYMAN_NODE_DEVICE": "cpu",
+            **spec.batcher_env,
+        }
+        platform = Platform(quiet=True)
+        batcher, router = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        try:
+            for i in range(spec.nodes):
+                name = f"bench-{i + 1}"
+                args = ["serve", "node", "--listen", f"127.0.0.1:{free_port()}", "--name", name]
+                platform.start_command(name, args, env)
+            platform.start_command("batcher", ["serve", "batcher", "--listen", batcher], env)
+            router_args = ["serve", "router", "--listen", router, "--batchers", batcher]
+            if spec.redis_url:
+                router_args += ["--redis-url", spec.redis_url]
+            platform.start_command("router", router_args, env)
+            _wait_ready(platform, RegistryReader(engine), router, spec)
+            yield Running(router=router, key=key, pids=[p.pid for _, p in platform.processes])
+        finally:
+            platform.stop()
+            engine.dispose()
