@@ -19,7 +19,7 @@ from batcher.queue import VersionQueue
 from batcher.replicas import ReplicaDirectory, VersionConfig
 from batcher.scheduler import SchedulerConfig
 from batcher.settings import BatcherSettings
-from ferryman.errors import make_status
+from ferryman.errors import EXPECTED_MS, OVERLOADED, make_status
 from ferryman.telemetry import parent_context, tracer
 from ferryman.v1 import batcher_pb2, common_pb2
 
@@ -144,7 +144,9 @@ class BatcherService:
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"{version_key} is overloaded: expected latency {expected * 1000:.0f} ms "
                 f"exceeds this request's deadline",
-                "OVERLOADED",
+                OVERLOADED,
+                # The router sheds by this (router/shedding.py) until the wait has drained.
+                metadata={EXPECTED_MS: f"{expected * 1000:.3f}"},
                 retry_after=timedelta(seconds=max(self._settings.retry_after_min_s, expected)),
             )
         total = sum(q.rows for q in self.queues.values())

@@ -17,6 +17,10 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 ERROR_DOMAIN = "ferryman.dev"
+OVERLOADED = "OVERLOADED"
+"""ErrorInfo reason of a refusal by predicted latency (the item could not make its deadline)."""
+EXPECTED_MS = "expected_ms"
+"""ErrorInfo metadata of an OVERLOADED refusal: the latency a new item was predicted to have."""
 
 
 def make_status(
@@ -91,3 +95,14 @@ def unpack_details(status: status_pb2.Status) -> dict[str, object]:
                 detail.Unpack(message)
                 found[kind.DESCRIPTOR.name] = message
     return found
+
+
+def expected_wait_s(status: status_pb2.Status) -> float | None:
+    """The predicted latency an OVERLOADED refusal carries, in seconds; None for anything else."""
+    info = unpack_details(status).get("ErrorInfo")
+    if not isinstance(info, error_details_pb2.ErrorInfo) or info.reason != OVERLOADED:
+        return None
+    try:
+        return float(info.metadata[EXPECTED_MS]) / 1000
+    except (KeyError, ValueError):
+        return None

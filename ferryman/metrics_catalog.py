@@ -11,6 +11,7 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     "ferryman_fallbacks": ("counter", ("tenant", "model")),
     "ferryman_tokens": ("counter", ("tenant", "model", "direction")),
     "ferryman_cost_usd": ("counter", ("tenant", "model")),
+    "ferryman_router_shed": ("counter", ("model", "version")),
     # batcher
     "ferryman_batch_size": ("histogram", ("model", "version")),
     "ferryman_batch_fill_ratio": ("histogram", ("model", "version")),

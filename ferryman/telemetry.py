@@ -35,6 +35,9 @@ class TraceSettings(BaseSettings):
 
     sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
     console: bool = False
+    enabled: bool | None = None
+    """Record spans. Unset: only when an exporter is configured (OTLP endpoint or console);
+    recording spans nobody exports costs the hot path ~10% of its CPU for nothing."""
 
 
 def setup_tracing(service: str) -> None:
@@ -42,12 +45,15 @@ def setup_tracing(service: str) -> None:
     if isinstance(trace.get_tracer_provider(), TracerProvider):
         return
     settings = TraceSettings()
+    otlp = bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    if not (settings.enabled if settings.enabled is not None else otlp or settings.console):
+        return  # the API's no-op tracer: spans don't record, incoming trace context still propagates
     provider = TracerProvider(
         resource=Resource.create({"service.name": f"ferryman-{service}"}),
         sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)),
         span_limits=SpanLimits(max_links=MAX_LINKS),
     )
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+    if otlp:
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))

@@ -116,20 +116,25 @@ class BatcherPool:
     async def submit(self, item: batcher_pb2.SubmitItem, deadline: float) -> batcher_pb2.ItemResult:
         """Send to the model's batcher, failing over while time remains; errors come back as results."""
         loop = asyncio.get_running_loop()
+        timed_out = False
         for address in self.order(item.model):
             remaining = deadline - loop.time()
             if remaining <= 0:
+                timed_out = True
                 break
             try:
                 return await self._stream(address).submit(item, remaining)
             except StreamBroken:
                 continue
             except TimeoutError:
+                # Decided here, not by re-reading the clock: the timer may fire a hair early.
+                timed_out = True
                 break
-        status = make_status(
-            grpc.StatusCode.DEADLINE_EXCEEDED, "no batcher answered in time", reason="DEADLINE"
-        )
-        if loop.time() < deadline:
+        if timed_out:
+            status = make_status(
+                grpc.StatusCode.DEADLINE_EXCEEDED, "no batcher answered in time", reason="DEADLINE"
+            )
+        else:
             status = make_status(grpc.StatusCode.UNAVAILABLE, "no batcher reachable", reason="NO_BATCHER")
         return batcher_pb2.ItemResult(request_id=item.request_id, status=status)
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from ferryman.v1 import common_pb2
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 OTHER_TENANTS = "other"
@@ -13,6 +17,7 @@ class RouterMetrics:
 
     def __init__(self, max_tenant_labels: int) -> None:
         self.registry = CollectorRegistry()
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._max_tenants = max_tenant_labels
         self._tenants: set[str] = set()
         labels = ["tenant", "model", "version", "code"]
@@ -48,6 +53,13 @@ class RouterMetrics:
             registry=self.registry,
         )
 
+        self.shed = Counter(
+            "ferryman_router_shed",
+            "Requests refused at the router while their version's batcher queue was too long.",
+            ["model", "version"],
+            registry=self.registry,
+        )
+
     def tenant(self, name: str) -> str:
         """The label for a tenant: its name for the first N tenants seen, then ``other``."""
         if name in self._tenants:
@@ -57,7 +69,25 @@ class RouterMetrics:
             return name
         return OTHER_TENANTS
 
+    def child(self, metric: Counter | Histogram, *values: str) -> Any:
+        """``metric.labels(*values)``, cached: labels() validates on every call, and the hot
+        path asks for the same few children per request (label sets are bounded)."""
+        key = (id(metric), values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
+
     def observe(self, tenant: str, model: str, version: str, code: str, seconds: float) -> None:
-        labels = {"tenant": self.tenant(tenant), "model": model, "version": version or "-", "code": code}
-        self.requests.labels(**labels).inc()
-        self.latency.labels(**labels).observe(seconds)
+        values = (self.tenant(tenant), model, version or "-", code)
+        self.child(self.requests, *values).inc()
+        self.child(self.latency, *values).observe(seconds)
+
+    def served(self, tenant: str, model: str, usage: common_pb2.Usage, fallback_of: str = "") -> None:
+        """Tokens and cost of an answered request; ``fallback_of`` names the model it fell back from."""
+        label = self.tenant(tenant)
+        self.child(self.tokens, label, model, "input").inc(usage.input_tokens)
+        self.child(self.tokens, label, model, "output").inc(usage.output_tokens)
+        self.child(self.cost, label, model).inc(usage.cost_usd)
+        if fallback_of:
+            self.child(self.fallbacks, label, fallback_of).inc()

@@ -26,6 +26,11 @@ class Choice:
     version: str
     fallback: bool = False
 
+    @property
+    def key(self) -> str:
+        """``model:version``, as the registry and the batcher name a version."""
+        return f"{self.model}:{self.version}"
+
 
 def bucket(salt: str, key: str) -> int:
     """Stable bucket 0..99 for a sticky key."""

@@ -11,7 +11,7 @@ from datetime import timedelta
 import grpc
 from google.rpc import status_pb2
 
-from ferryman.errors import make_status
+from ferryman.errors import OVERLOADED, expected_wait_s, make_status
 from ferryman.telemetry import traceparent, tracer
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
 from registry.cache import SnapshotCache
@@ -23,6 +23,7 @@ from router.quota.policy import Decision
 from router.quota.service import QuotaUnavailable
 from router.routing import Choice, resolve
 from router.settings import RouterSettings
+from router.shedding import Shedder
 from router.validation import estimate_tokens, price, validate
 
 SETTLE_TIMEOUT_S = 1.0
@@ -65,6 +66,7 @@ class RouterService:
         self._cache = cache
         self._quota = quota
         self._batchers = batchers
+        self._shedder = Shedder()
 
     def _check(self, request: inference_pb2.PredictRequest, tenant: TenantRecord, degrade: bool) -> Admitted:
         snapshot = self._cache.snapshot
@@ -90,7 +92,7 @@ class RouterService:
             )
         except LookupError as exc:
             raise fail(grpc.StatusCode.NOT_FOUND, str(exc), "UNKNOWN_MODEL") from None
-        version = snapshot.versions.get(f"{choice.model}:{choice.version}")
+        version = snapshot.versions.get(choice.key)
         if version is None or version.status == "RETIRED":
             raise fail(
                 grpc.StatusCode.NOT_FOUND,
@@ -128,6 +130,7 @@ class RouterService:
         request_id = request.request_id or uuid.uuid4().hex
         quota_id = f"{tenant.name}/{request_id}"
         admitted = self._check(request, tenant, degrade=False)
+        self._shed(admitted, deadline)
         try:
             with self._tracer.start_as_current_span(
                 "quota.reserve", attributes={"ferryman.tenant": tenant.name}
@@ -142,8 +145,8 @@ class RouterService:
                 )
         except QuotaUnavailable as exc:
             raise fail(grpc.StatusCode.UNAVAILABLE, str(exc), "QUOTA_UNAVAILABLE") from None
-        self._metrics.quota_decisions.labels(
-            tenant=self._metrics.tenant(tenant.name), decision=verdict.decision.value
+        self._metrics.child(
+            self._metrics.quota_decisions, self._metrics.tenant(tenant.name), verdict.decision.value
         ).inc()
         if verdict.decision == Decision.REJECT:
             raise fail(
@@ -161,7 +164,10 @@ class RouterService:
             admitted = self._degrade(request, tenant, admitted)
         result = await self._run(request_id, request, tenant, admitted, deadline)
         if result.status.code != 0:
-            await self._quota.release(quota_id, budget_s=SETTLE_TIMEOUT_S)
+            if (wait := expected_wait_s(result.status)) is not None:
+                self._shedder.record(admitted.choice.key, wait, loop.time())
+            if verdict.held:
+                await self._quota.release(quota_id, budget_s=SETTLE_TIMEOUT_S)
             raise RequestFailed(result.status)
         tokens = result.usage.input_tokens + result.usage.output_tokens or admitted.tokens
         cost = price(
@@ -170,7 +176,8 @@ class RouterService:
             admitted.version.price_per_item_usd,
             admitted.version.price_per_1k_tokens_usd,
         )
-        await self._quota.commit(quota_id, tokens, cost, budget_s=SETTLE_TIMEOUT_S)
+        if verdict.held:
+            await self._quota.commit(quota_id, tokens, cost, budget_s=SETTLE_TIMEOUT_S)
         response = inference_pb2.PredictResponse(
             request_id=request_id,
             model=admitted.choice.model,
@@ -188,19 +195,29 @@ class RouterService:
             cached=result.cached,
         )
         response.timing.total.FromTimedelta(timedelta(seconds=loop.time() - started))
-        tenant_label = self._metrics.tenant(tenant.name)
-        self._metrics.tokens.labels(tenant=tenant_label, model=admitted.choice.model, direction="input").inc(
-            response.usage.input_tokens
+        self._metrics.served(
+            tenant.name,
+            admitted.choice.model,
+            response.usage,
+            fallback_of=request.model if admitted.choice.fallback else "",
         )
-        self._metrics.tokens.labels(tenant=tenant_label, model=admitted.choice.model, direction="output").inc(
-            response.usage.output_tokens
-        )
-        self._metrics.cost.labels(tenant=tenant_label, model=admitted.choice.model).inc(cost)
-        if admitted.choice.fallback:
-            self._metrics.fallbacks.labels(
-                tenant=self._metrics.tenant(tenant.name), model=request.model
-            ).inc()
         return response
+
+    def _shed(self, admitted: Admitted, deadline: float) -> None:
+        """Refuse at once what the batcher just refused for this version and would refuse again."""
+        if not self._settings.shed_overload:
+            return
+        now = asyncio.get_running_loop().time()
+        wait = self._shedder.wait(admitted.choice.key, deadline - now, now)
+        if wait is not None:
+            self._metrics.child(self._metrics.shed, admitted.choice.model, admitted.choice.version).inc()
+            raise fail(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{admitted.choice.key} is overloaded: expected latency {wait * 1000:.0f} ms "
+                "exceeds this request's deadline",
+                OVERLOADED,
+                retry_after=timedelta(seconds=wait),
+            )
 
     def _degrade(
         self, request: inference_pb2.PredictRequest, tenant: TenantRecord, admitted: Admitted

@@ -24,6 +24,9 @@ class RouterSettings(BaseSettings):
     """Registry revision checks; key revocations and route changes apply within this."""
     heartbeat_timeout_s: float = Field(default=10.0, gt=0)
     max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    shed_overload: bool = True
+    """Refuse at once requests the batcher just predicted could not make their deadline
+    (router/shedding.py); off, every request goes to the batcher to be refused there."""
     max_tenant_labels: int = Field(default=100, ge=1)
     """Tenants named in metric labels; the rest are counted as ``other``."""
 

@@ -29,6 +29,9 @@ from ferryman.net import free_port
 from registry.db import make_engine, normalize_url
 from registry.migrate import upgrade
 
+# The services run in this process and the tracing tests read their spans from its provider.
+os.environ.setdefault("FERRYMAN_TRACE_ENABLED", "true")
+
 LOCAL_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 

@@ -22,12 +22,19 @@ from ferryman.net import free_port
 
 DEADLINE_S = 5.0
 """Closed loop: a generous deadline, so latency (not refusals) is what is compared."""
-PEER_MAX_BATCH = 64
+PEER_MAX_BATCH = 32
+"""Ray Serve's batch settings as tuned in shared/BASELINES.md."""
 PEER_WAIT_MS = 5.0
 
 
 def sweep(
-    system: str, target: str, key: str, levels: Sequence[int], roots: list[int], opts: argparse.Namespace
+    system: str,
+    target: str,
+    key: str,
+    levels: Sequence[int],
+    roots: list[int],
+    opts: argparse.Namespace,
+    stream: bool = False,
 ) -> list[Point]:
     points = []
     for c in levels:
@@ -36,6 +43,7 @@ def sweep(
             api_key=key,
             model="mlp",
             concurrency=c,
+            stream=stream,
             deadline_s=DEADLINE_S,
             warmup_s=opts.warmup,
             window_s=opts.window,
@@ -80,6 +88,8 @@ def main() -> None:
     levels = [int(c) for c in opts.levels.split(",")]
     with ferryman(PlatformSpec()) as platform:
         points = sweep("ferryman", platform.router, platform.key, levels, platform.pids, opts)
+        # The same platform over PredictStream: what a client that keeps a stream open gets.
+        points += sweep("ferryman-stream", platform.router, platform.key, levels, platform.pids, opts, True)
     if not opts.no_peer:
         from bench.scenarios.ray_peer import ray_serve
 

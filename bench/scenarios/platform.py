@@ -45,12 +45,14 @@ class PlatformSpec:
     models: tuple[str, ...] = ("mlp",)
     quota: QuotaLimits | None = None
     redis_url: str = ""
-    batcher_env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra settings for every service (each reads its own ``FERRYMAN_<SERVICE>_`` prefix)."""
 
 
 @dataclass(frozen=True)
 class Running:
     router: str
+    batcher: str
     key: str
     pids: list[int]
 
@@ -110,7 +112,7 @@ def ferryman(spec: PlatformSpec) -> Iterator[Running]:
             "FERRYMAN_NODE_TORCH_THREADS": str(spec.torch_threads),
             "FERRYMAN_NODE_CAPACITY": str(spec.node_capacity),
             "FERRYMAN_NODE_DEVICE": "cpu",
-            **spec.batcher_env,
+            **spec.env,
         }
         platform = Platform(quiet=True)
         batcher, router = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
@@ -125,7 +127,9 @@ def ferryman(spec: PlatformSpec) -> Iterator[Running]:
                 router_args += ["--redis-url", spec.redis_url]
             platform.start_command("router", router_args, env)
             _wait_ready(platform, RegistryReader(engine), router, spec)
-            yield Running(router=router, key=key, pids=[p.pid for _, p in platform.processes])
+            yield Running(
+                router=router, batcher=batcher, key=key, pids=[p.pid for _, p in platform.processes]
+            )
         finally:
             platform.stop()
             engine.dispose()

@@ -72,9 +72,11 @@ def serve_forever(port: int, max_batch: int, wait_ms: float, torch_threads: int)
                 outputs=[common_pb2.NamedTensor(name="output", tensor=encode(out))],
             )
 
+    # Tuned as we tune Ferryman for a benchmark: no per-request access log, warnings only.
+    quiet = {"enable_access_log": False, "log_level": "WARNING"}
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    serve.start(grpc_options=gRPCOptions(port=port, grpc_servicer_functions=[SERVICER]))
-    serve.run(MLP.bind(), name="mlp", route_prefix="/mlp")  # type: ignore[attr-defined]
+    serve.start(grpc_options=gRPCOptions(port=port, grpc_servicer_functions=[SERVICER]), logging_config=quiet)
+    serve.run(MLP.bind(), name="mlp", route_prefix="/mlp", logging_config=quiet)  # type: ignore[attr-defined]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     stop.wait()

@@ -50,7 +50,7 @@ class Recorder:
 
     def error(self, code: str, seconds: float) -> None:
         self.window.errors[code] = self.window.errors.get(code, 0) + 1
-        self.window.error_latencies.append(seconds)
+        self.window.error_latencies.setdefault(code, []).append(seconds)
 
     def roll(self, seconds: float) -> Window:
         done, self.window = self.window, Window(seconds=0.0)

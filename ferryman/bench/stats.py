@@ -18,8 +18,8 @@ class Window:
     seconds: float
     latencies: list[float] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
-    error_latencies: list[float] = field(default_factory=list)
-    """Seconds to each error answer (how fast refusals come back)."""
+    error_latencies: dict[str, list[float]] = field(default_factory=dict)
+    """Seconds to each error answer by code (how fast refusals come back)."""
     within_deadline: int = 0
 
     @property
@@ -57,7 +57,10 @@ def summarize(windows: Sequence[Window]) -> dict[str, object]:
     """Throughput, goodput, latency percentiles (ms) and errors over the given windows."""
     seconds = sum(w.seconds for w in windows)
     latencies = [t for w in windows for t in w.latencies]
-    error_latencies = [t for w in windows for t in w.error_latencies]
+    error_latencies: dict[str, list[float]] = {}
+    for w in windows:
+        for code, times in w.error_latencies.items():
+            error_latencies.setdefault(code, []).extend(times)
     errors: dict[str, int] = {}
     for w in windows:
         for code, n in w.errors.items():
@@ -71,6 +74,8 @@ def summarize(windows: Sequence[Window]) -> dict[str, object]:
         "p90_ms": percentile(latencies, 90) * 1000,
         "p99_ms": percentile(latencies, 99) * 1000,
         "errors": errors,
-        "error_p50_ms": percentile(error_latencies, 50) * 1000,
-        "error_p99_ms": percentile(error_latencies, 99) * 1000,
+        "error_latency_ms": {
+            code: {"p50": percentile(ts, 50) * 1000, "p99": percentile(ts, 99) * 1000}
+            for code, ts in sorted(error_latencies.items())
+        },
     }

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 import typer
+import uvloop
 
 from ferryman.cli.context import settings
 from ferryman.logs import configure_logging
@@ -50,7 +50,7 @@ def serve_node_cmd(
             metrics_listen=metrics_listen,
         )
     )
-    raise typer.Exit(asyncio.run(serve_node(node_settings, settings())))
+    raise typer.Exit(uvloop.run(serve_node(node_settings, settings())))
 
 
 @serve_app.command("batcher")
@@ -64,7 +64,7 @@ def serve_batcher_cmd(
 
     _configure_logging()
     batcher_settings = BatcherSettings(**_overrides(listen=listen, metrics_listen=metrics_listen))
-    raise typer.Exit(asyncio.run(serve_batcher(batcher_settings, settings())))
+    raise typer.Exit(uvloop.run(serve_batcher(batcher_settings, settings())))
 
 
 @serve_app.command("router")
@@ -87,7 +87,7 @@ def serve_router_cmd(
         )
     )
     quota_settings = QuotaSettings(**_overrides(redis_url=redis_url, backend="redis" if redis_url else None))
-    raise typer.Exit(asyncio.run(serve_router(router_settings, quota_settings, settings())))
+    raise typer.Exit(uvloop.run(serve_router(router_settings, quota_settings, settings())))
 
 
 @serve_app.command("quota")
@@ -103,4 +103,4 @@ def serve_quota_cmd(
     quota_settings = QuotaSettings(
         **_overrides(listen=listen, redis_url=redis_url, backend="redis" if redis_url else None)
     )
-    raise typer.Exit(asyncio.run(serve_quota(quota_settings, settings())))
+    raise typer.Exit(uvloop.run(serve_quota(quota_settings, settings())))

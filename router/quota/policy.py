@@ -54,6 +54,8 @@ class Verdict:
     decision: Decision
     violations: tuple[Violation, ...] = ()
     retry_after_s: float = 0.0
+    held: bool = True
+    """A reservation was taken and must be committed or released (not when no limit applies)."""
 
 
 @dataclass

@@ -76,7 +76,7 @@ class QuotaService:
     async def reserve(self, request_id: str, tenant: str, model: str, tokens: int, cost: float) -> Verdict:
         limits = self.limits(tenant, model)
         if not limits:
-            return Verdict(Decision.ADMIT)
+            return Verdict(Decision.ADMIT, held=False)
         try:
             return await asyncio.wait_for(
                 self._backend.reserve(request_id, limits, tokens, cost), self._settings.backend_timeout_s
@@ -84,7 +84,7 @@ class QuotaService:
         except (RedisError, OSError, TimeoutError) as exc:
             if self._settings.fail_mode == "open":
                 log.warning("quota backend down, admitting (fail open): %s", exc)
-                return Verdict(Decision.ADMIT)
+                return Verdict(Decision.ADMIT, held=False)
             raise QuotaUnavailable(f"quota backend unavailable: {exc}") from exc
 
     async def commit(self, request_id: str, tokens: int, cost: float) -> bool:

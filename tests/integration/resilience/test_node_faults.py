@@ -1,5 +1,6 @@
 """Under steady load through the router: kill -9 a node, then drain one with SIGTERM;
-not one request fails (batches in flight retry on another node, new ones avoid it)."""
+not one request fails (batches in flight retry on another node, new ones avoid it).
+And with 5% poison inputs in the load, only the poison requests fail."""
 
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ from router.settings import RouterSettings
 CLIENTS = 8
 LOAD_S = 3.0
 BATCH_DELAY_MS = "20"  # batches take a while, so some are in flight when the fault hits
+POISON = -7.0
+POISON_EVERY = 20  # 5% of requests
+VERSIONS = {"echo:1", "echo:poison"}
 
 
 @dataclass
@@ -73,7 +77,7 @@ class Cluster:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        wait_for_replicas(self.reader, (name,), {"echo:1"})
+        wait_for_replicas(self.reader, (name,), VERSIONS)
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +98,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             max_batch_size=16,
         )
     )
+    writer.register_version(
+        VersionSpec(
+            model="echo",
+            version="poison",
+            artifact=str(echo.write_config(root / "poison.json", poison=POISON)),
+            format="python",
+            handler="gpu_node.demo.echo:EchoHandler",
+            io_schema=echo.SCHEMA,
+            max_batch_size=16,
+        )
+    )
     writer.set_route("echo", {"1": 100})
     writer.place("echo", "1")
+    writer.place("echo", "poison")
     key = writer.create_tenant("acme").plaintext
     common = CommonSettings(data_dir=root, database_url=url)
     batcher_settings = BatcherSettings(listen="127.0.0.1:0", registry_refresh_s=0.1, retry_backoff_ms=10)
@@ -121,29 +137,55 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     engine.dispose()
 
 
-def steady_load(cluster: Cluster, fault: threading.Event) -> tuple[int, list[str]]:
-    """CLIENTS closed-loop clients for LOAD_S seconds; ``fault`` is set halfway. Returns (ok, failures)."""
+@dataclass
+class Load:
+    ok: int = 0
+    failures: list[str] = field(default_factory=list)
+    """Requests that should have succeeded and did not."""
+    poison_sent: int = 0
+    poison_failed: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, ok: int, poison_sent: int, poison_failed: int) -> None:
+        with self.lock:
+            self.ok += ok
+            self.poison_sent += poison_sent
+            self.poison_failed += poison_failed
+
+
+def steady_load(cluster: Cluster, fault: threading.Event, version: str = "", poison_every: int = 0) -> Load:
+    """CLIENTS closed-loop clients for LOAD_S seconds; ``fault`` is set halfway.
+
+    With ``poison_every`` N, every Nth request of each client carries the poison value."""
     stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(cluster.router))
     metadata = (("authorization", f"Bearer {cluster.key}"),)
-    ok = [0] * CLIENTS
-    failures: list[str] = []
+    load = Load()
     ends = time.monotonic() + LOAD_S
 
     def client(i: int) -> None:
-        n = 0
+        n = ok = sent = failed = 0
         while time.monotonic() < ends:
-            x = np.full((1, echo.WIDTH), i * 10_000 + n, np.float32)
+            poisoned = poison_every > 0 and (n + i) % poison_every == 0
+            x = np.full((1, echo.WIDTH), POISON if poisoned else i * 10_000 + n, np.float32)
             request = inference_pb2.PredictRequest(
                 model="echo",
+                version=version,
                 parameters={"delay_ms": BATCH_DELAY_MS},
                 inputs=[common_pb2.NamedTensor(name="input", tensor=encode(x))],
             )
+            sent += poisoned
             try:
                 stub.Predict(request, metadata=metadata, timeout=30)
-                ok[i] += 1
+                ok += 1
+                if poisoned:
+                    load.failures.append("a poison request succeeded")
             except grpc.RpcError as error:
-                failures.append(f"{error.code().name}: {error.details()}")
+                if poisoned and "poison value" in (error.details() or ""):
+                    failed += 1
+                else:
+                    load.failures.append(f"{error.code().name}: {error.details()}")
             n += 1
+        load.add(ok, sent, failed)
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
     for thread in threads:
@@ -152,7 +194,7 @@ def steady_load(cluster: Cluster, fault: threading.Event) -> tuple[int, list[str
     fault.set()
     for thread in threads:
         thread.join()
-    return sum(ok), failures
+    return load
 
 
 def signal_on(fault: threading.Event, proc: subprocess.Popen[bytes], sig: int) -> None:
@@ -164,11 +206,11 @@ def test_kill_9_one_of_two_nodes_fails_no_request(cluster: Cluster) -> None:
     fault = threading.Event()
     killer = threading.Thread(target=signal_on, args=(fault, cluster.nodes["f1"], signal.SIGKILL))
     killer.start()
-    ok, failures = steady_load(cluster, fault)
+    load = steady_load(cluster, fault)
     killer.join()
     assert cluster.nodes["f1"].wait(10) == -signal.SIGKILL
-    assert not failures, failures[:5]
-    assert ok > CLIENTS * 4
+    assert not load.failures, load.failures[:5]
+    assert load.ok > CLIENTS * 4
 
 
 def test_sigterm_drain_fails_no_request(cluster: Cluster) -> None:
@@ -177,9 +219,16 @@ def test_sigterm_drain_fails_no_request(cluster: Cluster) -> None:
     fault = threading.Event()
     drainer = threading.Thread(target=signal_on, args=(fault, cluster.nodes["f2"], signal.SIGTERM))
     drainer.start()
-    ok, failures = steady_load(cluster, fault)
+    load = steady_load(cluster, fault)
     drainer.join()
     assert cluster.nodes["f2"].wait(30) == 0
-    assert not failures, failures[:5]
-    assert ok > CLIENTS * 4
+    assert not load.failures, load.failures[:5]
+    assert load.ok > CLIENTS * 4
     assert {n.name: n.lifecycle for n in cluster.reader.nodes()}["f2"] == "GONE"
+
+
+def test_five_percent_poison_fails_only_the_poison(cluster: Cluster) -> None:
+    load = steady_load(cluster, threading.Event(), version="poison", poison_every=POISON_EVERY)
+    assert not load.failures, load.failures[:5]
+    assert load.poison_sent > 0 and load.poison_failed == load.poison_sent
+    assert load.ok > CLIENTS * 4
