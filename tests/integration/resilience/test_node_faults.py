@@ -17,6 +17,7 @@ import grpc
 import numpy as np
 import pytest
 from batcher_platform import wait_for_replicas
+from figures import report
 from harness import ServiceThread
 
 from batcher.server import serve_batcher
@@ -211,6 +212,7 @@ def test_kill_9_one_of_two_nodes_fails_no_request(cluster: Cluster) -> None:
     assert cluster.nodes["f1"].wait(10) == -signal.SIGKILL
     assert not load.failures, load.failures[:5]
     assert load.ok > CLIENTS * 4
+    report("kill -9 under load", answered=load.ok, failed=len(load.failures))
 
 
 def test_sigterm_drain_fails_no_request(cluster: Cluster) -> None:
@@ -224,6 +226,7 @@ def test_sigterm_drain_fails_no_request(cluster: Cluster) -> None:
     assert cluster.nodes["f2"].wait(30) == 0
     assert not load.failures, load.failures[:5]
     assert load.ok > CLIENTS * 4
+    report("SIGTERM drain under load", answered=load.ok, failed=len(load.failures))
     assert {n.name: n.lifecycle for n in cluster.reader.nodes()}["f2"] == "GONE"
 
 
@@ -232,3 +235,10 @@ def test_five_percent_poison_fails_only_the_poison(cluster: Cluster) -> None:
     assert not load.failures, load.failures[:5]
     assert load.poison_sent > 0 and load.poison_failed == load.poison_sent
     assert load.ok > CLIENTS * 4
+    report(
+        "5% poison under load",
+        innocent_answered=load.ok,
+        innocent_failed=len(load.failures),
+        poison_sent=load.poison_sent,
+        poison_failed=load.poison_failed,
+    )
