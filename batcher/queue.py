@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -73,17 +74,17 @@ class VersionQueue:
     def busy(self) -> bool:
         return bool(self.entries or self._running)
 
-    def expected_latency(self, rows: int, slots: int) -> float:
+    def expected_latency(self, rows: int, replicas: int) -> float:
         """Predicted time until a new item of ``rows`` rows is answered.
 
-        Full batches ahead of it run ``slots`` at a time; then it waits at most the
+        Full batches ahead of it run ``replicas`` at a time; then it waits at most the
         current window and runs in a batch with the remainder of the queue.
         """
         full = self.config.max_batch_rows
         ahead = self._rows // full
         own_batch = min(self._rows % full + rows, full)
         return (
-            ahead * self.predictor.predict(full) / max(1, slots)
+            ahead * self.predictor.predict(full) / max(1, replicas)
             + self.last_decision_window
             + self.predictor.predict(own_batch)
         )
@@ -126,11 +127,11 @@ class VersionQueue:
                 self.predictor.seed(profile)
                 self._seeded = True
         now = self._clock()
-        free, total = self._directory.slots(self.version_key)
-        if total == 0 and not self._directory.ready(self.version_key):
+        capacity = self._directory.capacity(self.version_key)
+        if capacity.total_slots == 0 and not self._directory.ready(self.version_key):
             self._fail_all(grpc.StatusCode.UNAVAILABLE, f"no ready replica serves {self.version_key}")
             return None
-        load = Load(arrival_rate=self.arrivals.rate(now), free_slots=free, total_slots=total)
+        load = Load(**dataclasses.asdict(capacity), arrival_rate=self.arrivals.rate(now))
         decision = decide(now, self.entries, self.config, self.predictor, load, self.draining)
         self.last_decision_window, self.last_target_rows = decision.window_s, decision.target_rows
         for index in decision.expired:

@@ -20,6 +20,7 @@ import grpc
 
 from batcher.breaker import Breaker, BreakerState
 from batcher.metrics import BatcherMetrics
+from batcher.scheduler import Capacity
 from batcher.settings import BatcherSettings
 from ferryman.serving import channel_options
 from ferryman.v1 import node_pb2, node_pb2_grpc
@@ -150,12 +151,17 @@ class ReplicaDirectory:
                 return replica.profiles[version_key]
         return {}
 
-    def slots(self, version_key: str) -> tuple[int, int]:
-        """(free, total) batch slots across the version's usable replicas."""
+    def capacity(self, version_key: str) -> Capacity:
+        """Batch slots and replicas across the version's usable replicas."""
         now = self._clock()
         limit = self._settings.max_inflight_per_node
         usable = [r for r in self.ready(version_key) if r.breaker.allows(now)]
-        return sum(max(0, limit - r.inflight) for r in usable), len(usable) * limit
+        return Capacity(
+            free_slots=sum(max(0, limit - r.inflight) for r in usable),
+            total_slots=len(usable) * limit,
+            replicas=len(usable),
+            idle_replicas=sum(1 for r in usable if r.inflight == 0),
+        )
 
     def pick(self, version_key: str, exclude: set[str]) -> Replica | None:
         """Power of two choices on outstanding rows among replicas that can take a batch."""

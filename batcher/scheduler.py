@@ -66,15 +66,26 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True)
-class Load:
-    """What the dispatcher can take now, and how fast rows arrive."""
+class Capacity:
+    """What the version's usable replicas can take."""
 
-    arrival_rate: float
-    """Rows per second arriving at this queue."""
     free_slots: int
     """Batches that could be sent right now."""
     total_slots: int
-    """Batches that can run at once across all ready replicas."""
+    """Batches that may be in flight at once across all ready replicas."""
+    replicas: int = 1
+    """Devices computing in parallel. A replica's extra in-flight slots only pipeline
+    (the next batch waits at the node), so they add no throughput."""
+    idle_replicas: int = 0
+    """Replicas with no batch in flight."""
+
+
+@dataclass(frozen=True)
+class Load(Capacity):
+    """Capacity, and how fast rows arrive."""
+
+    arrival_rate: float = 0.0
+    """Rows per second arriving at this queue."""
 
 
 @dataclass(frozen=True)
@@ -102,14 +113,14 @@ def priority_order(items: Sequence[Pending], indices: Sequence[int], now: float,
 
 
 def target_batch_rows(
-    predictor: LatencyPredictor, arrival_rate: float, slots: int, max_rows: int, headroom: float
+    predictor: LatencyPredictor, arrival_rate: float, replicas: int, max_rows: int, headroom: float
 ) -> int:
-    """The smallest batch whose throughput over ``slots`` keeps up with the arrivals."""
+    """The smallest batch whose throughput over ``replicas`` keeps up with the arrivals."""
     if arrival_rate <= 0:
         return 1
     need = arrival_rate * headroom
     for rows in range(1, max_rows + 1):
-        if max(1, slots) * rows / predictor.predict(rows) >= need:
+        if max(1, replicas) * rows / predictor.predict(rows) >= need:
             return rows
     return max_rows
 
@@ -150,13 +161,12 @@ def decide(
     if config.fixed_window_s is not None:
         target, window = config.max_batch_rows, config.fixed_window_s
     else:
-        slots = load.free_slots or load.total_slots
         target = target_batch_rows(
-            predictor, load.arrival_rate, slots, config.max_batch_rows, config.headroom
+            predictor, load.arrival_rate, load.replicas, config.max_batch_rows, config.headroom
         )
         # Waiting is free only while the device is busy with another batch; an idle
         # device is never kept waiting for a fuller batch.
-        idle = load.total_slots > 0 and load.free_slots >= load.total_slots
+        idle = load.idle_replicas > 0
         window = 0.0 if idle else adaptive_window(queued_rows, target, load.arrival_rate, config.max_window_s)
     if load.free_slots <= 0:
         return Decision(expired=expired, wake_at=expire_at, target_rows=target, window_s=window)

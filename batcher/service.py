@@ -126,7 +126,7 @@ class BatcherService:
                 "ferryman.rows": rows,
             },
         )
-        shared = self._inflight.get(key)
+        shared = self._inflight.get(key) if self._settings.coalesce else None
         if shared is not None and len(shared.live_waiters()) < self._settings.max_waiters:
             waiter.coalesced = True
             waiter.span.set_attribute("ferryman.coalesced", True)
@@ -138,7 +138,7 @@ class BatcherService:
         # Admission by predicted wait: the batches already queued ahead of this item, the
         # current window, and its own batch. Refusing now is cheap and immediate; queueing
         # an item that cannot make its deadline only to expire it later is not.
-        expected = queue.expected_latency(rows, self._directory.slots(version_key)[1])
+        expected = queue.expected_latency(rows, self._directory.capacity(version_key).replicas)
         if expected > deadline - now:
             return refuse(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,

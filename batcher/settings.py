@@ -36,6 +36,8 @@ class BatcherSettings(BaseSettings):
     """Replace the adaptive window with a fixed one (benchmarks compare the two)."""
 
     # Coalescing and cache
+    coalesce: bool = True
+    """Identical in-flight items share one execution (off: every item runs; benchmarks compare)."""
     max_waiters: int = Field(default=1024, ge=1)
     """Most callers sharing one execution; more start a new one."""
     cache_ttl_s: float = Field(default=60.0, gt=0)

@@ -66,7 +66,7 @@ class RouterService:
         self._cache = cache
         self._quota = quota
         self._batchers = batchers
-        self._shedder = Shedder()
+        self._shedder = Shedder(settings.shed_smoothing)
 
     def _check(self, request: inference_pb2.PredictRequest, tenant: TenantRecord, degrade: bool) -> Admitted:
         snapshot = self._cache.snapshot
@@ -130,7 +130,7 @@ class RouterService:
         request_id = request.request_id or uuid.uuid4().hex
         quota_id = f"{tenant.name}/{request_id}"
         admitted = self._check(request, tenant, degrade=False)
-        self._shed(admitted, deadline)
+        checked_at = self._shed(admitted, deadline)
         try:
             with self._tracer.start_as_current_span(
                 "quota.reserve", attributes={"ferryman.tenant": tenant.name}
@@ -178,6 +178,7 @@ class RouterService:
         )
         if verdict.held:
             await self._quota.commit(quota_id, tokens, cost, budget_s=SETTLE_TIMEOUT_S)
+        self._shedder.observe(admitted.choice.key, loop.time() - checked_at)
         response = inference_pb2.PredictResponse(
             request_id=request_id,
             model=admitted.choice.model,
@@ -203,11 +204,13 @@ class RouterService:
         )
         return response
 
-    def _shed(self, admitted: Admitted, deadline: float) -> None:
-        """Refuse at once what the batcher just refused for this version and would refuse again."""
-        if not self._settings.shed_overload:
-            return
+    def _shed(self, admitted: Admitted, deadline: float) -> float:
+        """Refuse at once a request that cannot make its deadline (router/shedding.py).
+
+        Returns the check's time, from which the answer's latency is measured."""
         now = asyncio.get_running_loop().time()
+        if not self._settings.shed_overload:
+            return now
         wait = self._shedder.wait(admitted.choice.key, deadline - now, now)
         if wait is not None:
             self._metrics.child(self._metrics.shed, admitted.choice.model, admitted.choice.version).inc()
@@ -218,6 +221,7 @@ class RouterService:
                 OVERLOADED,
                 retry_after=timedelta(seconds=wait),
             )
+        return now
 
     def _degrade(
         self, request: inference_pb2.PredictRequest, tenant: TenantRecord, admitted: Admitted

@@ -25,8 +25,11 @@ class RouterSettings(BaseSettings):
     heartbeat_timeout_s: float = Field(default=10.0, gt=0)
     max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     shed_overload: bool = True
-    """Refuse at once requests the batcher just predicted could not make their deadline
-    (router/shedding.py); off, every request goes to the batcher to be refused there."""
+    """Refuse at once requests predicted to miss their deadline: by the recent latency of
+    their version, or by the batcher's last overload refusal (router/shedding.py). Off, every
+    request goes on and is refused (or times out) further down."""
+    shed_smoothing: float = Field(default=0.2, gt=0, le=1)
+    """Weight of each answered request in the latency average the router sheds by."""
     max_tenant_labels: int = Field(default=100, ge=1)
     """Tenants named in metric labels; the rest are counted as ``other``."""
 

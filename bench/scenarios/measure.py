@@ -7,6 +7,7 @@ the load generator, across exactly the windows the summary covers.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -17,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 
@@ -91,6 +92,70 @@ def measure(
         summary=summary,
         cpu_ms_per_request=cpu * 1000 / answered if answered else float("nan"),
     )
+
+
+CLOSED_DEADLINE_S = 5.0
+"""Closed loop: a generous deadline, so latency (not refusals) is what is compared."""
+
+
+class Target(Protocol):
+    """Something to load: an Inference endpoint, its key, and the processes serving it."""
+
+    @property
+    def address(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def pids(self) -> list[int]: ...
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A Target given by hand (the peer)."""
+
+    address: str
+    key: str
+    pids: list[int]
+
+
+def add_window_args(parser: argparse.ArgumentParser) -> None:
+    """The measurement options every scenario takes."""
+    parser.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring")
+    parser.add_argument("--window", type=float, default=4.0, help="seconds per window")
+    parser.add_argument("--max-windows", type=int, default=6)
+    parser.add_argument("--out", type=Path, default=Path("docs/bench"), help="where JSON/PNG go")
+
+
+def load_spec(target: Target, model: str, opts: argparse.Namespace, **kw: Any) -> LoadSpec:
+    """A LoadSpec for ``target`` with the scenario's window options."""
+    return LoadSpec(
+        target=target.address,
+        api_key=target.key,
+        model=model,
+        warmup_s=opts.warmup,
+        window_s=opts.window,
+        max_windows=opts.max_windows,
+        **kw,
+    )
+
+
+def closed_sweep(
+    system: str,
+    target: Target,
+    model: str,
+    levels: Sequence[int],
+    make_inputs: InputsFactory,
+    opts: argparse.Namespace,
+    stream: bool = False,
+) -> list[Point]:
+    """One closed-loop point per concurrency level, each printed as it lands."""
+    points = []
+    for c in levels:
+        spec = load_spec(target, model, opts, concurrency=c, stream=stream, deadline_s=CLOSED_DEADLINE_S)
+        point = measure(system, f"c={c}", spec, make_inputs, target.pids)
+        print(table([point]).splitlines()[-1], flush=True)
+        points.append(point)
+    return points
 
 
 def machine() -> str:

@@ -11,48 +11,16 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from pathlib import Path
 
 from bench.loadgen import make_inputs_factory
-from bench.scenarios.measure import Point, measure, table, write_json
+from bench.scenarios.measure import Endpoint, Point, add_window_args, closed_sweep, table, write_json
 from bench.scenarios.platform import PlatformSpec, ferryman
-from ferryman.bench.loadgen import LoadSpec
 from ferryman.bench.plot import PlotPoint, plot_latency_vs_throughput
 from ferryman.net import free_port
 
-DEADLINE_S = 5.0
-"""Closed loop: a generous deadline, so latency (not refusals) is what is compared."""
 PEER_MAX_BATCH = 32
 """Ray Serve's batch settings as tuned in shared/BASELINES.md."""
 PEER_WAIT_MS = 5.0
-
-
-def sweep(
-    system: str,
-    target: str,
-    key: str,
-    levels: Sequence[int],
-    roots: list[int],
-    opts: argparse.Namespace,
-    stream: bool = False,
-) -> list[Point]:
-    points = []
-    for c in levels:
-        spec = LoadSpec(
-            target=target,
-            api_key=key,
-            model="mlp",
-            concurrency=c,
-            stream=stream,
-            deadline_s=DEADLINE_S,
-            warmup_s=opts.warmup,
-            window_s=opts.window,
-            max_windows=opts.max_windows,
-        )
-        point = measure(system, f"c={c}", spec, make_inputs_factory(), roots)
-        print(table([point]).splitlines()[-1], flush=True)
-        points.append(point)
-    return points
 
 
 def ratios(points: Sequence[Point], levels: Sequence[int]) -> str:
@@ -79,23 +47,22 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--levels", default="1,16,64", help="comma-separated concurrencies")
-    parser.add_argument("--warmup", type=float, default=3.0)
-    parser.add_argument("--window", type=float, default=4.0)
-    parser.add_argument("--max-windows", type=int, default=6)
     parser.add_argument("--no-peer", action="store_true", help="Ferryman only (Ray not installed)")
-    parser.add_argument("--out", type=Path, default=Path("docs/bench"))
+    add_window_args(parser)
     opts = parser.parse_args()
     levels = [int(c) for c in opts.levels.split(",")]
+    inputs = make_inputs_factory()
     with ferryman(PlatformSpec()) as platform:
-        points = sweep("ferryman", platform.router, platform.key, levels, platform.pids, opts)
+        points = closed_sweep("ferryman", platform, "mlp", levels, inputs, opts)
         # The same platform over PredictStream: what a client that keeps a stream open gets.
-        points += sweep("ferryman-stream", platform.router, platform.key, levels, platform.pids, opts, True)
+        points += closed_sweep("ferryman-stream", platform, "mlp", levels, inputs, opts, stream=True)
     if not opts.no_peer:
         from bench.scenarios.ray_peer import ray_serve
 
         port = free_port()
         with ray_serve(port, max_batch=PEER_MAX_BATCH, wait_ms=PEER_WAIT_MS) as root:
-            points += sweep("ray-serve", f"127.0.0.1:{port}", "unused", levels, [root], opts)
+            peer = Endpoint(address=f"127.0.0.1:{port}", key="unused", pids=[root])
+            points += closed_sweep("ray-serve", peer, "mlp", levels, inputs, opts)
     print()
     print(table(points))
     print()

@@ -35,6 +35,12 @@ MODELS_DIR = Path(tempfile.gettempdir()) / "ferryman-bench-models"
 """Built demo artifacts, reused across runs (MiniLM takes a while to build)."""
 
 
+CPU_TUNING = {"FERRYMAN_BATCHER_MAX_INFLIGHT_PER_NODE": "1"}
+"""On a CPU-only box the node's compute shares the cores with every service: one batch in
+flight per node lets the next one grow while the current one runs (bigger batches, less CPU
+per item), where a second pipelined batch would go out small. Measured in docs/benchmarks.md."""
+
+
 @dataclass(frozen=True)
 class PlatformSpec:
     nodes: int = 1
@@ -45,13 +51,14 @@ class PlatformSpec:
     models: tuple[str, ...] = ("mlp",)
     quota: QuotaLimits | None = None
     redis_url: str = ""
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=lambda: dict(CPU_TUNING))
     """Extra settings for every service (each reads its own ``FERRYMAN_<SERVICE>_`` prefix)."""
 
 
 @dataclass(frozen=True)
 class Running:
-    router: str
+    address: str
+    """The router: the platform's public endpoint."""
     batcher: str
     key: str
     pids: list[int]
@@ -128,7 +135,7 @@ def ferryman(spec: PlatformSpec) -> Iterator[Running]:
             platform.start_command("router", router_args, env)
             _wait_ready(platform, RegistryReader(engine), router, spec)
             yield Running(
-                router=router, batcher=batcher, key=key, pids=[p.pid for _, p in platform.processes]
+                address=router, batcher=batcher, key=key, pids=[p.pid for _, p in platform.processes]
             )
         finally:
             platform.stop()

@@ -11,7 +11,8 @@ from typing import Annotated, Any
 import typer
 from rich.progress import Progress
 
-from ferryman.bench.loadgen import LoadSpec, run
+from ferryman.bench.loadgen import InputsFactory, LoadSpec, run
+from ferryman.bench.plot import PlotPoint, plot_latency_vs_throughput
 from ferryman.bench.stats import Window, stable, summarize
 from ferryman.cli.output import console, fail
 from ferryman.cli.predict_cmd import DEFAULT_TARGET, _load
@@ -39,8 +40,16 @@ def bench(
     window: Annotated[float, typer.Option(help="Seconds per measurement window.")] = 5.0,
     max_windows: Annotated[int, typer.Option(help="Stop after this many windows even if not stable.")] = 10,
     json_out: Annotated[Path | None, typer.Option(help="Write the results here as JSON.")] = None,
+    sweep: Annotated[
+        str, typer.Option(help="Comma-separated concurrencies to run in turn (closed loop), e.g. 1,16,64.")
+    ] = "",
+    plot: Annotated[
+        Path | None, typer.Option(help="Write latency vs throughput as a PNG (needs matplotlib).")
+    ] = None,
 ) -> None:
-    """Measure until three windows in a row agree within 10%, then print the summary."""
+    """Measure until three windows in a row agree within 10%, then print the summary.
+
+    With --sweep, one such measurement per concurrency; --json-out then holds {"runs": [...]}."""
     api_key = key or os.environ.get("FERRYMAN_API_KEY", "")
     if not api_key:
         fail("an API key is needed: --key or FERRYMAN_API_KEY")
@@ -54,33 +63,71 @@ def bench(
     def make_inputs(_: int) -> list[common_pb2.NamedTensor]:
         return template
 
-    spec = LoadSpec(
-        target=address,
-        api_key=api_key,
-        model=model,
-        concurrency=concurrency,
-        rate=rate,
-        stream=stream,
-        deadline_s=deadline_ms / 1000,
-        warmup_s=warmup,
-        window_s=window,
-        max_windows=max_windows,
-    )
+    try:
+        levels = [int(c) for c in sweep.split(",") if c.strip()] if sweep else [concurrency]
+    except ValueError:
+        fail(f"--sweep: comma-separated integers, got {sweep!r}")
+    if rate > 0 and sweep:
+        fail("--sweep is for the closed loop; it cannot be combined with --rate")
+    summaries = []
+    for level in levels:
+        spec = LoadSpec(
+            target=address,
+            api_key=api_key,
+            model=model,
+            concurrency=level,
+            rate=rate,
+            stream=stream,
+            deadline_s=deadline_ms / 1000,
+            warmup_s=warmup,
+            window_s=window,
+            max_windows=max_windows,
+        )
+        summary = _measure(spec, make_inputs)
+        summaries.append(summary)
+        console.print(
+            f"{summary['mode']} {model} c={level}: {summary['throughput_rps']:,.1f} req/s, "
+            f"goodput {summary['goodput_rps']:,.1f}, "
+            f"p50 {summary['p50_ms']:.2f} ms, p90 {summary['p90_ms']:.2f} ms, "
+            f"p99 {summary['p99_ms']:.2f} ms, errors {summary['errors'] or 'none'}"
+            f"{'' if summary['stable'] else ' (did not stabilize)'}"
+        )
+    if json_out is not None:
+        record = summaries[0] if len(summaries) == 1 and not sweep else {"runs": summaries}
+        json_out.write_text(json.dumps(record, indent=2))
+    if plot is not None:
+        points = [
+            PlotPoint(
+                f"c={s['concurrency']}" if s["mode"] != "open" else f"{s['rate']:g}/s",
+                s["throughput_rps"],
+                s["p50_ms"],
+                s["p99_ms"],
+            )
+            for s in summaries
+        ]
+        try:
+            plot_latency_vs_throughput({address: points}, plot, f"{model}: latency vs throughput")
+        except RuntimeError as exc:
+            fail(str(exc))
+
+
+def _measure(spec: LoadSpec, make_inputs: InputsFactory) -> dict[str, Any]:
+    """One measurement with a progress bar; the summary as ``--json-out`` writes it."""
     windows: list[Window] = []
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("measuring", total=max_windows)
+        task = progress.add_task("measuring", total=spec.max_windows)
 
         def on_window(w: Window) -> None:
             windows.append(w)
             progress.update(task, advance=1, description=f"{w.throughput:,.0f} req/s")
 
         asyncio.run(run(spec, make_inputs, on_window))
-    summary: dict[str, Any] = {
-        "model": model,
-        "mode": "open" if rate > 0 else ("closed-stream" if stream else "closed"),
-        "concurrency": concurrency,
-        "rate": rate,
-        "deadline_ms": deadline_ms,
+    return {
+        "model": spec.model,
+        "mode": "open" if spec.rate > 0 else ("closed-stream" if spec.stream else "closed"),
+        "concurrency": spec.concurrency,
+        "rate": spec.rate,
+        "deadline_ms": spec.deadline_s * 1000,
         "stable": stable(windows),
         **summarize(windows[-3:] if stable(windows) else windows),
         "windows": [
@@ -93,11 +140,3 @@ def bench(
             for w in windows
         ],
     }
-    if json_out is not None:
-        json_out.write_text(json.dumps(summary, indent=2))
-    console.print(
-        f"{summary['mode']} {model}: {summary['throughput_rps']:,.1f} req/s, "
-        f"goodput {summary['goodput_rps']:,.1f}, "
-        f"p50 {summary['p50_ms']:.2f} ms, p90 {summary['p90_ms']:.2f} ms, p99 {summary['p99_ms']:.2f} ms, "
-        f"errors {summary['errors'] or 'none'}{'' if summary['stable'] else ' (did not stabilize)'}"
-    )

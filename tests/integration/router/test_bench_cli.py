@@ -43,3 +43,37 @@ def test_bench_measures_until_stable_and_writes_json(e2e: E2E, tmp_path: Path, m
     summary = json.loads(out.read_text())
     assert summary["answered"] > 0 and summary["throughput_rps"] > 0 and summary["errors"] == {}
     assert summary["p50_ms"] <= summary["p99_ms"] and 1 <= len(summary["windows"]) <= 4
+
+
+def test_bench_sweep_writes_every_run_and_a_latency_throughput_plot(e2e: E2E, tmp_path: Path) -> None:
+    out, png = tmp_path / "sweep.json", tmp_path / "sweep.png"
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "echo",
+            "--input",
+            '{"input": [[1, 2, 3, 4]]}',
+            "--target",
+            e2e.router,
+            "--key",
+            e2e.keys["acme"],
+            "--warmup",
+            "0.2",
+            "--window",
+            "0.3",
+            "--max-windows",
+            "3",
+            "--sweep",
+            "1,4",
+            "--json-out",
+            str(out),
+            "--plot",
+            str(png),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["concurrency"] for r in runs] == [1, 4]
+    assert all(r["answered"] > 0 and r["errors"] == {} for r in runs)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

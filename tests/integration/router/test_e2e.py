@@ -176,14 +176,14 @@ def test_late_request_is_dropped_without_running(e2e: E2E) -> None:
     assert sample(e2e.batcher_metrics, "ferryman_batch_size_count", model="echo", version="slow") == before
 
 
-def test_router_sheds_what_the_batcher_just_refused_as_overloaded(e2e: E2E) -> None:
+def test_router_sheds_what_cannot_make_its_deadline(e2e: E2E) -> None:
     request = inference_pb2.PredictRequest(
         model="echo",
         version="slow",
         inputs=[common_pb2.NamedTensor(name="input", tensor=encode(np.ones((1, echo.WIDTH), np.float32)))],
     )
     metadata = auth(e2e.keys["acme"])
-    # One slow batch teaches the batcher's predictor that echo:slow takes SLOW_MS.
+    # One slow answer teaches the router (and the batcher's predictor) that echo:slow takes SLOW_MS.
     stub(e2e).Predict(request, metadata=metadata, timeout=30)
     budget_s = SLOW_MS / 3000
 
@@ -200,21 +200,21 @@ def test_router_sheds_what_the_batcher_just_refused_as_overloaded(e2e: E2E) -> N
         return sample(e2e.router_metrics, "ferryman_router_shed_total", model="echo", version="slow")
 
     batcher_before, router_before = refused_by_batcher(), shed_by_router()
-    first = rpc_error(lambda: stub(e2e).Predict(request, metadata=metadata, timeout=budget_s))
-    assert first.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "overloaded" in (first.details() or "")
-    assert refused_by_batcher() == batcher_before + 1
-    started = time.perf_counter()
-    second = rpc_error(lambda: stub(e2e).Predict(request, metadata=metadata, timeout=budget_s))
-    answered_s = time.perf_counter() - started
-    assert second.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    for _ in range(2):
+        # The first may go on as the router's probe and be refused by the batcher; the second
+        # cannot: the router answers it itself, at once.
+        started = time.perf_counter()
+        error = rpc_error(lambda: stub(e2e).Predict(request, metadata=metadata, timeout=budget_s))
+        answered_s = time.perf_counter() - started
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "overloaded" in (error.details() or "")
     from grpc_status import rpc_status
 
-    details = unpack_details(rpc_status.from_call(second))  # type: ignore[arg-type]
+    details = unpack_details(rpc_status.from_call(error))  # type: ignore[arg-type]
     assert "RetryInfo" in details and "ErrorInfo" in details
-    assert shed_by_router() == router_before + 1, "the router answered it without the batcher"
-    assert refused_by_batcher() == batcher_before + 1
+    assert shed_by_router() >= router_before + 1, "the router answered without the batcher"
+    assert refused_by_batcher() <= batcher_before + 1
     assert answered_s < budget_s
-    # A request whose budget fits the predicted wait still goes through.
+    # A request whose budget fits the expected latency still goes through.
     assert stub(e2e).Predict(request, metadata=metadata, timeout=30).outputs
 
 

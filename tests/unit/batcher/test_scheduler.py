@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -20,7 +21,7 @@ from batcher.scheduler import (
 CONFIG = SchedulerConfig(
     max_batch_rows=8, max_window_s=0.010, slack_margin_s=0.002, aging_s=0.050, headroom=1.25
 )
-IDLE = Load(arrival_rate=0.0, free_slots=2, total_slots=2)
+IDLE = Load(arrival_rate=0.0, free_slots=2, total_slots=2, idle_replicas=1)
 
 
 @dataclass
@@ -55,7 +56,9 @@ def test_light_load_has_zero_window_and_dispatches_immediately() -> None:
 def test_window_adapts_to_heavy_load() -> None:
     # 1 ms + 0.1 ms/row: at 5000 rows/s over one slot, batches must hold ~8 rows to keep up.
     p = predictor(per_batch_s=0.001, per_row_s=0.0001)
-    load = Load(arrival_rate=5000.0, free_slots=1, total_slots=2)  # one batch already running
+    load = Load(
+        arrival_rate=5000.0, free_slots=1, total_slots=2
+    )  # one batch already running, no idle replica
     assert target_batch_rows(p, 5000.0, 1, 64, 1.25) > 4
     decision = decide(0.0, [Item()], CONFIG, p, load)
     assert decision.batch == [] and decision.reason is None
@@ -67,8 +70,29 @@ def test_window_adapts_to_heavy_load() -> None:
 
 def test_an_idle_device_never_waits() -> None:
     p = predictor(per_batch_s=0.001, per_row_s=0.0001)
-    idle_heavy = Load(arrival_rate=5000.0, free_slots=2, total_slots=2)
+    idle_heavy = Load(arrival_rate=5000.0, free_slots=2, total_slots=2, idle_replicas=1)
     decision = decide(0.0, [Item()], CONFIG, p, idle_heavy)
+    assert decision.window_s == 0.0 and decision.reason == DispatchReason.WINDOW
+
+
+def test_pipelining_slots_add_no_throughput() -> None:
+    # 1 ms + 0.1 ms/row; 5000 rows/s x 1.25 headroom needs 6250 rows/s from one device:
+    # 17 rows in 2.7 ms.
+    p = predictor(per_batch_s=0.001, per_row_s=0.0001)
+    one_device = target_batch_rows(p, 5000.0, 1, 64, 1.25)
+    assert one_device == 17
+    # Two in-flight slots on that one device: the next batch only waits at the node, so the
+    # target stays; two devices really double the throughput and shrink it.
+    load = Load(arrival_rate=5000.0, free_slots=1, total_slots=2, replicas=1)
+    wide = dataclasses.replace(CONFIG, max_batch_rows=64)
+    assert decide(0.0, [Item()], wide, p, load).target_rows == one_device
+    assert target_batch_rows(p, 5000.0, 2, 64, 1.25) < one_device
+
+
+def test_an_idle_replica_never_waits_while_another_is_busy() -> None:
+    p = predictor(per_batch_s=0.001, per_row_s=0.0001)
+    one_idle = Load(arrival_rate=5000.0, free_slots=3, total_slots=4, replicas=2, idle_replicas=1)
+    decision = decide(0.0, [Item()], CONFIG, p, one_idle)
     assert decision.window_s == 0.0 and decision.reason == DispatchReason.WINDOW
 
 

@@ -1,4 +1,5 @@
-"""The router's shedding decision: refuse while the batcher's predicted wait exceeds the budget."""
+"""The router's shedding decision: refuse what the recent latency or the batcher's last
+overload refusal says cannot make its deadline; probe so a version is never locked out."""
 
 from __future__ import annotations
 
@@ -7,41 +8,56 @@ import pytest
 from router.shedding import Shedder
 
 KEY = "mlp:1"
+SMOOTHING = 0.5
 
 
-def test_no_refusal_seen_admits_everything() -> None:
-    assert Shedder().wait(KEY, budget_s=0.001, now=0.0) is None
+def test_nothing_seen_admits_everything() -> None:
+    assert Shedder(SMOOTHING).wait(KEY, budget_s=0.001, now=0.0) is None
 
 
-def test_a_shorter_budget_than_the_remaining_wait_is_refused_with_that_wait() -> None:
-    shedder = Shedder()
+def test_a_budget_shorter_than_the_recent_latency_is_refused() -> None:
+    shedder = Shedder(SMOOTHING)
+    shedder.observe(KEY, 0.040)
+    assert shedder.wait(KEY, budget_s=0.100, now=0.0) is None
+    assert shedder.wait(KEY, budget_s=0.020, now=0.001) == pytest.approx(0.040)
+
+
+def test_latency_is_a_moving_average() -> None:
+    shedder = Shedder(SMOOTHING)
+    shedder.observe(KEY, 0.040)
+    shedder.observe(KEY, 0.020)  # 0.040 + 0.5 * (0.020 - 0.040)
+    assert shedder.wait(KEY, budget_s=0.001, now=0.0) is None  # the first admission of the key
+    assert shedder.wait(KEY, budget_s=0.001, now=0.0001) == pytest.approx(0.030)
+
+
+def test_one_probe_per_latency_period_and_its_answer_resets_the_estimate() -> None:
+    shedder = Shedder(SMOOTHING)
+    shedder.observe(KEY, 2.0)  # a spike
+    assert shedder.wait(KEY, budget_s=0.05, now=10.0) is None  # nothing admitted lately: a probe
+    assert shedder.wait(KEY, budget_s=0.05, now=10.1) == pytest.approx(2.0)
+    assert shedder.wait(KEY, budget_s=0.05, now=11.9) == pytest.approx(2.0)
+    shedder.observe(KEY, 0.010)  # the probe's answer: fast again
+    assert shedder.wait(KEY, budget_s=0.05, now=12.0) is None
+
+
+def test_batcher_pressure_refuses_until_the_wait_drains() -> None:
+    shedder = Shedder(SMOOTHING)
     shedder.record(KEY, expected_s=0.080, now=10.0)
     assert shedder.wait(KEY, budget_s=0.050, now=10.010) == pytest.approx(0.070)
-
-
-def test_a_longer_budget_goes_to_the_batcher() -> None:
-    shedder = Shedder()
-    shedder.record(KEY, expected_s=0.080, now=10.0)
-    assert shedder.wait(KEY, budget_s=0.100, now=10.0) is None
-
-
-def test_the_wait_drains_with_time_until_the_batcher_is_asked_again() -> None:
-    shedder = Shedder()
-    shedder.record(KEY, expected_s=0.080, now=10.0)
-    assert shedder.wait(KEY, budget_s=0.050, now=10.020) is not None
+    assert shedder.wait(KEY, budget_s=0.100, now=10.010) is None  # a longer budget goes on
     assert shedder.wait(KEY, budget_s=0.050, now=10.031) is None  # 49 ms left < 50 ms budget
-    assert shedder.wait(KEY, budget_s=0.001, now=10.081) is None  # fully drained: forgotten
-    assert shedder.wait(KEY, budget_s=0.001, now=10.082) is None
+    assert shedder.wait(KEY, budget_s=0.001, now=10.081) is None  # drained: forgotten
 
 
 def test_versions_are_independent() -> None:
-    shedder = Shedder()
+    shedder = Shedder(SMOOTHING)
     shedder.record(KEY, expected_s=1.0, now=0.0)
+    shedder.observe(KEY, 1.0)
     assert shedder.wait("mlp:2", budget_s=0.01, now=0.0) is None
 
 
 def test_a_new_refusal_replaces_the_old_one() -> None:
-    shedder = Shedder()
+    shedder = Shedder(SMOOTHING)
     shedder.record(KEY, expected_s=1.0, now=0.0)
     shedder.record(KEY, expected_s=0.01, now=0.5)
     assert shedder.wait(KEY, budget_s=0.005, now=0.5) == pytest.approx(0.01)

@@ -5,7 +5,7 @@ run), open-loop Poisson load at a light, a medium and an overload rate, every
 request with a 50 ms deadline. Prints throughput, p99 and goodput (answers within
 the deadline per second) per configuration and rate.
 
-    python -m bench.batcher_windows [--seconds 4] [--rates 100,500,1000,2000]
+    python -m bench.scenarios.windows [--seconds 4] [--rates 100,500,1000,2000]
 """
 
 from __future__ import annotations
