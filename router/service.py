@@ -12,7 +12,7 @@ import grpc
 from google.rpc import status_pb2
 
 from ferryman.errors import OVERLOADED, expected_wait_s, make_status
-from ferryman.telemetry import traceparent, tracer
+from ferryman.telemetry import current_span, traceparent, tracer
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord, VersionRecord
@@ -132,9 +132,7 @@ class RouterService:
         admitted = self._check(request, tenant, degrade=False)
         checked_at = self._shed(admitted, deadline)
         try:
-            with self._tracer.start_as_current_span(
-                "quota.reserve", attributes={"ferryman.tenant": tenant.name}
-            ):
+            with current_span(self._tracer, "quota.reserve", attributes={"ferryman.tenant": tenant.name}):
                 verdict = await self._quota.reserve(
                     quota_id,
                     tenant.name,

@@ -14,7 +14,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from ferryman.errors import abort, make_status, status_code
 from ferryman.logs import log_request
 from ferryman.serving import ServicerContext
-from ferryman.telemetry import context_from_metadata, tracer
+from ferryman.telemetry import context_from_metadata, current_span, tracer
 from ferryman.v1 import inference_pb2, inference_pb2_grpc
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord
@@ -49,7 +49,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
     ) -> inference_pb2.PredictResponse:
         """RouterService.predict inside the request's root span, measured and logged."""
         started = time.perf_counter()
-        with self._tracer.start_as_current_span(
+        with current_span(
+            self._tracer,
             "router.Predict",
             context=parent,
             kind=SpanKind.SERVER,

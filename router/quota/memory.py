@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,21 +28,31 @@ class MemoryQuota:
         self._clock = clock
         self._states: dict[str, Counters] = {}
         self._reservations: dict[str, Reservation] = {}
+        self._due: list[tuple[float, str]] = []
+        """(when to look at a reservation again, request id), a min-heap: expiry for an open
+        reservation, expiry + TTL to forget a settled one. Scanning every reservation on
+        every call would cost O(requests in the last TTL) per request."""
         self.expired = 0
 
     def _state(self, scope: str) -> Counters:
         return self._states.setdefault(scope, Counters())
 
     def _expire(self, now: float) -> None:
-        for request_id, reservation in list(self._reservations.items()):
-            if reservation.settled and reservation.expiry + self._ttl < now:
+        while self._due and self._due[0][0] <= now:
+            _, request_id = heapq.heappop(self._due)
+            reservation = self._reservations.get(request_id)
+            if reservation is None:
+                continue
+            if reservation.settled and reservation.expiry + self._ttl <= now:
                 del self._reservations[request_id]  # kept a while for idempotent retries
-            elif not reservation.settled and reservation.expiry <= now:
+                continue
+            if not reservation.settled and reservation.expiry <= now:
                 reservation.settled = True
                 if reservation.verdict.decision != Decision.REJECT:
                     self.expired += 1
                     for scope in reservation.scopes:
                         self._state(scope).inflight.pop(request_id, None)
+            heapq.heappush(self._due, (reservation.expiry + self._ttl, request_id))
 
     async def reserve(self, request_id: str, policies: Sequence[Limits], tokens: int, cost: float) -> Verdict:
         now = self._clock()
@@ -63,6 +74,7 @@ class MemoryQuota:
             expiry=expiry,
             settled=result.decision == Decision.REJECT,
         )
+        heapq.heappush(self._due, (expiry, request_id))
         return result
 
     async def commit(self, request_id: str, tokens: int, cost: float) -> bool:

@@ -80,6 +80,22 @@ async def test_concurrency_and_expired_reservations_are_counted() -> None:
     assert not await quota.commit("a", 0, 0)
 
 
+async def test_settled_reservations_are_kept_for_retries_then_forgotten() -> None:
+    clock = Clock()
+    quota = MemoryQuota(reservation_ttl_s=10, clock=clock)
+    limits = [Limits(scope="t", rpm=1000)]
+    for i in range(100):
+        await quota.reserve(f"r{i}", limits, 0, 0)
+        await quota.commit(f"r{i}", 0, 0)
+    clock.now += 15  # past expiry, within expiry + TTL: a retried reserve is still idempotent
+    retried = await quota.reserve("r0", limits, 0, 0)
+    assert retried.decision == Decision.ADMIT and len(quota._reservations) == 100
+    clock.now += 10
+    await quota.reserve("new", limits, 0, 0)
+    assert set(quota._reservations) == {"new"}
+    assert await quota.expired_count() == 0  # settled ones are forgotten, not counted as expired
+
+
 async def test_all_or_nothing_across_policies() -> None:
     quota = MemoryQuota(300, Clock())
     tenant = Limits(scope="t", rpm=10)
