@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -23,6 +24,8 @@ from router.handlers import Undecodable
 from router.metrics import RouterMetrics
 from router.service import RequestFailed, RouterService
 from router.settings import RouterSettings
+
+log = logging.getLogger("ferryman.router")
 
 
 def undecodable(request: Undecodable) -> status_pb2.Status:
@@ -117,8 +120,10 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
         tenant = await self._tenant(context)
         deadline = self._deadline(context)
         parent = context_from_metadata(context.invocation_metadata())
-        answers: asyncio.Queue[inference_pb2.PredictStreamResponse] = asyncio.Queue()
+        # Every answer task puts exactly one answer; the reader puts None when the requests end.
+        answers: asyncio.Queue[inference_pb2.PredictStreamResponse | None] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
+        started = 0
 
         async def answer(request: inference_pb2.PredictRequest | Undecodable) -> None:
             if isinstance(request, Undecodable):
@@ -133,28 +138,37 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
                 answers.put_nowait(
                     inference_pb2.PredictStreamResponse(request_id=request.request_id, error=failed.status)
                 )
+            except Exception as exc:  # one request's bug must not end the others' stream
+                log.exception("request %s failed", request.request_id)
+                status = make_status(
+                    grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}", reason="INTERNAL"
+                )
+                answers.put_nowait(
+                    inference_pb2.PredictStreamResponse(request_id=request.request_id, error=status)
+                )
 
         async def read() -> None:
-            async for request in request_iterator:
-                task = asyncio.create_task(answer(request))
-                running.add(task)
-                task.add_done_callback(running.discard)
+            nonlocal started
+            try:
+                async for request in request_iterator:
+                    task = asyncio.create_task(answer(request))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                    started += 1
+            finally:
+                answers.put_nowait(None)
 
         reader = asyncio.create_task(read())
         try:
-            while not (reader.done() and not running and answers.empty()):
-                getter = asyncio.ensure_future(answers.get())
-                waits: set[asyncio.Future[object]] = {getter}  # type: ignore[arg-type]
-                if not reader.done():
-                    waits.add(reader)  # type: ignore[arg-type]
-                waits |= running  # type: ignore[arg-type]
-                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                if getter in done:
-                    yield getter.result()
-                else:
-                    getter.cancel()
-                if reader.done():
-                    reader.result()
+            sent, reading = 0, True
+            while reading or sent < started:
+                item = await answers.get()
+                if item is None:
+                    reading = False
+                    continue
+                yield item
+                sent += 1
+            reader.result()  # a broken request stream ends the call with its error
         finally:
             reader.cancel()
             for task in running:

@@ -61,13 +61,15 @@ def run_config(label: str, shed: bool, opts: argparse.Namespace) -> list[Point]:
         search = [open_loop(closed_rps * f, f"search {f:g}x closed") for f in SEARCH_FRACTIONS]
         best = max(search, key=lambda p: float(p.summary["goodput_rps"]))
         points += search
-        points.append(open_loop(best.rate * opts.factor, f"{opts.factor:g}x capacity"))
+        # Halfway first: where overload starts to bite, then the factor the target names.
+        for factor in (1 + (opts.factor - 1) / 2, opts.factor):
+            points.append(open_loop(best.rate * factor, f"{factor:g}x capacity"))
     return points
 
 
 def verdict(points: list[Point], factor: float) -> str:
     """Goodput at factor x over goodput at capacity, and how fast refusals came back."""
-    searched = points[1:-1]
+    searched = points[1 : 1 + len(SEARCH_FRACTIONS)]
     at_one = max((p.summary for p in searched), key=lambda s: float(s["goodput_rps"]))
     at_factor = points[-1].summary
     ratio = at_factor["goodput_rps"] / at_one["goodput_rps"] if at_one["goodput_rps"] else float("nan")
