@@ -37,6 +37,14 @@ def undecodable(request: Undecodable) -> status_pb2.Status:
     )
 
 
+def own_deadline(request: inference_pb2.PredictRequest, call_deadline: float) -> float:
+    """The request's deadline (event-loop time): its own ``timeout`` if set, within the call's."""
+    if not request.HasField("timeout"):
+        return call_deadline
+    own = asyncio.get_running_loop().time() + request.timeout.ToTimedelta().total_seconds()
+    return min(call_deadline, own)
+
+
 class InferenceServicer(inference_pb2_grpc.InferenceServicer):
     def __init__(
         self, settings: RouterSettings, cache: SnapshotCache, service: RouterService, metrics: RouterMetrics
@@ -109,7 +117,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
             await abort(context, undecodable(request))
         try:
             parent = context_from_metadata(context.invocation_metadata())
-            return await self._predict(request, tenant, self._deadline(context), parent)
+            deadline = own_deadline(request, self._deadline(context))
+            return await self._predict(request, tenant, deadline, parent)
         except RequestFailed as failed:
             await abort(context, failed.status)
             raise
@@ -130,7 +139,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
                 answers.put_nowait(inference_pb2.PredictStreamResponse(error=undecodable(request)))
                 return
             try:
-                response = await self._predict(request, tenant, deadline, parent)
+                response = await self._predict(request, tenant, own_deadline(request, deadline), parent)
                 answers.put_nowait(
                     inference_pb2.PredictStreamResponse(request_id=response.request_id, response=response)
                 )

@@ -3,7 +3,8 @@
 Capacity is the open-loop (Poisson) rate with the most goodput (answers within the deadline)
 among fractions of the closed-loop throughput at concurrency 64. Then the same load at 3x that
 rate. Refusals should come back at once (RESOURCE_EXHAUSTED with RetryInfo) and goodput at 3x
-should hold near goodput at capacity. Runs with the router's shedding on and off.
+should hold near goodput at capacity. Runs unary with the router's shedding on and off, and
+over PredictStream (each request with its own timeout) with shedding on.
 
     python -m bench.scenarios.overload [--factor 3] [--deadline-ms 50] [--out docs/bench]
 """
@@ -26,7 +27,11 @@ CAPACITY_DEADLINE_S = 5.0
 REFUSAL = "RESOURCE_EXHAUSTED"
 
 
-def run_config(label: str, shed: bool, opts: argparse.Namespace) -> list[Point]:
+STREAMS = 8
+"""Open loop over PredictStream: requests spread over this many streams."""
+
+
+def run_config(label: str, shed: bool, stream: bool, opts: argparse.Namespace) -> list[Point]:
     spec = PlatformSpec(env={**CPU_TUNING, "FERRYMAN_ROUTER_SHED_OVERLOAD": str(shed).lower()})
     deadline_s = opts.deadline_ms / 1000
     with ferryman(spec) as platform:
@@ -50,7 +55,7 @@ def run_config(label: str, shed: bool, opts: argparse.Namespace) -> list[Point]:
             point = measure(
                 label,
                 f"{name}: open {rate:,.0f}/s, {opts.deadline_ms:g} ms deadline",
-                load(rate=rate, deadline_s=deadline_s),
+                load(rate=rate, deadline_s=deadline_s, stream=stream, concurrency=STREAMS),
                 make_inputs_factory(),
                 platform.pids,
             )
@@ -91,10 +96,12 @@ def main() -> None:
     parser.add_argument("--deadline-ms", type=float, default=50.0)
     add_window_args(parser)
     opts = parser.parse_args()
-    results = {
-        "ferryman (router shedding on)": run_config("ferryman (router shedding on)", True, opts),
-        "ferryman (router shedding off)": run_config("ferryman (router shedding off)", False, opts),
+    configs = {
+        "unary, router shedding on": (True, False),
+        "unary, router shedding off": (False, False),
+        "streams, router shedding on": (True, True),
     }
+    results = {label: run_config(label, shed, stream, opts) for label, (shed, stream) in configs.items()}
     points = [p for ps in results.values() for p in ps]
     print()
     print(table(points))

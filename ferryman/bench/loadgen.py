@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 
 import grpc
 
@@ -26,10 +27,11 @@ class LoadSpec:
     api_key: str
     model: str
     concurrency: int = 1
-    """Closed loop: requests in flight."""
+    """Closed loop: requests in flight. Open loop with ``stream``: streams to spread them over."""
     rate: float = 0.0
     """Open loop: Poisson arrivals per second (0 = closed loop)."""
     stream: bool = False
+    """PredictStream instead of unary Predict (each request carries its own timeout)."""
     deadline_s: float = 1.0
     warmup_s: float = 2.0
     window_s: float = 5.0
@@ -73,12 +75,15 @@ async def run(
     recorder = Recorder(spec.deadline_s)
     counter = itertools.count()
     stop = asyncio.Event()
+    timeout = timedelta(seconds=spec.deadline_s)
 
     def request() -> inference_pb2.PredictRequest:
         n = next(counter)
-        return inference_pb2.PredictRequest(
+        message = inference_pb2.PredictRequest(
             request_id=uuid.uuid4().hex, model=spec.model, inputs=make_inputs(n)
         )
+        message.timeout.FromTimedelta(timeout)  # per request: what a stream's deadline cannot say
+        return message
 
     async def unary_once() -> None:
         started = time.perf_counter()
@@ -92,27 +97,60 @@ async def run(
         while not stop.is_set():
             await unary_once()
 
+    async def answered(
+        call: AsyncIterator[inference_pb2.PredictStreamResponse], sent: dict[str, float]
+    ) -> AsyncIterator[None]:
+        """Record each answer of a stream against its send time; yield after each one."""
+        async for answer in call:
+            started = sent.pop(answer.request_id, None)
+            if started is None:
+                continue
+            seconds = time.perf_counter() - started
+            if answer.WhichOneof("result") == "response":
+                recorder.ok(seconds)
+            else:
+                recorder.error(CODE_NAMES.get(answer.error.code, "UNKNOWN"), seconds)
+            yield None
+
+    async def outbox(
+        queue: asyncio.Queue[inference_pb2.PredictRequest | None], sent: dict[str, float]
+    ) -> AsyncIterator[inference_pb2.PredictRequest]:
+        while (item := await queue.get()) is not None:
+            sent[item.request_id] = time.perf_counter()
+            yield item
+
     async def closed_stream() -> None:
         # One request in flight per stream: send the next when the answer comes.
         queue: asyncio.Queue[inference_pb2.PredictRequest | None] = asyncio.Queue()
         sent: dict[str, float] = {}
-
-        async def requests() -> AsyncIterator[inference_pb2.PredictRequest]:
-            while (item := await queue.get()) is not None:
-                sent[item.request_id] = time.perf_counter()
-                yield item
-
-        first = request()
-        queue.put_nowait(first)
-        call = stub.PredictStream(requests(), metadata=metadata)
-        async for answer in call:
-            started = sent.pop(answer.request_id, None)
-            seconds = time.perf_counter() - (started or time.perf_counter())
-            if answer.WhichOneof("result") == "response" and started is not None:
-                recorder.ok(seconds)
-            else:
-                recorder.error(CODE_NAMES.get(answer.error.code, "UNKNOWN"), seconds)
+        queue.put_nowait(request())
+        call = stub.PredictStream(outbox(queue, sent), metadata=metadata)
+        async for _ in answered(call, sent):
             queue.put_nowait(None if stop.is_set() else request())
+
+    async def open_stream() -> None:
+        # Poisson arrivals spread over a few long-lived streams; answers come when they come.
+        queues: list[asyncio.Queue[inference_pb2.PredictRequest | None]] = [
+            asyncio.Queue() for _ in range(max(1, spec.concurrency))
+        ]
+        sent: dict[str, float] = {}
+
+        async def drain(queue: asyncio.Queue[inference_pb2.PredictRequest | None]) -> None:
+            async for _ in answered(stub.PredictStream(outbox(queue, sent), metadata=metadata), sent):
+                pass
+
+        readers = [asyncio.create_task(drain(q)) for q in queues]
+        rng = random.Random(0)
+        next_at = time.perf_counter()
+        for n in itertools.count():
+            if stop.is_set():
+                break
+            next_at += rng.expovariate(spec.rate)
+            await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+            queues[n % len(queues)].put_nowait(request())
+        for queue in queues:
+            queue.put_nowait(None)
+        await asyncio.wait(readers, timeout=spec.deadline_s + 1)
 
     async def open_loop() -> None:
         rng = random.Random(0)
@@ -127,7 +165,7 @@ async def run(
         await asyncio.gather(*running, return_exceptions=True)
 
     if spec.rate > 0:
-        workers = [asyncio.create_task(open_loop())]
+        workers = [asyncio.create_task(open_stream() if spec.stream else open_loop())]
     else:
         worker = closed_stream if spec.stream else closed_unary
         workers = [asyncio.create_task(worker()) for _ in range(spec.concurrency)]

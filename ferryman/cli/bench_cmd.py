@@ -124,7 +124,7 @@ def _measure(spec: LoadSpec, make_inputs: InputsFactory) -> dict[str, Any]:
         asyncio.run(run(spec, make_inputs, on_window))
     return {
         "model": spec.model,
-        "mode": "open" if spec.rate > 0 else ("closed-stream" if spec.stream else "closed"),
+        "mode": ("open" if spec.rate > 0 else "closed") + ("-stream" if spec.stream else ""),
         "concurrency": spec.concurrency,
         "rate": spec.rate,
         "deadline_ms": spec.deadline_s * 1000,

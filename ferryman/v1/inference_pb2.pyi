@@ -1,4 +1,7 @@
+import datetime
+
 from ferryman.v1 import common_pb2 as _common_pb2
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.rpc import status_pb2 as _status_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -9,7 +12,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class PredictRequest(_message.Message):
-    __slots__ = ("request_id", "model", "version", "inputs", "parameters", "user", "priority")
+    __slots__ = ("request_id", "model", "version", "inputs", "parameters", "user", "priority", "timeout")
     class ParametersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +27,7 @@ class PredictRequest(_message.Message):
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     version: str
@@ -31,7 +35,8 @@ class PredictRequest(_message.Message):
     parameters: _containers.ScalarMap[str, str]
     user: str
     priority: _common_pb2.Priority
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[_common_pb2.NamedTensor, _Mapping]]] = ..., parameters: _Optional[_Mapping[str, str]] = ..., user: _Optional[str] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ...) -> None: ...
+    timeout: _duration_pb2.Duration
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[_common_pb2.NamedTensor, _Mapping]]] = ..., parameters: _Optional[_Mapping[str, str]] = ..., user: _Optional[str] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class PredictResponse(_message.Message):
     __slots__ = ("request_id", "model", "version", "fallback", "outputs", "usage", "timing", "coalesced", "cached")

@@ -13,7 +13,13 @@ from ferryman.cli.main import app
 
 
 @pytest.mark.parametrize(
-    "mode", [["--concurrency", "4"], ["--concurrency", "2", "--stream"], ["--rate", "50"]]
+    "mode",
+    [
+        ["--concurrency", "4"],
+        ["--concurrency", "2", "--stream"],
+        ["--rate", "50"],
+        ["--rate", "50", "--stream", "--concurrency", "2"],
+    ],
 )
 def test_bench_measures_until_stable_and_writes_json(e2e: E2E, tmp_path: Path, mode: list[str]) -> None:
     out = tmp_path / "bench.json"

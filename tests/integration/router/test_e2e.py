@@ -218,6 +218,37 @@ def test_router_sheds_what_cannot_make_its_deadline(e2e: E2E) -> None:
     assert stub(e2e).Predict(request, metadata=metadata, timeout=30).outputs
 
 
+def test_each_request_in_a_stream_keeps_its_own_timeout(e2e: E2E) -> None:
+    x = encode(np.ones((1, echo.WIDTH), np.float32))
+    hurried = inference_pb2.PredictRequest(
+        request_id="hurried",
+        model="echo",
+        version="slow",
+        inputs=[common_pb2.NamedTensor(name="input", tensor=x)],
+    )
+    hurried.timeout.FromMilliseconds(SLOW_MS // 3)
+    patient = inference_pb2.PredictRequest(
+        request_id="patient",
+        model="echo",
+        version="slow",
+        inputs=[common_pb2.NamedTensor(name="input", tensor=x)],
+    )
+    started = time.perf_counter()
+    answers = {}
+    for answer in stub(e2e).PredictStream(
+        iter([hurried, patient]), metadata=auth(e2e.keys["acme"]), timeout=30
+    ):
+        answers[answer.request_id] = (answer, time.perf_counter() - started)
+    late, late_s = answers["hurried"]
+    assert late.WhichOneof("result") == "error"
+    assert late.error.code in (
+        grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
+        grpc.StatusCode.RESOURCE_EXHAUSTED.value[0],
+    )
+    assert late_s < SLOW_MS / 1000, "the hurried request was answered by its own deadline"
+    assert answers["patient"][0].WhichOneof("result") == "response"
+
+
 def test_request_quota_is_enforced_with_retry_info(e2e: E2E) -> None:
     x = np.ones((1, echo.WIDTH), np.float32)
     request = inference_pb2.PredictRequest(
