@@ -9,11 +9,9 @@ request for both settings, and writes JSON.
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
-from bench.scenarios.measure import Point, add_window_args, closed_sweep, table, write_json
+from bench.scenarios.measure import Point, closed_sweep, scenario_options, table, write_json
 from bench.scenarios.platform import CPU_TUNING, PlatformSpec, ferryman
 from ferryman.bench.loadgen import InputsFactory
 from ferryman.tensors import encode
@@ -40,13 +38,7 @@ def duplicate_inputs(share: float = DUPLICATE_SHARE, hot: int = HOT_INPUTS) -> I
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--levels", default="16,64", help="comma-separated concurrencies")
-    add_window_args(parser)
-    opts = parser.parse_args()
-    levels = [int(c) for c in opts.levels.split(",")]
+    opts, levels = scenario_options(__doc__, "16,64")
     points: list[Point] = []
     for coalesce in (True, False):
         spec = PlatformSpec(env={**CPU_TUNING, "FERRYMAN_BATCHER_COALESCE": str(coalesce).lower()})

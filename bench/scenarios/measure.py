@@ -14,7 +14,7 @@ import os
 import platform
 import signal
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -124,6 +124,20 @@ def add_window_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=float, default=4.0, help="seconds per window")
     parser.add_argument("--max-windows", type=int, default=6)
     parser.add_argument("--out", type=Path, default=Path("docs/bench"), help="where JSON/PNG go")
+
+
+def scenario_options(
+    doc: str | None, levels: str, configure: Callable[[argparse.ArgumentParser], None] | None = None
+) -> tuple[argparse.Namespace, list[int]]:
+    """Parse a closed-loop scenario's command line: --levels, the window options, and any
+    extra options ``configure`` adds. Returns the options and the concurrency levels."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--levels", default=levels, help="comma-separated concurrencies")
+    add_window_args(parser)
+    if configure is not None:
+        configure(parser)
+    opts = parser.parse_args()
+    return opts, [int(c) for c in opts.levels.split(",")]
 
 
 def load_spec(target: Target, model: str, opts: argparse.Namespace, **kw: Any) -> LoadSpec:

@@ -8,9 +8,7 @@ what the scheduler does when waiting buys little. Unique sentences, closed loop;
 
 from __future__ import annotations
 
-import argparse
-
-from bench.scenarios.measure import add_window_args, closed_sweep, table, write_json
+from bench.scenarios.measure import closed_sweep, scenario_options, table, write_json
 from bench.scenarios.platform import CPU_TUNING, PlatformSpec, ferryman
 from ferryman.bench.loadgen import InputsFactory
 from ferryman.v1 import common_pb2
@@ -43,13 +41,7 @@ def sentences() -> InputsFactory:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--levels", default="1,8,32", help="comma-separated concurrencies")
-    add_window_args(parser)
-    opts = parser.parse_args()
-    levels = [int(c) for c in opts.levels.split(",")]
+    opts, levels = scenario_options(__doc__, "1,8,32")
     spec = PlatformSpec(models=("minilm",), env=dict(CPU_TUNING))
     with ferryman(spec) as platform:
         points = closed_sweep("ferryman", platform, "minilm", levels, sentences(), opts)

@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Sequence
 
 from bench.loadgen import make_inputs_factory
-from bench.scenarios.measure import Endpoint, Point, add_window_args, closed_sweep, table, write_json
+from bench.scenarios.measure import Endpoint, Point, closed_sweep, scenario_options, table, write_json
 from bench.scenarios.platform import PlatformSpec, ferryman
 from ferryman.bench.plot import PlotPoint, plot_latency_vs_throughput
 from ferryman.net import free_port
@@ -43,14 +43,10 @@ def ratios(points: Sequence[Point], levels: Sequence[int]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--levels", default="1,16,64", help="comma-separated concurrencies")
-    parser.add_argument("--no-peer", action="store_true", help="Ferryman only (Ray not installed)")
-    add_window_args(parser)
-    opts = parser.parse_args()
-    levels = [int(c) for c in opts.levels.split(",")]
+    def peer_option(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--no-peer", action="store_true", help="Ferryman only (Ray not installed)")
+
+    opts, levels = scenario_options(__doc__, "1,16,64", peer_option)
     inputs = make_inputs_factory()
     with ferryman(PlatformSpec()) as platform:
         points = closed_sweep("ferryman", platform, "mlp", levels, inputs, opts)

@@ -9,7 +9,6 @@ Closed loop at concurrency 16 and 64; JSON out.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 import time
@@ -19,7 +18,7 @@ from contextlib import contextmanager
 import redis
 
 from bench.loadgen import make_inputs_factory
-from bench.scenarios.measure import Point, add_window_args, closed_sweep, table, write_json
+from bench.scenarios.measure import Point, closed_sweep, scenario_options, table, write_json
 from bench.scenarios.platform import PlatformSpec, ferryman
 from ferryman.net import free_port
 from registry.writer import QuotaLimits
@@ -53,13 +52,7 @@ def private_redis() -> Iterator[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--levels", default="16,64", help="comma-separated concurrencies")
-    add_window_args(parser)
-    opts = parser.parse_args()
-    levels = [int(c) for c in opts.levels.split(",")]
+    opts, levels = scenario_options(__doc__, "16,64")
     points: list[Point] = []
     inputs = make_inputs_factory()
     with ferryman(PlatformSpec()) as platform:

@@ -7,7 +7,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from router.quota.policy import Counters, Decision, Limits, Verdict, charge, check, combine, settle
+from router.quota.policy import (
+    Counters,
+    Decision,
+    Limits,
+    Verdict,
+    charge,
+    check,
+    combine,
+    prune_log,
+    settle,
+)
 
 
 @dataclass
@@ -109,9 +119,8 @@ class MemoryQuota:
             state = self._state(p.scope)
             mode = "soft" if p.soft else "hard"
             if p.rpm is not None:
-                rows.append(
-                    (f"{p.scope}:rpm", sum(1 for t in state.admitted.values() if t > now - 60), p.rpm, mode)
-                )
+                prune_log(state, now)
+                rows.append((f"{p.scope}:rpm", len(state.admitted), p.rpm, mode))
             if p.tpm is not None:
                 level = state.tpm_tokens if state.tpm_tokens is not None else p.tpm
                 rows.append((f"{p.scope}:tpm", p.tpm - level, p.tpm, mode))

@@ -15,6 +15,7 @@ nothing is charged (all or nothing). A soft policy admits but says "degrade".
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -64,6 +65,8 @@ class Counters:
 
     admitted: dict[str, float] = field(default_factory=dict)
     """request id -> admission time, within the last window (the rpm log)."""
+    admission_order: deque[tuple[float, str]] = field(default_factory=deque)
+    """(admission time, request id) oldest first, so pruning the log touches only what leaves it."""
     burst_tokens: float | None = None
     burst_at: float = 0.0
     tpm_tokens: float | None = None
@@ -81,16 +84,31 @@ def refill(tokens: float | None, at: float, capacity: float, per_s: float, now: 
     return min(capacity, tokens + max(0.0, now - at) * per_s)
 
 
+def prune_log(state: Counters, now: float) -> None:
+    """Drop admissions that left the window (and refunded ones) from the head of the rpm log.
+
+    Amortised O(1): each admission is appended once and popped once."""
+    order, admitted = state.admission_order, state.admitted
+    while order:
+        at, request_id = order[0]
+        if at > now - WINDOW_S and admitted.get(request_id) == at:
+            return
+        order.popleft()
+        if at <= now - WINDOW_S and admitted.get(request_id) == at:
+            del admitted[request_id]
+
+
 def check(
     limits: Limits, state: Counters, now: float, tokens: int, cost: float
 ) -> list[tuple[Violation, float]]:
     """Limits this request would break, each with when it may succeed (seconds from now)."""
     broken: list[tuple[Violation, float]] = []
     if limits.rpm is not None:
-        recent = [t for t in state.admitted.values() if t > now - WINDOW_S]
-        if len(recent) + 1 > limits.rpm:
-            oldest = min(recent) if recent else now
-            broken.append((Violation("rpm", len(recent), limits.rpm), oldest + WINDOW_S - now))
+        prune_log(state, now)
+        recent = len(state.admitted)
+        if recent + 1 > limits.rpm:
+            oldest = state.admission_order[0][0] if state.admission_order else now
+            broken.append((Violation("rpm", recent, limits.rpm), oldest + WINDOW_S - now))
     if limits.burst is not None:
         rate = (limits.rpm or limits.burst) / WINDOW_S
         level = refill(state.burst_tokens, state.burst_at, limits.burst, rate, now)
@@ -120,8 +138,9 @@ def charge(
     limits: Limits, state: Counters, now: float, request_id: str, tokens: int, cost: float, expiry: float
 ) -> None:
     """Take the request's share of every limit (after ``check`` allowed it)."""
-    state.admitted = {r: t for r, t in state.admitted.items() if t > now - WINDOW_S}
+    prune_log(state, now)
     state.admitted[request_id] = now
+    state.admission_order.append((now, request_id))
     if limits.burst is not None:
         rate = (limits.rpm or limits.burst) / WINDOW_S
         state.burst_tokens = refill(state.burst_tokens, state.burst_at, limits.burst, rate, now) - 1

@@ -12,6 +12,14 @@ from typer.testing import CliRunner
 from ferryman.cli.main import app
 
 
+def bench(e2e: E2E, *options: str) -> str:
+    """Run ``ferryman bench echo`` against the platform with short windows; its output."""
+    args = ["bench", "echo", "--input", '{"input": [[1, 2, 3, 4]]}', "--target", e2e.router]
+    result = CliRunner().invoke(app, [*args, "--key", e2e.keys["acme"], "--warmup", "0.3", *options])
+    assert result.exit_code == 0, result.output
+    return str(result.output)
+
+
 @pytest.mark.parametrize(
     "mode",
     [
@@ -23,29 +31,7 @@ from ferryman.cli.main import app
 )
 def test_bench_measures_until_stable_and_writes_json(e2e: E2E, tmp_path: Path, mode: list[str]) -> None:
     out = tmp_path / "bench.json"
-    result = CliRunner().invoke(
-        app,
-        [
-            "bench",
-            "echo",
-            "--input",
-            '{"input": [[1, 2, 3, 4]]}',
-            "--target",
-            e2e.router,
-            "--key",
-            e2e.keys["acme"],
-            "--warmup",
-            "0.3",
-            "--window",
-            "0.4",
-            "--max-windows",
-            "4",
-            "--json-out",
-            str(out),
-            *mode,
-        ],
-    )
-    assert result.exit_code == 0, result.output
+    bench(e2e, "--window", "0.4", "--max-windows", "4", "--json-out", str(out), *mode)
     summary = json.loads(out.read_text())
     assert summary["answered"] > 0 and summary["throughput_rps"] > 0 and summary["errors"] == {}
     assert summary["p50_ms"] <= summary["p99_ms"] and 1 <= len(summary["windows"]) <= 4
@@ -53,32 +39,8 @@ def test_bench_measures_until_stable_and_writes_json(e2e: E2E, tmp_path: Path, m
 
 def test_bench_sweep_writes_every_run_and_a_latency_throughput_plot(e2e: E2E, tmp_path: Path) -> None:
     out, png = tmp_path / "sweep.json", tmp_path / "sweep.png"
-    result = CliRunner().invoke(
-        app,
-        [
-            "bench",
-            "echo",
-            "--input",
-            '{"input": [[1, 2, 3, 4]]}',
-            "--target",
-            e2e.router,
-            "--key",
-            e2e.keys["acme"],
-            "--warmup",
-            "0.2",
-            "--window",
-            "0.3",
-            "--max-windows",
-            "3",
-            "--sweep",
-            "1,4",
-            "--json-out",
-            str(out),
-            "--plot",
-            str(png),
-        ],
-    )
-    assert result.exit_code == 0, result.output
+    options = ["--window", "0.3", "--max-windows", "3", "--sweep", "1,4"]
+    bench(e2e, *options, "--json-out", str(out), "--plot", str(png))
     runs = json.loads(out.read_text())["runs"]
     assert [r["concurrency"] for r in runs] == [1, 4]
     assert all(r["answered"] > 0 and r["errors"] == {} for r in runs)

@@ -28,6 +28,24 @@ async def test_rpm_admits_n_in_any_minute() -> None:
     assert (await quota.reserve("r10", limits, 0, 0)).decision == Decision.ADMIT
 
 
+async def test_rpm_log_slides_and_a_refund_frees_its_place() -> None:
+    clock = Clock()
+    quota = MemoryQuota(reservation_ttl_s=300, clock=clock)
+    limits = [Limits(scope="t", rpm=3)]
+    for i in range(3):  # admitted at +0, +10, +20
+        assert (await quota.reserve(f"s{i}", limits, 0, 0)).decision == Decision.ADMIT
+        clock.now += 10
+    rejected = await quota.reserve("late", limits, 0, 0)  # at +30: the oldest leaves at +60
+    assert rejected.decision == Decision.REJECT and rejected.retry_after_s == pytest.approx(30)
+    assert await quota.release("s1")  # refunded: its place is free at once
+    assert (await quota.reserve("refilled", limits, 0, 0)).decision == Decision.ADMIT
+    clock.now += 30.5  # +60.5: s0 has left the window, s2 and refilled remain
+    usage = {name: current for name, current, _, _ in await quota.usage(limits)}
+    assert usage["t:rpm"] == 2
+    assert (await quota.reserve("next", limits, 0, 0)).decision == Decision.ADMIT
+    assert (await quota.reserve("over", limits, 0, 0)).decision == Decision.REJECT
+
+
 async def test_burst_limits_requests_at_once() -> None:
     clock = Clock()
     quota = MemoryQuota(300, clock)
