@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import grpc
@@ -10,9 +11,12 @@ import numpy as np
 import torch
 from batcher_client import OpenStream, item, submit_all
 from batcher_platform import SLOW_MS, Platform
+from harness import ServiceThread
 from metrics_scrape import sample
 from node_helpers import POISON
 
+from batcher.server import serve_batcher
+from batcher.settings import BatcherSettings
 from ferryman.errors import unpack_details
 from ferryman.tensors import decode
 from gpu_node.demo import echo, mlp
@@ -150,3 +154,21 @@ def test_cacheable_version_answers_repeats_from_cache(platform: Platform) -> Non
     assert first.status.code == OK and not first.cached
     assert second.status.code == OK and second.cached
     np.testing.assert_array_equal(decode(second.outputs[0].tensor), row(value * 2))
+
+
+def test_with_coalescing_off_identical_requests_each_run(platform: Platform) -> None:
+    settings = BatcherSettings(listen="127.0.0.1:0", registry_refresh_s=0.1, coalesce=False)
+    batcher = ServiceThread(
+        lambda stop, ready: serve_batcher(settings, platform.common, stop, ready), "batcher"
+    )
+    address = batcher.start()
+    try:
+        time.sleep(0.3)  # its first replica refresh
+        params = {"delay_ms": "50", "case": uuid.uuid4().hex}
+        ids = [rid("twin") for _ in range(8)]
+        results = submit_all(address, [item(r, row(3.0), parameters=params) for r in ids])
+    finally:
+        batcher.stop()
+    assert all(results[r].status.code == OK for r in ids)
+    assert all(np.array_equal(decode(results[r].outputs[0].tensor), row(6.0)) for r in ids)
+    assert not any(results[r].coalesced for r in ids)
