@@ -15,11 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
-
-from ferryman.cli.up import Platform, _serving
+from ferryman.cli.up import Platform, is_serving
 from ferryman.net import free_port
-from ferryman.v1 import inference_pb2, inference_pb2_grpc
 from gpu_node.demo.build import build_demo_artifacts
 from registry.db import make_engine
 from registry.migrate import upgrade
@@ -84,24 +81,12 @@ def _wait_ready(platform: Platform, reader: RegistryReader, router: str, spec: P
     while True:
         platform.check()
         ready = [n for n in reader.nodes() if n.lifecycle == "READY" and set(n.loaded_versions) >= wanted]
-        if len(ready) >= spec.nodes and _serving(router):
+        if len(ready) >= spec.nodes and is_serving(router):
             time.sleep(SETTLE_S)
             return
         if time.monotonic() > deadline:
             raise TimeoutError("the platform did not become ready in time")
         time.sleep(POLL_S)
-
-
-def answers(router: str, key: str, request: inference_pb2.PredictRequest) -> bool:
-    """Whether the router answers one request OK (readiness of the whole path)."""
-    with grpc.insecure_channel(router) as channel:
-        try:
-            inference_pb2_grpc.InferenceStub(channel).Predict(
-                request, metadata=(("authorization", f"Bearer {key}"),), timeout=10
-            )
-            return True
-        except grpc.RpcError:
-            return False
 
 
 @contextmanager

@@ -94,7 +94,8 @@ def snippet(router: str, key: str) -> str:
     )
 
 
-def _serving(address: str) -> bool:
+def is_serving(address: str) -> bool:
+    """Whether the gRPC server at ``address`` reports SERVING on grpc.health.v1."""
     try:
         with grpc.insecure_channel(address) as channel:
             response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
@@ -121,7 +122,7 @@ def _wait_ready(platform: Platform, router: str, nodes: int, console_port: int) 
         ready = [
             n for n in reader.nodes() if n.lifecycle == "READY" and set(n.loaded_versions) >= DEMO_VERSIONS
         ]
-        if len(ready) >= nodes and _serving(router) and _console_up(console_port):
+        if len(ready) >= nodes and is_serving(router) and _console_up(console_port):
             return
         if time.monotonic() > deadline:
             raise TimeoutError("the platform did not become ready in time")
