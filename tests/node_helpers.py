@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,3 +71,22 @@ def node_settings(**overrides: object) -> NodeSettings:
         "warmup_runs": 1,
     }
     return NodeSettings(**{**base, **overrides})  # type: ignore[arg-type]
+
+
+def node_subprocess(
+    name: str, address: str, database_url: str, data_dir: Path, stderr: int = subprocess.DEVNULL
+) -> subprocess.Popen[bytes]:
+    """``ferryman serve node`` as its own process (for kill -9 and SIGTERM), registered in the
+    registry at ``database_url`` with a fast heartbeat and a one-run warm-up."""
+    env = {
+        **os.environ,
+        "FERRYMAN_DATABASE_URL": database_url,
+        "FERRYMAN_DATA_DIR": str(data_dir),
+        "FERRYMAN_NODE_HEARTBEAT_INTERVAL_S": "0.2",
+        "FERRYMAN_NODE_WARMUP_RUNS": "1",
+        "FERRYMAN_LOG_LEVEL": "WARNING",
+    }
+    args = ["serve", "node", "--listen", address, "--name", name, "--device", "cpu"]
+    return subprocess.Popen(
+        [sys.executable, "-m", "ferryman", *args], env=env, stdout=subprocess.DEVNULL, stderr=stderr
+    )

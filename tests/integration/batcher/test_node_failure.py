@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +13,7 @@ import numpy as np
 import pytest
 from batcher_client import OpenStream, item
 from batcher_platform import Platform, wait_for_replicas
+from node_helpers import node_subprocess
 
 from ferryman.net import free_port
 from ferryman.tensors import decode
@@ -47,34 +46,8 @@ def node_processes(platform: Platform) -> Iterator[dict[str, tuple[subprocess.Po
     for name in KILL_NODES:
         writer.place("echo", "kill", name)
         address = f"127.0.0.1:{free_port()}"
-        env = {
-            **os.environ,
-            "FERRYMAN_DATABASE_URL": platform.registry_url,
-            "FERRYMAN_DATA_DIR": str(platform.common.data_dir),
-            "FERRYMAN_NODE_HEARTBEAT_INTERVAL_S": "0.2",
-            "FERRYMAN_NODE_WARMUP_RUNS": "1",
-        }
-        procs[name] = (
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "ferryman",
-                    "serve",
-                    "node",
-                    "--listen",
-                    address,
-                    "--name",
-                    name,
-                    "--device",
-                    "cpu",
-                ],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            ),
-            address,
-        )
+        proc = node_subprocess(name, address, platform.registry_url, platform.common.data_dir)
+        procs[name] = (proc, address)
     wait_for_replicas(RegistryReader(engine), KILL_NODES, {"echo:kill"})
     time.sleep(0.5)  # the batcher's directory refreshes every 0.1 s
     yield procs

@@ -3,10 +3,8 @@ SIGTERM report NOT_SERVING at once, finish the in-flight batch, deregister, exit
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +14,7 @@ import grpc
 import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from node_helpers import node_subprocess
 
 from ferryman.net import free_port
 from ferryman.tensors import encode
@@ -73,31 +72,7 @@ def registry_url(tmp_path: Path) -> str:
 @pytest.fixture
 def node_process(registry_url: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     port = free_port()
-    env = {
-        **os.environ,
-        "FERRYMAN_DATABASE_URL": registry_url,
-        "FERRYMAN_DATA_DIR": str(tmp_path),
-        "FERRYMAN_NODE_HEARTBEAT_INTERVAL_S": "0.2",
-        "FERRYMAN_NODE_WARMUP_RUNS": "1",
-    }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ferryman",
-            "serve",
-            "node",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--name",
-            "drain-node",
-            "--device",
-            "cpu",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    proc = node_subprocess("drain-node", f"127.0.0.1:{port}", registry_url, tmp_path, stderr=subprocess.PIPE)
     yield proc, f"127.0.0.1:{port}"
     if proc.poll() is None:
         proc.kill()

@@ -4,10 +4,8 @@ And with 5% poison inputs in the load, only the poison requests fail."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +17,7 @@ import pytest
 from batcher_platform import wait_for_replicas
 from figures import report
 from harness import ServiceThread
+from node_helpers import node_subprocess
 
 from batcher.server import serve_batcher
 from batcher.settings import BatcherSettings
@@ -52,32 +51,9 @@ class Cluster:
     nodes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def start_node(self, name: str) -> None:
-        env = {
-            **os.environ,
-            "FERRYMAN_DATABASE_URL": self.common.resolved_database_url(),
-            "FERRYMAN_DATA_DIR": str(self.common.data_dir),
-            "FERRYMAN_NODE_HEARTBEAT_INTERVAL_S": "0.2",
-            "FERRYMAN_NODE_WARMUP_RUNS": "1",
-            "FERRYMAN_LOG_LEVEL": "WARNING",
-        }
-        self.nodes[name] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "ferryman",
-                "serve",
-                "node",
-                "--listen",
-                f"127.0.0.1:{free_port()}",
-                "--name",
-                name,
-                "--device",
-                "cpu",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        address = f"127.0.0.1:{free_port()}"
+        url, data_dir = self.common.resolved_database_url(), self.common.data_dir
+        self.nodes[name] = node_subprocess(name, address, url, data_dir)
         wait_for_replicas(self.reader, (name,), VERSIONS)
 
 
