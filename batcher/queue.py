@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from collections.abc import Callable
 
@@ -131,7 +130,13 @@ class VersionQueue:
         if capacity.total_slots == 0 and not self._directory.ready(self.version_key):
             self._fail_all(grpc.StatusCode.UNAVAILABLE, f"no ready replica serves {self.version_key}")
             return None
-        load = Load(**dataclasses.asdict(capacity), arrival_rate=self.arrivals.rate(now))
+        load = Load(
+            free_slots=capacity.free_slots,
+            total_slots=capacity.total_slots,
+            replicas=capacity.replicas,
+            idle_replicas=capacity.idle_replicas,
+            arrival_rate=self.arrivals.rate(now),
+        )
         decision = decide(now, self.entries, self.config, self.predictor, load, self.draining)
         self.last_decision_window, self.last_target_rows = decision.window_s, decision.target_rows
         for index in decision.expired:

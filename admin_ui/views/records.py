@@ -15,6 +15,13 @@ def _matches(row: dict[str, object], needle: str) -> bool:
     return not needle or needle.lower() in json.dumps(row, default=str).lower()
 
 
+def _table(rows: list[dict[str, object]], needle: str) -> None:
+    """The rows that match the search, and how many of the newest ones that is."""
+    shown = [r for r in rows if _matches(r, needle)]
+    st.caption(f"{len(shown)} of the newest {len(rows)}")
+    st.dataframe(shown, hide_index=True, width="stretch")
+
+
 def dead_letters(ctx: Console) -> None:
     st.header("Dead letters")
     needle = st.text_input("Search", key="dead_search", placeholder="model, tenant, request id, error...")
@@ -30,9 +37,7 @@ def dead_letters(ctx: Console) -> None:
         }
         for d in ctx.reader.dead_letters(limit=ROWS)
     ]
-    shown = [r for r in rows if _matches(r, needle)]
-    st.caption(f"{len(shown)} of the newest {len(rows)}")
-    st.dataframe(shown, hide_index=True, width="stretch")
+    _table(rows, needle)
 
 
 def audit_log(ctx: Console) -> None:
@@ -49,6 +54,4 @@ def audit_log(ctx: Console) -> None:
         }
         for e in ctx.reader.audit_events(limit=ROWS)
     ]
-    shown = [r for r in rows if _matches(r, needle)]
-    st.caption(f"{len(shown)} of the newest {len(rows)}")
-    st.dataframe(shown, hide_index=True, width="stretch")
+    _table(rows, needle)

@@ -9,7 +9,7 @@ what the scheduler does when waiting buys little. Unique sentences, closed loop;
 from __future__ import annotations
 
 from bench.scenarios.measure import closed_sweep, scenario_options, table, write_json
-from bench.scenarios.platform import CPU_TUNING, PlatformSpec, ferryman
+from bench.scenarios.platform import PlatformSpec, ferryman
 from ferryman.bench.loadgen import InputsFactory
 from ferryman.v1 import common_pb2
 
@@ -42,7 +42,7 @@ def sentences() -> InputsFactory:
 
 def main() -> None:
     opts, levels = scenario_options(__doc__, "1,8,32")
-    spec = PlatformSpec(models=("minilm",), env=dict(CPU_TUNING))
+    spec = PlatformSpec(models=("minilm",))
     with ferryman(spec) as platform:
         points = closed_sweep("ferryman", platform, "minilm", levels, sentences(), opts)
     print()
