@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ferryman.config import CommonSettings
+from ferryman.security import Security
 from registry.db import make_engine
 from registry.reader import RegistryReader
 from registry.writer import RegistryWriter
@@ -21,7 +22,7 @@ class ConsoleSettings(BaseSettings):
     metrics_urls: str = ""
     """Comma-separated /metrics URLs of routers and batchers (``ferryman up --json`` prints them)."""
     quota_address: str = ""
-    """A Quota service (a router hosting it, or a quota server) for live usage bars."""
+    """A Quota service (a router's internal port, or a quota server) for live usage bars."""
 
     def metrics(self) -> list[str]:
         return [u.strip() for u in self.metrics_urls.split(",") if u.strip()]
@@ -32,8 +33,16 @@ class Console:
     reader: RegistryReader
     writer: RegistryWriter
     settings: ConsoleSettings
+    security: Security
+    """How the console reaches internal services (node info, quota usage)."""
 
 
 def build_console() -> Console:
-    engine = make_engine(CommonSettings().resolved_database_url())
-    return Console(RegistryReader(engine), RegistryWriter(engine, actor="console"), ConsoleSettings())
+    common = CommonSettings()
+    engine = make_engine(common.resolved_database_url())
+    return Console(
+        RegistryReader(engine),
+        RegistryWriter(engine, actor="console"),
+        ConsoleSettings(),
+        common.security(),
+    )

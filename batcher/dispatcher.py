@@ -200,7 +200,9 @@ class Dispatcher:
         )
         started = self._clock()
         try:
-            response: node_pb2.InferBatchResponse = await replica.stub.InferBatch(request, timeout=budget_s)
+            response: node_pb2.InferBatchResponse = await replica.stub.InferBatch(
+                request, timeout=budget_s, metadata=replica.metadata
+            )
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 # The callers' budget ran out, not the node: a busy node must not trip its

@@ -22,6 +22,7 @@ from batcher.breaker import Breaker, BreakerState
 from batcher.metrics import BatcherMetrics
 from batcher.scheduler import Capacity
 from batcher.settings import BatcherSettings
+from ferryman.security import Security, aio_channel
 from ferryman.serving import channel_options
 from ferryman.v1 import node_pb2, node_pb2_grpc
 from registry.reader import RegistryReader
@@ -45,6 +46,8 @@ class Replica:
     channel: grpc.aio.Channel
     stub: node_pb2_grpc.NodeStub
     breaker: Breaker
+    metadata: tuple[tuple[str, str], ...] = ()
+    """Service credentials for every call to this node."""
     versions: frozenset[str] = frozenset()
     inflight: int = 0
     outstanding_rows: int = 0
@@ -59,12 +62,14 @@ class ReplicaDirectory:
         settings: BatcherSettings,
         reader: RegistryReader,
         metrics: BatcherMetrics,
+        security: Security,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
         self._settings = settings
         self._reader = reader
         self._metrics = metrics
+        self._security = security
         self._clock = clock
         self._rng = rng or random.Random()
         self.replicas: dict[str, Replica] = {}
@@ -110,19 +115,24 @@ class ReplicaDirectory:
         self.refreshed.set()
 
     def _connect(self, name: str, address: str) -> Replica:
-        channel = grpc.aio.insecure_channel(
-            address, options=channel_options(self._settings.max_message_bytes)
-        )
+        channel = aio_channel(address, self._security, channel_options(self._settings.max_message_bytes))
         breaker = Breaker(
             threshold=self._settings.breaker_threshold, cooldown_s=self._settings.breaker_cooldown_s
         )
         return Replica(
-            name=name, address=address, channel=channel, stub=node_pb2_grpc.NodeStub(channel), breaker=breaker
+            name=name,
+            address=address,
+            channel=channel,
+            stub=node_pb2_grpc.NodeStub(channel),
+            breaker=breaker,
+            metadata=self._security.metadata(),
         )
 
     async def _fetch_profiles(self, replica: Replica) -> None:
         try:
-            info = await replica.stub.NodeInfo(node_pb2.NodeInfoRequest(), timeout=NODE_INFO_TIMEOUT_S)
+            info = await replica.stub.NodeInfo(
+                node_pb2.NodeInfoRequest(), timeout=NODE_INFO_TIMEOUT_S, metadata=replica.metadata
+            )
         except grpc.aio.AioRpcError as exc:
             log.warning("NodeInfo from %s failed: %s", replica.name, exc.details())
             return

@@ -16,7 +16,8 @@ from batcher.servicer import BatcherServicer
 from batcher.settings import BatcherSettings
 from ferryman.config import CommonSettings
 from ferryman.metrics_http import serve_metrics
-from ferryman.serving import NOT_SERVING, SERVING, bind, create_server
+from ferryman.security import ServiceTokenInterceptor, bind
+from ferryman.serving import NOT_SERVING, SERVING, create_server, set_health
 from ferryman.telemetry import setup_tracing
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
 from registry.db import make_engine
@@ -36,8 +37,9 @@ async def serve_batcher(
     """Run a batcher until SIGTERM/SIGINT (or, when given, until ``stop`` is set)."""
     setup_tracing("batcher")
     engine = make_engine(common.resolved_database_url())
+    security = common.security()
     metrics = BatcherMetrics()
-    directory = ReplicaDirectory(settings, RegistryReader(engine), metrics)
+    directory = ReplicaDirectory(settings, RegistryReader(engine), metrics, security)
     dead_letters = DeadLetterSink(RegistryWriter(engine, actor="batcher"), settings.dead_letters_per_s)
     service = BatcherService(
         settings,
@@ -45,9 +47,11 @@ async def serve_batcher(
         metrics,
         lambda finish: Dispatcher(settings, directory, metrics, dead_letters, finish),
     )
-    server, health_servicer = create_server([BATCHER_SERVICE], settings.max_message_bytes)
+    server, health_servicer = create_server(
+        [BATCHER_SERVICE], settings.max_message_bytes, [ServiceTokenInterceptor(security.token)]
+    )
     batcher_pb2_grpc.add_BatcherServicer_to_server(BatcherServicer(service), server)
-    port = bind(server, settings.listen)
+    port = bind(server, settings.listen, security, internal=True)
     address = f"{settings.listen.rsplit(':', 1)[0]}:{port}"
     metrics_server = serve_metrics(settings.metrics_listen, metrics.registry)
 
@@ -63,13 +67,13 @@ async def serve_batcher(
     except TimeoutError:
         log.warning("registry not readable yet; starting without replicas")
     await server.start()
-    await health_servicer.set("", SERVING)
+    await set_health(health_servicer, [BATCHER_SERVICE], SERVING)
     log.info("batcher listening on %s", address)
     if on_ready is not None:
         on_ready(address)
 
     await stop.wait()
-    await health_servicer.set("", NOT_SERVING)
+    await set_health(health_servicer, [BATCHER_SERVICE], NOT_SERVING)
     try:
         await asyncio.wait_for(service.drain(), timeout=settings.drain_timeout_s)
     except TimeoutError:

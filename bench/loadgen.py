@@ -17,6 +17,8 @@ from datetime import timedelta
 import grpc
 import numpy as np
 
+from ferryman.config import CommonSettings
+from ferryman.security import aio_channel
 from ferryman.tensors import encode
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, common_pb2
 
@@ -65,7 +67,8 @@ async def open_loop(
     rng = random.Random(seed)
     sent_at: dict[str, float] = {}
     outboxes: list[asyncio.Queue[batcher_pb2.SubmitItem | None]] = [asyncio.Queue() for _ in range(STREAMS)]
-    channel = grpc.aio.insecure_channel(address)
+    security = CommonSettings().security()  # the batcher is internal: authenticate as a service
+    channel = aio_channel(address, security)
     stub = batcher_pb2_grpc.BatcherStub(channel)
 
     async def requests(
@@ -82,7 +85,7 @@ async def open_loop(
             yield batcher_pb2.SubmitRequest(items=items)
 
     async def read(box: asyncio.Queue[batcher_pb2.SubmitItem | None]) -> None:
-        async for response in stub.Submit(requests(box)):
+        async for response in stub.Submit(requests(box), metadata=security.metadata()):
             for reply in response.results:
                 record(reply)
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ferryman.artifacts import artifact_sha256
+from ferryman.config import CommonSettings
 from ferryman.net import free_port
 from ferryman.schema import IOSchema
 from ferryman.serving import channel_options
@@ -93,6 +94,7 @@ def main() -> None:
         try:
             channel = grpc.insecure_channel(address, options=channel_options(MAX_MESSAGE_BYTES))
             stub = node_pb2_grpc.NodeStub(channel)
+            auth = CommonSettings(data_dir=Path(tmp)).security().metadata()
             spec = node_pb2.ModelVersionSpec(
                 model="mlp",
                 version="1",
@@ -102,7 +104,9 @@ def main() -> None:
                 schema=IOSchema.model_validate(mlp.SCHEMA).to_proto(),
                 max_batch_size=max(BATCHES),
             )
-            loaded = stub.LoadModel(node_pb2.LoadModelRequest(spec=spec), timeout=START_TIMEOUT_S)
+            loaded = stub.LoadModel(
+                node_pb2.LoadModelRequest(spec=spec), timeout=START_TIMEOUT_S, metadata=auth
+            )
             assert loaded.state == node_pb2.VERSION_STATE_SERVING, loaded.reason
             print("| batch | forward items/s | InferBatch items/s | node/forward | overhead per batch |")
             print("|---:|---:|---:|---:|---:|")
@@ -128,7 +132,7 @@ def main() -> None:
                 )
 
                 def infer(r: node_pb2.InferBatchRequest = request) -> None:
-                    stub.InferBatch(r, timeout=30)
+                    stub.InferBatch(r, timeout=30, metadata=auth)
 
                 direct = statistics.median(time_calls(forward, opts.seconds))
                 served = statistics.median(time_calls(infer, opts.seconds))

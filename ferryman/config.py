@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ferryman.security import Security, load_security
 
 
 def default_data_dir() -> Path:
@@ -30,6 +32,31 @@ class CommonSettings(BaseSettings):
     """SQLAlchemy URL of the registry; empty means SQLite at ``data_dir/registry.db``."""
 
     log_level: str = "INFO"
+
+    service_token: SecretStr = SecretStr("")
+    """Shared secret internal services (Quota, Batcher, Node) demand of their callers;
+    empty means the one generated in ``data_dir`` (shared by processes on this machine)."""
+    tls_cert: str = ""
+    """PEM certificate every listener serves (TLS is off without it)."""
+    tls_key: str = ""
+    tls_ca: str = ""
+    """PEM CA that signs the services' certificates: clients verify servers with it."""
+    tls_client_auth: bool = False
+    """Internal listeners require client certificates signed by ``tls_ca`` (mutual TLS)."""
+    tls_server_name: str = ""
+    """Name checked in servers' certificates when it differs from the dialled host."""
+
+    def security(self) -> Security:
+        """TLS material and the service token of this process."""
+        return load_security(
+            self.data_dir,
+            token=self.service_token.get_secret_value(),
+            cert=self.tls_cert,
+            key=self.tls_key,
+            ca=self.tls_ca,
+            client_auth=self.tls_client_auth,
+            server_name=self.tls_server_name,
+        )
 
     def resolved_database_url(self) -> str:
         """The registry URL, defaulting to the embedded SQLite file."""

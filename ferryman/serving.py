@@ -12,6 +12,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from ferryman.security import NO_REUSEPORT
+
 # Servicer methods take the request/response-typed context; our shells need no more than Any.
 ServicerContext = grpc.aio.ServicerContext[Any, Any]
 
@@ -28,13 +30,19 @@ def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
 
 
 def create_server(
-    service_names: Sequence[str], max_message_bytes: int
+    service_names: Sequence[str],
+    max_message_bytes: int,
+    interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
 ) -> tuple[grpc.aio.Server, HealthServicer]:
     """A grpc.aio server with grpc.health.v1 and reflection for ``service_names`` added.
 
-    The caller registers its own servicers, binds a port and starts it.
+    Reflection lists exactly ``service_names`` (and health): a server hosting internal
+    and public services on different ports lists each port's own. The caller registers
+    its own servicers, binds a port (``ferryman.security.bind``) and starts it.
     """
-    server = grpc.aio.server(options=channel_options(max_message_bytes))
+    server = grpc.aio.server(
+        options=[*channel_options(max_message_bytes), NO_REUSEPORT], interceptors=list(interceptors)
+    )
     health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
@@ -42,9 +50,9 @@ def create_server(
     return server, health_servicer
 
 
-def bind(server: grpc.aio.Server, listen: str) -> int:
-    """Bind ``host:port`` (port 0 picks a free one) without TLS; return the port."""
-    port = server.add_insecure_port(listen)
-    if port == 0:
-        raise OSError(f"cannot listen on {listen}")
-    return port
+async def set_health(
+    health: HealthServicer, service_names: Sequence[str], status: health_pb2.HealthCheckResponse.ServingStatus
+) -> None:
+    """Report ``status`` for the server as a whole ("") and for each service it hosts."""
+    for name in ("", *service_names):
+        await health.set(name, status)

@@ -12,7 +12,8 @@ import torch
 
 from ferryman.config import CommonSettings
 from ferryman.metrics_http import serve_metrics
-from ferryman.serving import NOT_SERVING, SERVING, bind, create_server
+from ferryman.security import ServiceTokenInterceptor, bind
+from ferryman.serving import NOT_SERVING, SERVING, create_server, set_health
 from ferryman.telemetry import setup_tracing
 from ferryman.v1 import node_pb2, node_pb2_grpc
 from gpu_node.loader import resolve_device
@@ -82,14 +83,17 @@ async def serve_node(
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
     device = resolve_device(settings.device)
-    server, health_servicer = create_server([NODE_SERVICE], settings.max_message_bytes)
+    security = common.security()
+    server, health_servicer = create_server(
+        [NODE_SERVICE], settings.max_message_bytes, [ServiceTokenInterceptor(security.token)]
+    )
     metrics = NodeMetrics()
     service = NodeService(settings, device, health_servicer, metrics)
     metrics_server = serve_metrics(settings.metrics_listen, metrics.registry)
     node_pb2_grpc.add_NodeServicer_to_server(NodeServicer(service), server)
-    port = bind(server, settings.listen)
+    port = bind(server, settings.listen, security, internal=True)
     address = settings.advertise or f"{settings.listen.rsplit(':', 1)[0]}:{port}"
-    await health_servicer.set("", NOT_SERVING)
+    await set_health(health_servicer, [NODE_SERVICE], NOT_SERVING)
     await server.start()
     log.info("node %s listening on %s (device %s)", settings.name, address, device)
 
@@ -110,7 +114,7 @@ async def serve_node(
     service.set_lifecycle(NodeLifecycle.READY)
     if link is not None:
         await link.lifecycle(NodeLifecycle.READY)
-    await health_servicer.set("", SERVING)
+    await set_health(health_servicer, [NODE_SERVICE], SERVING)
     if on_ready is not None:
         on_ready(address)
 

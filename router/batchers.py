@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from ferryman.errors import make_status
+from ferryman.security import Security, aio_channel
 from ferryman.serving import channel_options
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
 
@@ -27,8 +28,9 @@ class StreamBroken(Exception):
 class BatcherStream:
     """One Submit stream: items out packed per message, results in by request id."""
 
-    def __init__(self, stub: batcher_pb2_grpc.BatcherStub) -> None:
+    def __init__(self, stub: batcher_pb2_grpc.BatcherStub, metadata: tuple[tuple[str, str], ...]) -> None:
         self._stub = stub
+        self._metadata = metadata
         self._outbox: asyncio.Queue[batcher_pb2.SubmitItem | None] = asyncio.Queue()
         self._pending: dict[str, asyncio.Future[batcher_pb2.ItemResult]] = {}
         self._task = asyncio.create_task(self._run())
@@ -50,7 +52,7 @@ class BatcherStream:
 
     async def _run(self) -> None:
         try:
-            async for response in self._stub.Submit(self._messages()):
+            async for response in self._stub.Submit(self._messages(), metadata=self._metadata):
                 for result in response.results:
                     future = self._pending.pop(result.request_id, None)
                     if future is not None and not future.done():
@@ -87,14 +89,15 @@ class BatcherStream:
 class BatcherPool:
     """Streams to every batcher; picks one per model by rendezvous hashing."""
 
-    def __init__(self, addresses: list[str], streams_per_batcher: int, max_message_bytes: int) -> None:
+    def __init__(
+        self, addresses: list[str], streams_per_batcher: int, max_message_bytes: int, security: Security
+    ) -> None:
         if not addresses:
             raise ValueError("the router needs at least one batcher address")
         self._addresses = addresses
         self._per_batcher = streams_per_batcher
-        self._channels = {
-            a: grpc.aio.insecure_channel(a, options=channel_options(max_message_bytes)) for a in addresses
-        }
+        self._channels = {a: aio_channel(a, security, channel_options(max_message_bytes)) for a in addresses}
+        self._metadata = security.metadata()
         self._streams: dict[str, list[BatcherStream]] = {a: [] for a in addresses}
         self._turn = itertools.count()
 
@@ -109,7 +112,9 @@ class BatcherPool:
     def _stream(self, address: str) -> BatcherStream:
         streams = [s for s in self._streams[address] if s.alive]
         if len(streams) < self._per_batcher:
-            streams.append(BatcherStream(batcher_pb2_grpc.BatcherStub(self._channels[address])))
+            streams.append(
+                BatcherStream(batcher_pb2_grpc.BatcherStub(self._channels[address]), self._metadata)
+            )
         self._streams[address] = streams
         return streams[next(self._turn) % len(streams)]
 

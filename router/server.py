@@ -1,4 +1,5 @@
-"""The router process: Inference (public), optionally the Quota service in-process."""
+"""The router process: Inference on the public port; the Quota service in-process
+(served to other services on a separate internal port when asked) or remote."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import grpc
 
 from ferryman.config import CommonSettings
 from ferryman.metrics_http import serve_metrics
-from ferryman.serving import NOT_SERVING, SERVING, bind, create_server
+from ferryman.security import ServiceTokenInterceptor, aio_channel, bind
+from ferryman.serving import NOT_SERVING, SERVING, create_server, set_health
 from ferryman.telemetry import setup_tracing
 from ferryman.v1 import inference_pb2, quota_pb2, quota_pb2_grpc
 from registry.cache import SnapshotCache
@@ -50,45 +52,56 @@ async def serve_router(
     on_ready: Callable[[str], None] | None = None,
 ) -> int:
     """Run a router until SIGTERM/SIGINT (or ``stop``). Without a quota address the
-    Quota service runs in this process, and is also served over gRPC on this port."""
+    Quota service runs in this process (served to other services only on
+    ``internal_listen``, never on the public port)."""
     setup_tracing("router")
+    security = common.security()
+    # The public port serves tenant APIs only. Bound first: a port in use fails at once.
+    server, health = create_server([INFERENCE], settings.max_message_bytes)
+    port = bind(server, settings.listen, security, internal=False)
     stop = _stop_event(stop)
     engine = make_engine(common.resolved_database_url())
     cache = SnapshotCache(engine, settings.refresh_s, settings.heartbeat_timeout_s)
     refresher_stop = asyncio.Event()
     refresher = asyncio.create_task(cache.run(refresher_stop))
     await asyncio.wait_for(cache.loaded.wait(), timeout=settings.heartbeat_timeout_s)
-    names = [INFERENCE]
     quota: QuotaClient
     quota_channel: grpc.aio.Channel | None = None
     local_quota: QuotaService | None = None
     if settings.quota_address:
-        quota_channel = grpc.aio.insecure_channel(settings.quota_address)
-        quota = RemoteQuota(quota_channel)
+        quota_channel = aio_channel(settings.quota_address, security)
+        quota = RemoteQuota(quota_channel, security.metadata())
     else:
         local_quota = QuotaService(quota_settings, make_backend(quota_settings), lambda: cache.snapshot)
         quota = LocalQuota(local_quota)
-        names.append(QUOTA)
     batchers = BatcherPool(
-        settings.batcher_addresses(), settings.streams_per_batcher, settings.max_message_bytes
+        settings.batcher_addresses(), settings.streams_per_batcher, settings.max_message_bytes, security
     )
     metrics = RouterMetrics(settings.max_tenant_labels)
     service = RouterService(settings, cache, quota, batchers, metrics)
-    server, health = create_server(names, settings.max_message_bytes)
     add_inference_servicer(InferenceServicer(settings, cache, service, metrics), server)
+    internal: grpc.aio.Server | None = None
+    if local_quota is not None and settings.internal_listen:
+        internal, internal_health = create_server(
+            [QUOTA], quota_settings.max_message_bytes, [ServiceTokenInterceptor(security.token)]
+        )
+        quota_pb2_grpc.add_QuotaServicer_to_server(QuotaServicer(local_quota), internal)
+        internal_port = bind(internal, settings.internal_listen, security, internal=True)
+        await internal.start()
+        await set_health(internal_health, [QUOTA], SERVING)
+        log.info("in-process quota served to services on port %d", internal_port)
     metrics_server = serve_metrics(settings.metrics_listen, metrics.registry)
-    if local_quota is not None:
-        quota_pb2_grpc.add_QuotaServicer_to_server(QuotaServicer(local_quota), server)
-    port = bind(server, settings.listen)
     address = f"{settings.listen.rsplit(':', 1)[0]}:{port}"
     await server.start()
-    await health.set("", SERVING)
+    await set_health(health, [INFERENCE], SERVING)
     log.info("router listening on %s (quota %s)", address, settings.quota_address or "in-process")
     if on_ready is not None:
         on_ready(address)
     await stop.wait()
-    await health.set("", NOT_SERVING)
+    await set_health(health, [INFERENCE], NOT_SERVING)
     await server.stop(grace=2.0)
+    if internal is not None:
+        await internal.stop(grace=1.0)
     await batchers.close()
     if quota_channel is not None:
         await quota_channel.close(grace=None)
@@ -114,12 +127,15 @@ async def serve_quota(
     refresher = asyncio.create_task(cache.run(refresher_stop))
     await asyncio.wait_for(cache.loaded.wait(), timeout=30)
     service = QuotaService(settings, make_backend(settings), lambda: cache.snapshot)
-    server, health = create_server([QUOTA], settings.max_message_bytes)
+    security = common.security()
+    server, health = create_server(
+        [QUOTA], settings.max_message_bytes, [ServiceTokenInterceptor(security.token)]
+    )
     quota_pb2_grpc.add_QuotaServicer_to_server(QuotaServicer(service), server)
-    port = bind(server, settings.listen)
+    port = bind(server, settings.listen, security, internal=True)
     address = f"{settings.listen.rsplit(':', 1)[0]}:{port}"
     await server.start()
-    await health.set("", SERVING)
+    await set_health(health, [QUOTA], SERVING)
     if on_ready is not None:
         on_ready(address)
     await stop.wait()

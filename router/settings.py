@@ -15,6 +15,9 @@ class RouterSettings(BaseSettings):
     """Comma-separated batcher addresses; each model goes to one by rendezvous hashing."""
     quota_address: str = ""
     """A Quota server's address; empty hosts the quota service in this process."""
+    internal_listen: str = ""
+    """host:port where an in-process Quota service is served to other services (the
+    console), behind the service token; empty serves it nowhere. Never the public port."""
     streams_per_batcher: int = Field(default=2, ge=1)
     default_timeout_s: float = Field(default=30.0, gt=0)
     """Deadline of requests that come without one."""

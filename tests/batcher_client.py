@@ -6,8 +6,8 @@ import queue
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 
-import grpc
 import numpy as np
+from internal import internal_channel
 
 from ferryman.tensors import encode
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, common_pb2
@@ -47,7 +47,7 @@ def submit_all(
     messages = [
         batcher_pb2.SubmitRequest(items=items[i : i + per_message]) for i in range(0, len(items), per_message)
     ]
-    with grpc.insecure_channel(address) as channel:
+    with internal_channel(address) as channel:
         stub = batcher_pb2_grpc.BatcherStub(channel)
         responses = stub.Submit(iter(messages), timeout=STREAM_TIMEOUT_S)
         return {r.request_id: r for response in responses for r in response.results}
@@ -57,7 +57,7 @@ class OpenStream:
     """A Submit stream kept open: send items at any time, read results as they come."""
 
     def __init__(self, address: str) -> None:
-        self._channel = grpc.insecure_channel(address)
+        self._channel = internal_channel(address)
         self._outbox: queue.Queue[batcher_pb2.SubmitItem | None] = queue.Queue()
         self._pending: list[batcher_pb2.ItemResult] = []
         stub = batcher_pb2_grpc.BatcherStub(self._channel)

@@ -9,6 +9,7 @@ that cannot be had fails the run instead of skipping.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,8 @@ from registry.migrate import upgrade
 
 # The services run in this process and the tracing tests read their spans from its provider.
 os.environ.setdefault("FERRYMAN_TRACE_ENABLED", "true")
+# One service token for every service this session starts, in threads and subprocesses.
+os.environ.setdefault("FERRYMAN_SERVICE_TOKEN", secrets.token_urlsafe(24))
 
 LOCAL_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 

@@ -42,10 +42,16 @@ class E2E:
     threads: list[ServiceThread] = field(default_factory=list)
     node_metrics: list[str] = field(default_factory=list)
 
-    def start_router(self, quota: QuotaSettings, metrics_listen: str = "") -> tuple[str, ServiceThread]:
+    def start_router(
+        self, quota: QuotaSettings, metrics_listen: str = "", internal_listen: str = ""
+    ) -> tuple[str, ServiceThread]:
         """Another router on the same platform (for multi-router quota tests)."""
         settings = RouterSettings(
-            listen="127.0.0.1:0", batchers=self.batcher, refresh_s=0.2, metrics_listen=metrics_listen
+            listen="127.0.0.1:0",
+            batchers=self.batcher,
+            refresh_s=0.2,
+            metrics_listen=metrics_listen,
+            internal_listen=internal_listen,
         )
         thread = ServiceThread(
             lambda stop, ready: serve_router(settings, quota, self.common, stop, ready), "router"

@@ -8,6 +8,7 @@ import grpc
 import streamlit as st
 
 from admin_ui.context import Console
+from ferryman.security import Security, sync_channel
 from ferryman.v1 import node_pb2, node_pb2_grpc
 from registry.snapshot import heartbeat_age_s
 from registry.validation import RegistryError
@@ -15,12 +16,12 @@ from registry.validation import RegistryError
 NODE_INFO_TIMEOUT_S = 1.0
 
 
-def in_flight(address: str) -> int | None:
+def in_flight(address: str, security: Security) -> int | None:
     """Batches running on the node now (None when it does not answer)."""
     try:
-        with grpc.insecure_channel(address) as channel:
+        with sync_channel(address, security) as channel:
             info = node_pb2_grpc.NodeStub(channel).NodeInfo(
-                node_pb2.NodeInfoRequest(), timeout=NODE_INFO_TIMEOUT_S
+                node_pb2.NodeInfoRequest(), timeout=NODE_INFO_TIMEOUT_S, metadata=security.metadata()
             )
     except grpc.RpcError:
         return None
@@ -45,7 +46,7 @@ def render(ctx: Console) -> None:
                 "address": node.address,
                 "loaded": ", ".join(node.loaded_versions),
                 "heartbeat s ago": round(heartbeat_age_s(node, now), 1),
-                "batches in flight": in_flight(node.address) if live else None,
+                "batches in flight": in_flight(node.address, ctx.security) if live else None,
             }
         )
     st.dataframe(rows, hide_index=True, width="stretch")

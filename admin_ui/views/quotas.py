@@ -6,6 +6,7 @@ import grpc
 import streamlit as st
 
 from admin_ui.context import Console
+from ferryman.security import sync_channel
 from ferryman.v1 import quota_pb2, quota_pb2_grpc
 from registry.validation import RegistryError
 from registry.writer import QuotaLimits
@@ -26,9 +27,11 @@ def usage(ctx: Console, tenant: str) -> None:
         st.info("Set FERRYMAN_CONSOLE_QUOTA_ADDRESS to a router (or quota server) to see live usage.")
         return
     try:
-        with grpc.insecure_channel(ctx.settings.quota_address) as channel:
+        with sync_channel(ctx.settings.quota_address, ctx.security) as channel:
             response = quota_pb2_grpc.QuotaStub(channel).GetUsage(
-                quota_pb2.GetUsageRequest(tenant=tenant), timeout=USAGE_TIMEOUT_S
+                quota_pb2.GetUsageRequest(tenant=tenant),
+                timeout=USAGE_TIMEOUT_S,
+                metadata=ctx.security.metadata(),
             )
     except grpc.RpcError as exc:
         st.warning(f"usage unavailable: {exc.code().name}")

@@ -74,6 +74,9 @@ def serve_router_cmd(
     quota_address: Annotated[str | None, typer.Option(help="Quota server; empty hosts it here.")] = None,
     redis_url: Annotated[str | None, typer.Option(help="Use Redis for in-process quotas.")] = None,
     metrics_listen: Annotated[str | None, typer.Option(help="host:port for /metrics.")] = None,
+    internal_listen: Annotated[
+        str | None, typer.Option(help="host:port serving the in-process Quota service to services.")
+    ] = None,
 ) -> None:
     """Run a router: the public Inference service (and quotas, unless --quota-address)."""
     from router.quota.settings import QuotaSettings
@@ -83,7 +86,11 @@ def serve_router_cmd(
     _configure_logging()
     router_settings = RouterSettings(
         **_overrides(
-            listen=listen, batchers=batchers, quota_address=quota_address, metrics_listen=metrics_listen
+            listen=listen,
+            batchers=batchers,
+            quota_address=quota_address,
+            metrics_listen=metrics_listen,
+            internal_listen=internal_listen,
         )
     )
     quota_settings = QuotaSettings(**_overrides(redis_url=redis_url, backend="redis" if redis_url else None))

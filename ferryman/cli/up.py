@@ -152,6 +152,7 @@ def up(
     key = writer.issue_key(DEMO_TENANT) if known else writer.create_tenant(DEMO_TENANT)
 
     batcher = f"127.0.0.1:{free_port()}"
+    quota_internal = f"127.0.0.1:{free_port()}"
     console_port = free_port()
     names = ["router", "batcher", *(f"node-{i + 1}" for i in range(nodes))]
     metrics = {name: f"127.0.0.1:{free_port()}" for name in names}
@@ -180,13 +181,15 @@ def up(
             batcher,
             "--metrics-listen",
             metrics["router"],
+            "--internal-listen",
+            quota_internal,
         ]
         platform.start("router", *router_args, *(["--redis-url", redis_url] if redis_url else []))
         console_env = {
             "FERRYMAN_CONSOLE_METRICS_URLS": ",".join(
                 f"http://{metrics[n]}/metrics" for n in ("router", "batcher")
             ),
-            "FERRYMAN_CONSOLE_QUOTA_ADDRESS": listen,
+            "FERRYMAN_CONSOLE_QUOTA_ADDRESS": quota_internal,
         }
         password = _console_password(reader)
         if password:

@@ -46,8 +46,9 @@ class LocalQuota:
 class RemoteQuota:
     """A Quota server over gRPC; UNAVAILABLE from it (or no answer) is QuotaUnavailable."""
 
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    def __init__(self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]) -> None:
         self._stub = quota_pb2_grpc.QuotaStub(channel)
+        self._metadata = metadata
 
     async def reserve(
         self, request_id: str, tenant: str, model: str, tokens: int, cost: float, budget_s: float
@@ -60,7 +61,9 @@ class RemoteQuota:
             estimated_cost_usd=cost,
         )
         try:
-            response: quota_pb2.ReserveResponse = await self._stub.Reserve(request, timeout=budget_s)
+            response: quota_pb2.ReserveResponse = await self._stub.Reserve(
+                request, timeout=budget_s, metadata=self._metadata
+            )
         except grpc.aio.AioRpcError as exc:
             raise QuotaUnavailable(f"quota service: {exc.code().name} {exc.details()}") from exc
         return Verdict(
@@ -72,7 +75,9 @@ class RemoteQuota:
     async def commit(self, request_id: str, tokens: int, cost: float, budget_s: float) -> bool:
         request = quota_pb2.CommitRequest(request_id=request_id, actual_tokens=tokens, actual_cost_usd=cost)
         try:
-            response: quota_pb2.SettleResponse = await self._stub.Commit(request, timeout=budget_s)
+            response: quota_pb2.SettleResponse = await self._stub.Commit(
+                request, timeout=budget_s, metadata=self._metadata
+            )
         except grpc.aio.AioRpcError:
             return False
         return response.applied
@@ -80,7 +85,7 @@ class RemoteQuota:
     async def release(self, request_id: str, budget_s: float) -> bool:
         try:
             response: quota_pb2.SettleResponse = await self._stub.Release(
-                quota_pb2.ReleaseRequest(request_id=request_id), timeout=budget_s
+                quota_pb2.ReleaseRequest(request_id=request_id), timeout=budget_s, metadata=self._metadata
             )
         except grpc.aio.AioRpcError:
             return False

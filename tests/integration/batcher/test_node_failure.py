@@ -8,11 +8,11 @@ import threading
 import time
 from collections.abc import Iterator
 
-import grpc
 import numpy as np
 import pytest
 from batcher_client import OpenStream, item
 from batcher_platform import Platform, wait_for_replicas
+from internal import internal_channel
 from node_helpers import node_subprocess
 
 from ferryman.net import free_port
@@ -60,7 +60,7 @@ def node_processes(platform: Platform) -> Iterator[dict[str, tuple[subprocess.Po
 
 def busy_node(procs: dict[str, tuple[subprocess.Popen[bytes], str]]) -> str | None:
     for name, (_, address) in procs.items():
-        with grpc.insecure_channel(address) as channel:
+        with internal_channel(address) as channel:
             info = node_pb2_grpc.NodeStub(channel).NodeInfo(node_pb2.NodeInfoRequest(), timeout=2)
         if any(v.in_flight > 0 for v in info.versions):
             return name

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import grpc
 import pytest
 from harness import ServiceThread
+from internal import internal_channel
 from node_helpers import Artifacts, build_artifacts, node_settings, spec
 
 from ferryman.config import CommonSettings
@@ -26,7 +26,7 @@ def node_address(artifacts: Artifacts, tmp_path_factory: pytest.TempPathFactory)
     common = CommonSettings(data_dir=tmp_path_factory.mktemp("node-data"))
     service = ServiceThread(lambda stop, ready: serve_node(node_settings(), common, stop, ready), "node")
     address = service.start()
-    stub = node_pb2_grpc.NodeStub(grpc.insecure_channel(address))
+    stub = node_pb2_grpc.NodeStub(internal_channel(address))
     for version_spec in (
         spec("mlp", "1", artifacts.mlp_export, "torch_export", mlp.SCHEMA, max_batch_size=128),
         spec("mlp-ts", "1", artifacts.mlp_script, "torchscript", mlp.SCHEMA, max_batch_size=128),
@@ -66,5 +66,5 @@ def node_address(artifacts: Artifacts, tmp_path_factory: pytest.TempPathFactory)
 
 @pytest.fixture
 def node(node_address: str) -> Iterator[node_pb2_grpc.NodeStub]:
-    with grpc.insecure_channel(node_address) as channel:
+    with internal_channel(node_address) as channel:
         yield node_pb2_grpc.NodeStub(channel)

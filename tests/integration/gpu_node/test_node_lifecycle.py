@@ -14,6 +14,7 @@ import grpc
 import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from internal import internal_channel
 from node_helpers import node_subprocess
 
 from ferryman.net import free_port
@@ -102,7 +103,7 @@ def test_sigterm_drains_in_flight_batch_then_exits(
     wait_for(
         lambda: health_status(address) == health_pb2.HealthCheckResponse.SERVING, START_TIMEOUT_S, "SERVING"
     )
-    channel = grpc.insecure_channel(address)
+    channel = internal_channel(address)
     stub = node_pb2_grpc.NodeStub(channel)
     row = np.arange(echo.WIDTH, dtype=np.float32).reshape(1, -1)
     request = node_pb2.InferBatchRequest(
