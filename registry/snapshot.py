@@ -66,6 +66,12 @@ class PolicyRecord:
 
 
 @dataclass(frozen=True)
+class ModelAccess:
+    published: bool
+    owners: frozenset[str]
+
+
+@dataclass(frozen=True)
 class ConfigSnapshot:
     revision: int
     keys: dict[str, KeyRecord] = field(default_factory=dict)
@@ -77,6 +83,15 @@ class ConfigSnapshot:
     policies: dict[str, list[PolicyRecord]] = field(default_factory=dict)
     """By tenant."""
     descriptions: dict[str, str] = field(default_factory=dict)
+    access: dict[str, ModelAccess] = field(default_factory=dict)
+    """Who may use each model (by alias); a model missing here is usable by nobody."""
+
+    def may_use(self, tenant: TenantRecord, model: str) -> bool:
+        """The one rule of model access: published or owned, within the tenant's allow-list."""
+        access = self.access.get(model)
+        if access is None or not (access.published or tenant.name in access.owners):
+            return False
+        return not tenant.allowed_models or model in tenant.allowed_models
 
 
 def read_revision(engine: Engine) -> int:
@@ -116,6 +131,7 @@ def load_snapshot(engine: Engine) -> ConfigSnapshot:
             )
         for model in models_by_id.values():
             snapshot.descriptions[model.name] = model.description
+            snapshot.access[model.name] = ModelAccess(model.published, frozenset(model.owners))
         for route in s.exec(select(Route)):
             model = models_by_id[route.model_id]
             snapshot.routes[model.name] = RouteRecord(

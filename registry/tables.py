@@ -37,7 +37,8 @@ class Tenant(SQLModel, table=True):
     priority: int = 2
     """Default scheduling class (ferryman.v1.Priority)."""
     allowed_models: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
-    """Model aliases the tenant may call; empty means all."""
+    """Restricts the tenant to these model aliases; empty: every model it may see
+    (published ones and those it owns)."""
     disabled: bool = False
     created_at: datetime = Field(default_factory=utcnow)
 
@@ -77,6 +78,10 @@ class Model(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(index=True, unique=True, max_length=64)
     description: str = ""
+    published: bool = False
+    """Usable by every tenant; otherwise only by its owners."""
+    owners: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    """Tenants that may use the model while it is not published."""
     created_at: datetime = Field(default_factory=utcnow)
 
 

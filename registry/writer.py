@@ -87,6 +87,10 @@ class VersionSpec:
     price_per_item_usd: float = 0.0
     cacheable: bool = False
     shareable: bool = False
+    published: bool = False
+    """For a new model: usable by every tenant (else only by ``owners``)."""
+    owners: tuple[str, ...] = ()
+    """For a new model: the tenants that may use it while it is private."""
 
 
 class RegistryWriter:
@@ -249,7 +253,12 @@ class RegistryWriter:
         with self._change("version.register", "model_version", key) as c:
             model = c.session.exec(select(Model).where(Model.name == spec.model)).first()
             if model is None:
-                model = Model(name=spec.model, description=spec.description)
+                model = Model(
+                    name=spec.model,
+                    description=spec.description,
+                    published=spec.published,
+                    owners=[_tenant(c.session, t).name for t in spec.owners],
+                )
                 c.session.add(model)
                 c.session.flush()
             elif _find_version(c.session, spec.model, spec.version) is not None:
@@ -273,6 +282,19 @@ class RegistryWriter:
             c.session.add(row)
             c.detail.update(artifact=spec.artifact, sha256=digest, format=fmt.value)
         return row
+
+    def set_model_access(
+        self, model: str, *, published: bool | None = None, owners: Sequence[str] | None = None
+    ) -> None:
+        """Publish a model to every tenant or make it private to ``owners``."""
+        with self._change("model.access", "model", model) as c:
+            row = _model(c.session, model)
+            if published is not None:
+                row.published = published
+            if owners is not None:
+                row.owners = sorted({_tenant(c.session, t).name for t in owners})
+            c.session.add(row)
+            c.detail.update(published=row.published, owners=list(row.owners))
 
     def set_version_status(self, model: str, version: str, status: str) -> None:
         """Move a version along its lifecycle (REGISTERED -> ACTIVE -> ...)."""

@@ -76,10 +76,14 @@ def resolve(
     user: str,
     pin: str,
     is_ready: Callable[[str, str], bool],
+    may_use: Callable[[str], bool],
     degrade: bool = False,
     rng: Callable[[], float] = random.random,
 ) -> Choice:
-    """The model and version to run, following the fallback when the choice cannot serve."""
+    """The model and version to run, following the fallback when the choice cannot serve.
+
+    A fallback the caller may not use (``may_use``) is never taken: the allow-list holds
+    for fallbacks as for the model asked for."""
     route = routes.get(model)
     if pin:
         primary = Choice(model, pin)
@@ -88,7 +92,11 @@ def resolve(
     else:
         primary = Choice(model, choose(route, tenant=tenant, user=user, rng=rng))
     fallback_model = route.fallback if route is not None else ""
-    if fallback_model and (degrade or not is_ready(primary.model, primary.version)):
+    if (
+        fallback_model
+        and may_use(fallback_model)
+        and (degrade or not is_ready(primary.model, primary.version))
+    ):
         fallback_route = routes.get(fallback_model)
         if fallback_route is not None:
             version = choose(fallback_route, tenant=tenant, user=user, rng=rng)

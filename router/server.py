@@ -79,6 +79,7 @@ async def serve_router(
     )
     metrics = RouterMetrics(settings.max_tenant_labels)
     service = RouterService(settings, cache, quota, batchers, metrics)
+    renewer = asyncio.create_task(service.renew_leases(refresher_stop))
     add_inference_servicer(InferenceServicer(settings, cache, service, metrics), server)
     internal: grpc.aio.Server | None = None
     if local_quota is not None and settings.internal_listen:
@@ -102,6 +103,9 @@ async def serve_router(
     await server.stop(grace=2.0)
     if internal is not None:
         await internal.stop(grace=1.0)
+    refresher_stop.set()
+    await renewer
+    await service.close()
     await batchers.close()
     if quota_channel is not None:
         await quota_channel.close(grace=None)

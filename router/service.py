@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import grpc
 from google.rpc import status_pb2
@@ -17,14 +20,16 @@ from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord, VersionRecord
 from router.batchers import BatcherPool
+from router.bounds import check_request, clip
+from router.fingerprint import fingerprint
 from router.metrics import RouterMetrics
 from router.quota.client import QuotaClient
-from router.quota.policy import Decision
+from router.quota.policy import Decision, Verdict
 from router.quota.service import QuotaUnavailable
 from router.routing import Choice, resolve
 from router.settings import RouterSettings
 from router.shedding import Shedder
-from router.validation import estimate_tokens, price, validate
+from router.validation import price, token_bound, validate
 
 SETTLE_TIMEOUT_S = 1.0
 
@@ -67,19 +72,28 @@ class RouterService:
         self._quota = quota
         self._batchers = batchers
         self._shedder = Shedder(settings.shed_smoothing)
+        self._held: set[str] = set()
+        """Quota ids of reservations this router holds for running requests: renewed
+        every ``lease_renew_s``, so they end within a lease if this process dies."""
+        self._background: set[asyncio.Task[object]] = set()
 
     def _check(self, request: inference_pb2.PredictRequest, tenant: TenantRecord, degrade: bool) -> Admitted:
         snapshot = self._cache.snapshot
-        if tenant.allowed_models and request.model not in tenant.allowed_models:
+        if bad := check_request(request):
             raise fail(
-                grpc.StatusCode.PERMISSION_DENIED,
-                f"tenant may not use model {request.model!r}",
-                "MODEL_NOT_ALLOWED",
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "; ".join(f"{f}: {d}" for f, d in bad),
+                "INVALID_REQUEST",
+                violations=bad,
             )
+        # Unknown and forbidden answer alike, so model names do not leak across tenants.
+        unknown = fail(grpc.StatusCode.NOT_FOUND, f"unknown model {clip(request.model)!r}", "UNKNOWN_MODEL")
+        if not snapshot.may_use(tenant, request.model):
+            raise unknown
         if request.model not in snapshot.routes and not (
             request.version and f"{request.model}:{request.version}" in snapshot.versions
         ):
-            raise fail(grpc.StatusCode.NOT_FOUND, f"unknown model {request.model!r}", "UNKNOWN_MODEL")
+            raise unknown
         try:
             choice = resolve(
                 snapshot.routes,
@@ -88,15 +102,16 @@ class RouterService:
                 user=request.user,
                 pin=request.version,
                 is_ready=self._cache.is_ready,
+                may_use=lambda model: snapshot.may_use(tenant, model),
                 degrade=degrade,
             )
-        except LookupError as exc:
-            raise fail(grpc.StatusCode.NOT_FOUND, str(exc), "UNKNOWN_MODEL") from None
+        except LookupError:
+            raise unknown from None
         version = snapshot.versions.get(choice.key)
         if version is None or version.status == "RETIRED":
             raise fail(
                 grpc.StatusCode.NOT_FOUND,
-                f"unknown version {choice.model}:{choice.version}",
+                f"unknown version {clip(choice.model)}:{clip(choice.version)}",
                 "UNKNOWN_VERSION",
             )
         rows, violations = validate(request.inputs, version.schema)
@@ -107,7 +122,7 @@ class RouterService:
                 "INVALID_INPUT",
                 violations=violations,
             )
-        tokens = estimate_tokens(request.inputs)
+        tokens = token_bound(request.inputs)
         cost = price(rows, tokens, version.price_per_item_usd, version.price_per_1k_tokens_usd)
         priority = request.priority or tenant.priority
         return Admitted(choice, version, rows, tokens, cost, priority)  # type: ignore[arg-type]
@@ -139,6 +154,7 @@ class RouterService:
                     admitted.choice.model,
                     admitted.tokens,
                     admitted.cost,
+                    fingerprint(request),
                     budget_s=min(self._settings.quota_timeout_s, deadline - loop.time()),
                 )
         except QuotaUnavailable as exc:
@@ -146,6 +162,12 @@ class RouterService:
         self._metrics.child(
             self._metrics.quota_decisions, self._metrics.tenant(tenant.name), verdict.decision.value
         ).inc()
+        if verdict.decision == Decision.CONFLICT:
+            raise fail(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"request_id {clip(request_id)!r} was already used for a different request",
+                "REQUEST_ID_REUSED",
+            )
         if verdict.decision == Decision.REJECT:
             raise fail(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -158,14 +180,63 @@ class RouterService:
                 ],
                 retry_after=timedelta(seconds=max(verdict.retry_after_s, 0.001)),
             )
+        if not verdict.held:
+            return await self._serve(request_id, request, tenant, admitted, deadline, verdict, checked_at)
+        # The reservation ends with the request, however it ends: answer, error, the
+        # client's cancel or deadline. Leases cover the one way this cannot see: a crash.
+        self._held.add(quota_id)
+        try:
+            response = await self._serve(request_id, request, tenant, admitted, deadline, verdict, checked_at)
+        except BaseException:
+            self._held.discard(quota_id)
+            self._settle_later(self._quota.release(quota_id, budget_s=SETTLE_TIMEOUT_S))
+            raise
+        self._held.discard(quota_id)
+        usage = response.usage
+        self._settle_later(
+            self._quota.commit(quota_id, usage.input_tokens, usage.cost_usd, budget_s=SETTLE_TIMEOUT_S)
+        )
+        return response
+
+    def _settle_later(self, settle: Coroutine[Any, Any, bool]) -> None:
+        """Settle off the answer's path, in a task a cancelled request cannot cancel."""
+        task: asyncio.Task[object] = asyncio.create_task(settle)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def renew_leases(self, stop: asyncio.Event) -> None:
+        """Renew the leases of every reservation held for a running request, until ``stop``."""
+        period = self._settings.lease_renew_s
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), period)
+            if self._held:
+                await self._quota.renew(list(self._held), budget_s=period)
+
+    async def close(self) -> None:
+        """Wait for settlements still under way (bounded by their own timeouts)."""
+        if self._background:
+            await asyncio.wait(self._background, timeout=SETTLE_TIMEOUT_S * 2)
+
+    async def _serve(
+        self,
+        request_id: str,
+        request: inference_pb2.PredictRequest,
+        tenant: TenantRecord,
+        admitted: Admitted,
+        deadline: float,
+        verdict: Verdict,
+        checked_at: float,
+    ) -> inference_pb2.PredictResponse:
+        """Run an admitted request and build its answer; failures raise RequestFailed."""
+        loop = asyncio.get_running_loop()
+        started = checked_at
         if verdict.decision == Decision.DEGRADE:
             admitted = self._degrade(request, tenant, admitted)
         result = await self._run(request_id, request, tenant, admitted, deadline)
         if result.status.code != 0:
             if (wait := expected_wait_s(result.status)) is not None:
                 self._shedder.record(admitted.choice.key, wait, loop.time())
-            if verdict.held:
-                await self._quota.release(quota_id, budget_s=SETTLE_TIMEOUT_S)
             raise RequestFailed(result.status)
         tokens = result.usage.input_tokens + result.usage.output_tokens or admitted.tokens
         cost = price(
@@ -174,8 +245,6 @@ class RouterService:
             admitted.version.price_per_item_usd,
             admitted.version.price_per_1k_tokens_usd,
         )
-        if verdict.held:
-            await self._quota.commit(quota_id, tokens, cost, budget_s=SETTLE_TIMEOUT_S)
         self._shedder.observe(admitted.choice.key, loop.time() - checked_at)
         response = inference_pb2.PredictResponse(
             request_id=request_id,

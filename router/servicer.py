@@ -20,6 +20,7 @@ from ferryman.v1 import inference_pb2, inference_pb2_grpc
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord
 from router.auth import authenticate, bearer_key
+from router.bounds import clip
 from router.handlers import Undecodable
 from router.metrics import RouterMetrics
 from router.service import RequestFailed, RouterService
@@ -187,20 +188,18 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
         self, request: inference_pb2.ListModelsRequest, context: ServicerContext
     ) -> inference_pb2.ListModelsResponse:
         tenant = await self._tenant(context)
-        names = sorted(self._cache.snapshot.routes)
-        visible = [n for n in names if not tenant.allowed_models or n in tenant.allowed_models]
+        snapshot = self._cache.snapshot
+        visible = [n for n in sorted(snapshot.routes) if snapshot.may_use(tenant, n)]
         return inference_pb2.ListModelsResponse(models=[self._model_info(n) for n in visible])
 
     async def GetModel(
         self, request: inference_pb2.GetModelRequest, context: ServicerContext
     ) -> inference_pb2.ModelInfo:
         tenant = await self._tenant(context)
-        if request.model not in self._cache.snapshot.routes:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown model {request.model!r}")
-        if tenant.allowed_models and request.model not in tenant.allowed_models:
-            await context.abort(
-                grpc.StatusCode.PERMISSION_DENIED, f"tenant may not use model {request.model!r}"
-            )
+        snapshot = self._cache.snapshot
+        # Unknown and forbidden answer alike, so model names do not leak across tenants.
+        if request.model not in snapshot.routes or not snapshot.may_use(tenant, request.model):
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown model {clip(request.model)!r}")
         return self._model_info(request.model)
 
     def _model_info(self, model: str) -> inference_pb2.ModelInfo:

@@ -21,6 +21,9 @@ class RouterSettings(BaseSettings):
     streams_per_batcher: int = Field(default=2, ge=1)
     default_timeout_s: float = Field(default=30.0, gt=0)
     """Deadline of requests that come without one."""
+    lease_renew_s: float = Field(default=2.0, gt=0)
+    """How often the leases of running requests' reservations are renewed; keep it well
+    under the quota service's ``lease_s`` (10 s by default)."""
     quota_timeout_s: float = Field(default=0.5, gt=0)
     """Most of a request's budget a quota call may take."""
     refresh_s: float = Field(default=0.5, gt=0)

@@ -80,14 +80,23 @@ def validate(inputs: Sequence[common_pb2.NamedTensor], schema: IOSchema) -> tupl
     return count, violations
 
 
-def estimate_tokens(inputs: Sequence[common_pb2.NamedTensor]) -> int:
-    """Input tokens before running: ~4 characters per token for text (the node reports
-    the tokenizer's exact count, which the commit settles); tensors count none."""
-    chars = sum(len(t) for value in inputs if value.WhichOneof("value") == "text" for t in value.text.values)
-    return math.ceil(chars / CHARS_PER_TOKEN) if chars else 0
+def token_bound(inputs: Sequence[common_pb2.NamedTensor]) -> int:
+    """An upper bound on the input tokens of a request, known before it runs.
+
+    Tokenizers emit at most one token per UTF-8 byte of text (byte-level BPE reaches it;
+    WordPiece stays at one per character) plus their sequence markers. Reserving this
+    bound rather than a guess is what keeps token and cost limits exact: the commit
+    settles the node's actual count, which never exceeds it. Tensors count none."""
+    return sum(
+        len(t.encode()) + MARKER_TOKENS_PER_TEXT
+        for value in inputs
+        if value.WhichOneof("value") == "text"
+        for t in value.text.values
+    )
 
 
-CHARS_PER_TOKEN = 4
+MARKER_TOKENS_PER_TEXT = 2
+"""Sequence markers a tokenizer adds per text ([CLS] and [SEP] for BERT-style models)."""
 
 
 def price(items: int, tokens: int, per_item_usd: float, per_1k_tokens_usd: float) -> float:

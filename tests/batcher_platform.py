@@ -50,6 +50,7 @@ def register(
     delay_ms: float = 10.0,
     nodes: tuple[str, ...] = ("*",),
     cacheable: bool = False,
+    published: bool = True,
 ) -> None:
     writer.register_version(
         VersionSpec(
@@ -62,6 +63,7 @@ def register(
             max_batch_size=max_batch,
             max_queue_delay_ms=delay_ms,
             cacheable=cacheable,
+            published=published,
         )
     )
     for node in nodes:

@@ -199,9 +199,15 @@ def model_register(
     cacheable: Annotated[bool, typer.Option(help="Deterministic: answers may be cached.")] = False,
     shareable: Annotated[bool, typer.Option(help="Tenants may share identical executions.")] = False,
     description: Annotated[str, typer.Option(help="Model description.")] = "",
+    public: Annotated[
+        bool, typer.Option("--public/--private", help="New model: every tenant may use it, or only owners.")
+    ] = False,
+    owner: Annotated[
+        list[str] | None, typer.Option(help="New model: a tenant that may use it (repeat).")
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Register a model version (the model is created on first use)."""
+    """Register a model version (the model is created on first use, private unless --public)."""
     spec = VersionSpec(
         model=name,
         version=version,
@@ -216,6 +222,8 @@ def model_register(
         price_per_item_usd=price_per_item,
         cacheable=cacheable,
         shareable=shareable,
+        published=public,
+        owners=tuple(owner or ()),
     )
     with refusals():
         row = _writer().register_version(spec)
@@ -223,6 +231,27 @@ def model_register(
         {"model": name, "version": version, "sha256": row.sha256, "status": row.status},
         as_json,
         lambda: console.print(f"registered {name}:{version} (sha256 {row.sha256[:12]}…, {row.status})"),
+    )
+
+
+@model_app.command("access")
+def model_access(
+    name: str,
+    public: Annotated[
+        bool | None, typer.Option("--public/--private", help="Publish to every tenant, or keep to owners.")
+    ] = None,
+    owner: Annotated[
+        list[str] | None, typer.Option(help="Tenant that may use it (repeat; replaces).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Who may use a model: published to every tenant, or private to its owners."""
+    with refusals():
+        _writer().set_model_access(name, published=public, owners=owner)
+    emit(
+        {"model": name, "published": public, "owners": owner},
+        as_json,
+        lambda: console.print(f"access of {name} updated"),
     )
 
 

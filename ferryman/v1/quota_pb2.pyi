@@ -16,24 +16,28 @@ class QuotaDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     QUOTA_DECISION_ADMIT: _ClassVar[QuotaDecision]
     QUOTA_DECISION_ADMIT_DEGRADED: _ClassVar[QuotaDecision]
     QUOTA_DECISION_REJECT: _ClassVar[QuotaDecision]
+    QUOTA_DECISION_CONFLICT: _ClassVar[QuotaDecision]
 QUOTA_DECISION_UNSPECIFIED: QuotaDecision
 QUOTA_DECISION_ADMIT: QuotaDecision
 QUOTA_DECISION_ADMIT_DEGRADED: QuotaDecision
 QUOTA_DECISION_REJECT: QuotaDecision
+QUOTA_DECISION_CONFLICT: QuotaDecision
 
 class ReserveRequest(_message.Message):
-    __slots__ = ("request_id", "tenant", "model", "estimated_tokens", "estimated_cost_usd")
+    __slots__ = ("request_id", "tenant", "model", "estimated_tokens", "estimated_cost_usd", "fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ESTIMATED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ESTIMATED_COST_USD_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tenant: str
     model: str
     estimated_tokens: int
     estimated_cost_usd: float
-    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., estimated_tokens: _Optional[int] = ..., estimated_cost_usd: _Optional[float] = ...) -> None: ...
+    fingerprint: str
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., estimated_tokens: _Optional[int] = ..., estimated_cost_usd: _Optional[float] = ..., fingerprint: _Optional[str] = ...) -> None: ...
 
 class QuotaViolation(_message.Message):
     __slots__ = ("limit", "current", "maximum")
@@ -46,14 +50,16 @@ class QuotaViolation(_message.Message):
     def __init__(self, limit: _Optional[str] = ..., current: _Optional[float] = ..., maximum: _Optional[float] = ...) -> None: ...
 
 class ReserveResponse(_message.Message):
-    __slots__ = ("decision", "violations", "retry_after")
+    __slots__ = ("decision", "violations", "retry_after", "held")
     DECISION_FIELD_NUMBER: _ClassVar[int]
     VIOLATIONS_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     decision: QuotaDecision
     violations: _containers.RepeatedCompositeFieldContainer[QuotaViolation]
     retry_after: _duration_pb2.Duration
-    def __init__(self, decision: _Optional[_Union[QuotaDecision, str]] = ..., violations: _Optional[_Iterable[_Union[QuotaViolation, _Mapping]]] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    held: bool
+    def __init__(self, decision: _Optional[_Union[QuotaDecision, str]] = ..., violations: _Optional[_Iterable[_Union[QuotaViolation, _Mapping]]] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., held: _Optional[bool] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
     __slots__ = ("request_id", "actual_tokens", "actual_cost_usd")
@@ -70,6 +76,18 @@ class ReleaseRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     def __init__(self, request_id: _Optional[str] = ...) -> None: ...
+
+class RenewRequest(_message.Message):
+    __slots__ = ("request_ids",)
+    REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
+    request_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RenewResponse(_message.Message):
+    __slots__ = ("renewed",)
+    RENEWED_FIELD_NUMBER: _ClassVar[int]
+    renewed: int
+    def __init__(self, renewed: _Optional[int] = ...) -> None: ...
 
 class SettleResponse(_message.Message):
     __slots__ = ("applied",)

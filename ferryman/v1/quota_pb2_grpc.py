@@ -54,6 +54,11 @@ class QuotaStub:
                 request_serializer=ferryman_dot_v1_dot_quota__pb2.GetUsageRequest.SerializeToString,
                 response_deserializer=ferryman_dot_v1_dot_quota__pb2.GetUsageResponse.FromString,
                 _registered_method=True)
+        self.Renew = channel.unary_unary(
+                '/ferryman.v1.Quota/Renew',
+                request_serializer=ferryman_dot_v1_dot_quota__pb2.RenewRequest.SerializeToString,
+                response_deserializer=ferryman_dot_v1_dot_quota__pb2.RenewResponse.FromString,
+                _registered_method=True)
 
 
 class QuotaServicer:
@@ -87,6 +92,13 @@ class QuotaServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Renew(self, request, context):
+        """Extend the leases of reservations whose requests are still running.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QuotaServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +121,11 @@ def add_QuotaServicer_to_server(servicer, server):
                     servicer.GetUsage,
                     request_deserializer=ferryman_dot_v1_dot_quota__pb2.GetUsageRequest.FromString,
                     response_serializer=ferryman_dot_v1_dot_quota__pb2.GetUsageResponse.SerializeToString,
+            ),
+            'Renew': grpc.unary_unary_rpc_method_handler(
+                    servicer.Renew,
+                    request_deserializer=ferryman_dot_v1_dot_quota__pb2.RenewRequest.FromString,
+                    response_serializer=ferryman_dot_v1_dot_quota__pb2.RenewResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +236,33 @@ class Quota:
             '/ferryman.v1.Quota/GetUsage',
             ferryman_dot_v1_dot_quota__pb2.GetUsageRequest.SerializeToString,
             ferryman_dot_v1_dot_quota__pb2.GetUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Renew(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferryman.v1.Quota/Renew',
+            ferryman_dot_v1_dot_quota__pb2.RenewRequest.SerializeToString,
+            ferryman_dot_v1_dot_quota__pb2.RenewResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -33,6 +33,7 @@ def build_demo_artifacts(models_dir: Path) -> list[VersionSpec]:
             max_batch_size=MLP_MAX_BATCH,
             price_per_item_usd=MLP_PRICE_PER_ITEM_USD,
             cacheable=True,
+            published=True,  # demo models serve every tenant; real ones start private
         ),
         VersionSpec(
             model="minilm",
@@ -45,6 +46,7 @@ def build_demo_artifacts(models_dir: Path) -> list[VersionSpec]:
             max_batch_size=MINILM_MAX_BATCH,
             price_per_1k_tokens_usd=MINILM_PRICE_PER_1K_TOKENS_USD,
             cacheable=True,
+            published=True,
         ),
     ]
 

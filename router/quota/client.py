@@ -14,13 +14,22 @@ FROM_PROTO = {
     quota_pb2.QUOTA_DECISION_ADMIT: Decision.ADMIT,
     quota_pb2.QUOTA_DECISION_ADMIT_DEGRADED: Decision.DEGRADE,
     quota_pb2.QUOTA_DECISION_REJECT: Decision.REJECT,
+    quota_pb2.QUOTA_DECISION_CONFLICT: Decision.CONFLICT,
 }
 
 
 class QuotaClient(Protocol):
     async def reserve(
-        self, request_id: str, tenant: str, model: str, tokens: int, cost: float, budget_s: float
+        self,
+        request_id: str,
+        tenant: str,
+        model: str,
+        tokens: int,
+        cost: float,
+        fingerprint: str,
+        budget_s: float,
     ) -> Verdict: ...
+    async def renew(self, request_ids: list[str], budget_s: float) -> int: ...
     async def commit(self, request_id: str, tokens: int, cost: float, budget_s: float) -> bool: ...
     async def release(self, request_id: str, budget_s: float) -> bool: ...
 
@@ -32,9 +41,19 @@ class LocalQuota:
         self.service = service
 
     async def reserve(
-        self, request_id: str, tenant: str, model: str, tokens: int, cost: float, budget_s: float
+        self,
+        request_id: str,
+        tenant: str,
+        model: str,
+        tokens: int,
+        cost: float,
+        fingerprint: str,
+        budget_s: float,
     ) -> Verdict:
-        return await self.service.reserve(request_id, tenant, model, tokens, cost)
+        return await self.service.reserve(request_id, tenant, model, tokens, cost, fingerprint)
+
+    async def renew(self, request_ids: list[str], budget_s: float) -> int:
+        return await self.service.renew(request_ids)
 
     async def commit(self, request_id: str, tokens: int, cost: float, budget_s: float) -> bool:
         return await self.service.commit(request_id, tokens, cost)
@@ -51,7 +70,14 @@ class RemoteQuota:
         self._metadata = metadata
 
     async def reserve(
-        self, request_id: str, tenant: str, model: str, tokens: int, cost: float, budget_s: float
+        self,
+        request_id: str,
+        tenant: str,
+        model: str,
+        tokens: int,
+        cost: float,
+        fingerprint: str,
+        budget_s: float,
     ) -> Verdict:
         request = quota_pb2.ReserveRequest(
             request_id=request_id,
@@ -59,6 +85,7 @@ class RemoteQuota:
             model=model,
             estimated_tokens=tokens,
             estimated_cost_usd=cost,
+            fingerprint=fingerprint,
         )
         try:
             response: quota_pb2.ReserveResponse = await self._stub.Reserve(
@@ -66,11 +93,22 @@ class RemoteQuota:
             )
         except grpc.aio.AioRpcError as exc:
             raise QuotaUnavailable(f"quota service: {exc.code().name} {exc.details()}") from exc
+        decision = FROM_PROTO[response.decision]
         return Verdict(
-            FROM_PROTO[response.decision],
+            decision,
             tuple(Violation(v.limit, v.current, v.maximum) for v in response.violations),
             response.retry_after.ToTimedelta().total_seconds(),
+            held=response.held,
         )
+
+    async def renew(self, request_ids: list[str], budget_s: float) -> int:
+        try:
+            response: quota_pb2.RenewResponse = await self._stub.Renew(
+                quota_pb2.RenewRequest(request_ids=request_ids), timeout=budget_s, metadata=self._metadata
+            )
+        except grpc.aio.AioRpcError:
+            return 0
+        return int(response.renewed)
 
     async def commit(self, request_id: str, tokens: int, cost: float, budget_s: float) -> bool:
         request = quota_pb2.CommitRequest(request_id=request_id, actual_tokens=tokens, actual_cost_usd=cost)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from router.quota.policy import (
+    DAY_S,
+    WINDOW_S,
     Counters,
     Decision,
     Limits,
@@ -16,6 +18,7 @@ from router.quota.policy import (
     check,
     combine,
     prune_log,
+    refill,
     settle,
 )
 
@@ -27,6 +30,8 @@ class Reservation:
     cost: float
     verdict: Verdict
     expiry: float
+    """When the lease ends unless renewed."""
+    fingerprint: str
     settled: bool = False
 
 
@@ -35,6 +40,7 @@ class MemoryQuota:
 
     def __init__(self, reservation_ttl_s: float, clock: Callable[[], float] = time.time) -> None:
         self._ttl = reservation_ttl_s
+        """How long a request id is remembered after its lease or settlement (idempotency)."""
         self._clock = clock
         self._states: dict[str, Counters] = {}
         self._reservations: dict[str, Reservation] = {}
@@ -64,15 +70,28 @@ class MemoryQuota:
                         self._state(scope).inflight.pop(request_id, None)
             heapq.heappush(self._due, (reservation.expiry + self._ttl, request_id))
 
-    async def reserve(self, request_id: str, policies: Sequence[Limits], tokens: int, cost: float) -> Verdict:
+    async def reserve(
+        self,
+        request_id: str,
+        policies: Sequence[Limits],
+        tokens: int,
+        cost: float,
+        fingerprint: str,
+        lease_s: float,
+        budget_s: float,
+    ) -> Verdict:
         now = self._clock()
         self._expire(now)
         known = self._reservations.get(request_id)
         if known is not None:
-            return known.verdict
+            if known.fingerprint != fingerprint:
+                return Verdict(Decision.CONFLICT, held=False)
+            # A retry is answered as the first call was; only that first call settles.
+            return replace(known.verdict, held=False)
         results = [(p, check(p, self._state(p.scope), now, tokens, cost)) for p in policies]
         result = combine(results)
-        expiry = now + self._ttl
+        result = replace(result, held=result.decision != Decision.REJECT)
+        expiry = now + lease_s
         if result.decision != Decision.REJECT:
             for p in policies:
                 charge(p, self._state(p.scope), now, request_id, tokens, cost, expiry)
@@ -82,10 +101,26 @@ class MemoryQuota:
             cost=cost,
             verdict=result,
             expiry=expiry,
+            fingerprint=fingerprint,
             settled=result.decision == Decision.REJECT,
         )
         heapq.heappush(self._due, (expiry, request_id))
         return result
+
+    async def renew(self, request_ids: Sequence[str], lease_s: float) -> int:
+        now = self._clock()
+        self._expire(now)
+        renewed = 0
+        for request_id in request_ids:
+            reservation = self._reservations.get(request_id)
+            if reservation is None or reservation.settled:
+                continue
+            reservation.expiry = now + lease_s
+            for scope in reservation.scopes:
+                self._state(scope).inflight[request_id] = reservation.expiry
+            heapq.heappush(self._due, (reservation.expiry, request_id))
+            renewed += 1
+        return renewed
 
     async def commit(self, request_id: str, tokens: int, cost: float) -> bool:
         return self._settle(request_id, tokens, cost, refund=False)
@@ -122,10 +157,10 @@ class MemoryQuota:
                 prune_log(state, now)
                 rows.append((f"{p.scope}:rpm", len(state.admitted), p.rpm, mode))
             if p.tpm is not None:
-                level = state.tpm_tokens if state.tpm_tokens is not None else p.tpm
+                level = refill(state.tpm_tokens, state.tpm_at, p.tpm, p.tpm / WINDOW_S, now)
                 rows.append((f"{p.scope}:tpm", p.tpm - level, p.tpm, mode))
             if p.cost_per_day_usd is not None:
-                spent = state.cost_spent if state.cost_day == int(now // 86400) else 0.0
+                spent = state.cost_spent if state.cost_day == int(now // DAY_S) else 0.0
                 rows.append((f"{p.scope}:cost_per_day", spent, p.cost_per_day_usd, mode))
             if p.max_concurrency is not None:
                 live = sum(1 for e in state.inflight.values() if e > now)

@@ -21,12 +21,16 @@ from enum import StrEnum
 
 WINDOW_S = 60.0
 DAY_S = 86400.0
+CONCURRENCY_RETRY_S = 0.1
+"""When a request refused for max_concurrency may try again (a slot frees at any time)."""
 
 
 class Decision(StrEnum):
     ADMIT = "admit"
     DEGRADE = "degrade"
     REJECT = "reject"
+    CONFLICT = "conflict"
+    """The request id was already used for a different request."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,7 @@ def check(
     if limits.max_concurrency is not None:
         live = sum(1 for expiry in state.inflight.values() if expiry > now)
         if live + 1 > limits.max_concurrency:
-            broken.append((Violation("max_concurrency", live, limits.max_concurrency), 0.1))
+            broken.append((Violation("max_concurrency", live, limits.max_concurrency), CONCURRENCY_RETRY_S))
     return broken
 
 

@@ -15,18 +15,40 @@ from collections.abc import Callable, Sequence
 
 import redis.asyncio as aioredis
 
-from router.quota.policy import DAY_S, Decision, Limits, Verdict, Violation
+from router.quota.policy import (
+    CONCURRENCY_RETRY_S,
+    DAY_S,
+    WINDOW_S,
+    Decision,
+    Limits,
+    Verdict,
+    Violation,
+)
 
 KEY_PREFIX = "fm:q:"
+STALE = "stale"
 NO_LIMIT = -1
 
 RESERVE = """
 local now, rid = tonumber(ARGV[1]), ARGV[2]
 local tokens, cost, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local prefix, n = ARGV[6], tonumber(ARGV[7])
+local fp, lease, give_up, conc_wait = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local WINDOW, DAY = 60000, 86400000
-local known = redis.call('HGET', KEYS[1], 'verdict')
-if known then return known end
+local known = redis.call('HMGET', KEYS[1], 'verdict', 'fp')
+if known[1] then
+  if known[2] ~= fp then return cjson.encode({'conflict', 0, {}}) end
+  -- A retry is answered as the first call was; only that first call settles.
+  local verdict = cjson.decode(known[1])
+  verdict[4] = 'retry'
+  return cjson.encode(verdict)
+end
+-- A script that waited in a socket past its caller's give-up time charges nothing:
+-- that caller has answered already and will never settle it.
+local clock = redis.call('TIME')
+if tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) > give_up then
+  return cjson.encode({'stale', 0, {}})
+end
 local day = math.floor(now / DAY)
 local broken, plans = {}, {}
 local hard_wait, any_hard = 0, false
@@ -35,7 +57,7 @@ local function brk(limit, current, maximum, wait, soft)
   if not soft then any_hard = true; if wait > hard_wait then hard_wait = wait end end
 end
 for i = 0, n - 1 do
-  local o = 8 + i * 7
+  local o = 12 + i * 7
   local scope, rpm, burst, tpm = ARGV[o], tonumber(ARGV[o+1]), tonumber(ARGV[o+2]), tonumber(ARGV[o+3])
   local costl, conc, soft = tonumber(ARGV[o+4]), tonumber(ARGV[o+5]), ARGV[o+6] == '1'
   local base = prefix .. '{' .. string.match(scope, '^[^/]+') .. '}:' .. scope
@@ -84,7 +106,7 @@ for i = 0, n - 1 do
   end
   if conc >= 0 then
     local live = redis.call('ZCARD', inflight)
-    if live + 1 > conc then brk('max_concurrency', live, conc, 100, soft) end
+    if live + 1 > conc then brk('max_concurrency', live, conc, conc_wait, soft) end
   end
   table.insert(plans, plan)
 end
@@ -107,14 +129,14 @@ if decision ~= 'reject' then
     end
     redis.call('INCRBYFLOAT', p.base .. ':cost:' .. day, cost)
     redis.call('PEXPIRE', p.base .. ':cost:' .. day, 2 * DAY)
-    redis.call('ZADD', p.base .. ':inflight', now + ttl, rid)
+    redis.call('ZADD', p.base .. ':inflight', now + lease, rid)
     redis.call('PEXPIRE', p.base .. ':inflight', 2 * ttl)
   end
 end
 local state = 'reserved'
 if decision == 'reject' then state = 'settled' end
 redis.call('HSET', KEYS[1], 'verdict', result, 'state', state, 'tokens', tokens, 'cost', cost,
-  'day', day, 'scopes', table.concat(scopes, '\\n'))
+  'day', day, 'fp', fp, 'scopes', table.concat(scopes, '\\n'))
 redis.call('PEXPIRE', KEYS[1], 2 * ttl)
 return result
 """
@@ -146,6 +168,24 @@ end
 return 1
 """
 
+RENEW = """
+local now, lease, prefix = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local renewed = 0
+for i = 4, #ARGV do
+  local rid = ARGV[i]
+  local r = redis.call('HMGET', prefix .. 'res:' .. rid, 'state', 'expired', 'scopes')
+  if r[1] == 'reserved' and not r[2] then
+    for base in string.gmatch(r[3], '[^\\n]+') do
+      redis.call('ZADD', base .. ':inflight', 'XX', now + lease, rid)
+    end
+    renewed = renewed + 1
+  end
+end
+return renewed
+"""
+CLOCK_CHECK_S = 30.0
+"""How often the offset between this process's clock and Redis's is measured again."""
+
 
 def _limit(value: float | None) -> float:
     return NO_LIMIT if value is None else value
@@ -165,20 +205,50 @@ class RedisQuota:
         self._clock = clock
         self._reserve = client.register_script(RESERVE)
         self._settle = client.register_script(SETTLE)
+        self._renew = client.register_script(RENEW)
+        self._offset_s = 0.0
+        """Redis's clock minus ours, so a give-up time can be said in Redis's clock."""
+        self._offset_at = -CLOCK_CHECK_S
 
     @staticmethod
     def _tag(request_id: str) -> str:
         return f"{KEY_PREFIX}res:{request_id}"
 
-    async def reserve(self, request_id: str, policies: Sequence[Limits], tokens: int, cost: float) -> Verdict:
+    def _ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    async def _redis_offset(self) -> float:
+        now = self._clock()
+        if now - self._offset_at >= CLOCK_CHECK_S:
+            seconds, micros = await self._redis.time()
+            after = self._clock()
+            self._offset_s = seconds + micros / 1e6 - (now + after) / 2
+            self._offset_at = after
+        return self._offset_s
+
+    async def reserve(
+        self,
+        request_id: str,
+        policies: Sequence[Limits],
+        tokens: int,
+        cost: float,
+        fingerprint: str,
+        lease_s: float,
+        budget_s: float,
+    ) -> Verdict:
+        give_up = (self._clock() + await self._redis_offset() + budget_s) * 1000
         args: list[str | int | float] = [
-            int(self._clock() * 1000),
+            self._ms(),
             request_id,
             tokens,
             cost,
             self._ttl_ms,
             KEY_PREFIX,
             len(policies),
+            fingerprint,
+            int(lease_s * 1000),
+            int(give_up),
+            int(CONCURRENCY_RETRY_S * 1000),
         ]
         for p in policies:
             args += [
@@ -191,16 +261,25 @@ class RedisQuota:
                 "1" if p.soft else "0",
             ]
         raw = await self._reserve(keys=[self._tag(request_id), f"{KEY_PREFIX}expired"], args=args)
-        decision, wait_ms, broken = json.loads(raw)
+        decision, wait_ms, broken, *retry = json.loads(raw)
+        if decision == STALE:
+            raise TimeoutError("the reservation reached Redis after its caller gave up")
         violations = tuple(Violation(str(v[0]), float(v[1]), float(v[2])) for v in broken or [])
-        return Verdict(Decision(decision), violations, float(wait_ms) / 1000)
+        held = not retry and Decision(decision) not in (Decision.REJECT, Decision.CONFLICT)
+        return Verdict(Decision(decision), violations, float(wait_ms) / 1000, held=held)
+
+    async def renew(self, request_ids: Sequence[str], lease_s: float) -> int:
+        if not request_ids:
+            return 0
+        args: list[str | int | float] = [self._ms(), int(lease_s * 1000), KEY_PREFIX, *request_ids]
+        return int(await self._renew(keys=[], args=args))
 
     async def commit(self, request_id: str, tokens: int, cost: float) -> bool:
-        args: list[str | int | float] = [int(self._clock() * 1000), request_id, tokens, cost, "0"]
+        args: list[str | int | float] = [self._ms(), request_id, tokens, cost, "0"]
         return bool(await self._settle(keys=[self._tag(request_id)], args=args))
 
     async def release(self, request_id: str) -> bool:
-        args: list[str | int | float] = [int(self._clock() * 1000), request_id, 0, 0, "1"]
+        args: list[str | int | float] = [self._ms(), request_id, 0, 0, "1"]
         return bool(await self._settle(keys=[self._tag(request_id)], args=args))
 
     async def expired_count(self) -> int:
@@ -214,8 +293,14 @@ class RedisQuota:
             base = f"{KEY_PREFIX}{{{p.scope.split('/')[0]}}}:{p.scope}"
             mode = "soft" if p.soft else "hard"
             if p.rpm is not None:
-                count = await self._redis.zcount(f"{base}:log", now_ms - 60000, "+inf")
+                count = await self._redis.zcount(f"{base}:log", now_ms - int(WINDOW_S * 1000), "+inf")
                 rows.append((f"{p.scope}:rpm", float(count), p.rpm, mode))
+            if p.tpm is not None:
+                t, at = await self._redis.hmget(f"{base}:tpm", ["t", "at"])
+                level = float(p.tpm)
+                if t is not None and at is not None:
+                    level = min(p.tpm, float(t) + (now_ms - float(at)) * p.tpm / (WINDOW_S * 1000))
+                rows.append((f"{p.scope}:tpm", p.tpm - level, p.tpm, mode))
             if p.cost_per_day_usd is not None:
                 spent = float(await self._redis.get(f"{base}:cost:{day}") or 0)
                 rows.append((f"{p.scope}:cost_per_day", spent, p.cost_per_day_usd, mode))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
@@ -20,14 +21,44 @@ from router.quota.settings import QuotaSettings
 log = logging.getLogger("ferryman.quota")
 
 
+MAX_REQUEST_ID_CHARS = 256
+MAX_NAME_CHARS = 128
+MAX_TOKENS = 10**9
+MAX_COST_USD = 1e6
+MAX_RENEW_IDS = 10_000
+"""Bounds on what any caller may ask of the Quota service, whoever it is."""
+
+
 class QuotaUnavailable(Exception):
     """The backend could not be reached and the fail mode is closed."""
 
 
+class InvalidQuotaCall(ValueError):
+    """A call no honest caller makes: negative, unbounded or missing values."""
+
+
+def check_call(request_id: str, tokens: int = 0, cost: float = 0.0) -> None:
+    """Refuse ids and charges out of bounds: no negative or non-finite charge is ever applied."""
+    if not request_id or len(request_id) > MAX_REQUEST_ID_CHARS:
+        raise InvalidQuotaCall(f"request_id must have 1 to {MAX_REQUEST_ID_CHARS} characters")
+    if not 0 <= tokens <= MAX_TOKENS:
+        raise InvalidQuotaCall(f"tokens must be between 0 and {MAX_TOKENS}")
+    if not (math.isfinite(cost) and 0 <= cost <= MAX_COST_USD):
+        raise InvalidQuotaCall(f"cost must be between 0 and {MAX_COST_USD:g} USD")
+
+
 class QuotaBackend(Protocol):
     async def reserve(
-        self, request_id: str, policies: Sequence[Limits], tokens: int, cost: float
+        self,
+        request_id: str,
+        policies: Sequence[Limits],
+        tokens: int,
+        cost: float,
+        fingerprint: str,
+        lease_s: float,
+        budget_s: float,
     ) -> Verdict: ...
+    async def renew(self, request_ids: Sequence[str], lease_s: float) -> int: ...
     async def commit(self, request_id: str, tokens: int, cost: float) -> bool: ...
     async def release(self, request_id: str) -> bool: ...
     async def usage(self, policies: Sequence[Limits]) -> list[tuple[str, float, float, str]]: ...
@@ -73,13 +104,24 @@ class QuotaService:
         policies = self._snapshot().policies.get(tenant, [])
         return [to_limits(p) for p in policies if p.model in ("", model)]
 
-    async def reserve(self, request_id: str, tenant: str, model: str, tokens: int, cost: float) -> Verdict:
+    async def reserve(
+        self, request_id: str, tenant: str, model: str, tokens: int, cost: float, fingerprint: str
+    ) -> Verdict:
+        """Check and charge every limit of (tenant, model), idempotent on request id:
+        a repeat with the same fingerprint is answered as the first, another is a CONFLICT."""
+        check_call(request_id, tokens, cost)
+        if not tenant or len(tenant) > MAX_NAME_CHARS or len(model) > MAX_NAME_CHARS:
+            raise InvalidQuotaCall(f"tenant and model names have at most {MAX_NAME_CHARS} characters")
         limits = self.limits(tenant, model)
         if not limits:
             return Verdict(Decision.ADMIT, held=False)
+        budget = self._settings.backend_timeout_s
         try:
             return await asyncio.wait_for(
-                self._backend.reserve(request_id, limits, tokens, cost), self._settings.backend_timeout_s
+                self._backend.reserve(
+                    request_id, limits, tokens, cost, fingerprint, self._settings.lease_s, budget
+                ),
+                budget,
             )
         except (RedisError, OSError, TimeoutError) as exc:
             if self._settings.fail_mode == "open":
@@ -87,10 +129,26 @@ class QuotaService:
                 return Verdict(Decision.ADMIT, held=False)
             raise QuotaUnavailable(f"quota backend unavailable: {exc}") from exc
 
+    async def renew(self, request_ids: Sequence[str]) -> int:
+        """Extend the leases of reservations still running; those already settled are skipped."""
+        if len(request_ids) > MAX_RENEW_IDS:
+            raise InvalidQuotaCall(f"at most {MAX_RENEW_IDS} request ids per renewal")
+        for request_id in request_ids:
+            check_call(request_id)
+        try:
+            return await asyncio.wait_for(
+                self._backend.renew(request_ids, self._settings.lease_s), self._settings.backend_timeout_s
+            )
+        except (RedisError, OSError, TimeoutError) as exc:
+            log.warning("quota lease renewal failed (leases run on): %s", exc)
+            return 0
+
     async def commit(self, request_id: str, tokens: int, cost: float) -> bool:
+        check_call(request_id, tokens, cost)
         return await self._settle(self._backend.commit(request_id, tokens, cost))
 
     async def release(self, request_id: str) -> bool:
+        check_call(request_id)
         return await self._settle(self._backend.release(request_id))
 
     async def _settle(self, call: Coroutine[Any, Any, bool]) -> bool:

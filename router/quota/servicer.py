@@ -9,18 +9,20 @@ import grpc
 from ferryman.serving import ServicerContext
 from ferryman.v1 import quota_pb2, quota_pb2_grpc
 from router.quota.policy import Decision, Verdict
-from router.quota.service import QuotaService, QuotaUnavailable
+from router.quota.service import InvalidQuotaCall, QuotaService, QuotaUnavailable
 
 DECISIONS = {
     Decision.ADMIT: quota_pb2.QUOTA_DECISION_ADMIT,
     Decision.DEGRADE: quota_pb2.QUOTA_DECISION_ADMIT_DEGRADED,
     Decision.REJECT: quota_pb2.QUOTA_DECISION_REJECT,
+    Decision.CONFLICT: quota_pb2.QUOTA_DECISION_CONFLICT,
 }
 
 
 def verdict_to_proto(verdict: Verdict) -> quota_pb2.ReserveResponse:
     response = quota_pb2.ReserveResponse(
         decision=DECISIONS[verdict.decision],
+        held=verdict.held,
         violations=[
             quota_pb2.QuotaViolation(limit=v.limit, current=v.current, maximum=v.maximum)
             for v in verdict.violations
@@ -31,14 +33,15 @@ def verdict_to_proto(verdict: Verdict) -> quota_pb2.ReserveResponse:
 
 
 class QuotaServicer(quota_pb2_grpc.QuotaServicer):
+    """Reached only by services holding the service token (ferryman.security); it still
+    refuses out-of-bounds calls (negative or unbounded charges) with INVALID_ARGUMENT."""
+
     def __init__(self, service: QuotaService) -> None:
         self._service = service
 
     async def Reserve(
         self, request: quota_pb2.ReserveRequest, context: ServicerContext
     ) -> quota_pb2.ReserveResponse:
-        if not request.request_id or not request.tenant:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request_id and tenant are required")
         try:
             verdict = await self._service.reserve(
                 request.request_id,
@@ -46,24 +49,47 @@ class QuotaServicer(quota_pb2_grpc.QuotaServicer):
                 request.model,
                 request.estimated_tokens,
                 request.estimated_cost_usd,
+                request.fingerprint,
             )
+        except InvalidQuotaCall as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise
         except QuotaUnavailable as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
             raise
         return verdict_to_proto(verdict)
 
+    async def Renew(
+        self, request: quota_pb2.RenewRequest, context: ServicerContext
+    ) -> quota_pb2.RenewResponse:
+        try:
+            renewed = await self._service.renew(list(request.request_ids))
+        except InvalidQuotaCall as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise
+        return quota_pb2.RenewResponse(renewed=renewed)
+
     async def Commit(
         self, request: quota_pb2.CommitRequest, context: ServicerContext
     ) -> quota_pb2.SettleResponse:
-        applied = await self._service.commit(
-            request.request_id, request.actual_tokens, request.actual_cost_usd
-        )
+        try:
+            applied = await self._service.commit(
+                request.request_id, request.actual_tokens, request.actual_cost_usd
+            )
+        except InvalidQuotaCall as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise
         return quota_pb2.SettleResponse(applied=applied)
 
     async def Release(
         self, request: quota_pb2.ReleaseRequest, context: ServicerContext
     ) -> quota_pb2.SettleResponse:
-        return quota_pb2.SettleResponse(applied=await self._service.release(request.request_id))
+        try:
+            applied = await self._service.release(request.request_id)
+        except InvalidQuotaCall as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise
+        return quota_pb2.SettleResponse(applied=applied)
 
     async def GetUsage(
         self, request: quota_pb2.GetUsageRequest, context: ServicerContext

@@ -19,7 +19,11 @@ class QuotaSettings(BaseSettings):
     backend_timeout_s: float = Field(default=0.25, gt=0)
     """Longest a backend call may take before the fail mode applies."""
     reservation_ttl_s: float = Field(default=300.0, gt=0)
-    """Reservations never committed nor released expire after this (and are counted)."""
+    """How long a request id is remembered after its reservation ends: a retry within
+    this is answered as the first call was and never charged twice."""
+    lease_s: float = Field(default=10.0, gt=0)
+    """A reservation ends this long after its last renewal unless settled: callers renew
+    the running ones (every lease/3), so a crashed router's slots free within this."""
     refresh_s: float = Field(default=0.5, gt=0)
     """How often the policy cache checks the registry's revision."""
     max_message_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)

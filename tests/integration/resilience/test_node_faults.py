@@ -73,6 +73,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             handler="gpu_node.demo.echo:EchoHandler",
             io_schema=echo.SCHEMA,
             max_batch_size=16,
+            published=True,
         )
     )
     writer.register_version(

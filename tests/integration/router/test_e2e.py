@@ -132,7 +132,16 @@ def test_unknown_model_wrong_shape_and_forbidden_model(e2e: E2E) -> None:
     error = rpc_error(
         lambda: stub(e2e).Predict(mlp_request(x), metadata=auth(e2e.keys["limited"]), timeout=10)
     )
-    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+    # A model the tenant may not use answers exactly as one that does not exist.
+    unknown = rpc_error(
+        lambda: stub(e2e).Predict(
+            inference_pb2.PredictRequest(model="no-such-model"),
+            metadata=auth(e2e.keys["limited"]),
+            timeout=10,
+        )
+    )
+    assert error.code() == unknown.code() == grpc.StatusCode.NOT_FOUND
+    assert error.details().replace("mlp", "no-such-model") == unknown.details()
 
 
 def test_canary_split_is_ten_percent_and_sticky_per_user(e2e: E2E) -> None:

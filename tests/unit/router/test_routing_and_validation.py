@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,14 +12,23 @@ from ferryman.schema import IOSchema
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2
 from registry.snapshot import RouteRecord
-from router.routing import bucket, choose, resolve
-from router.validation import estimate_tokens, price, validate
+from router.routing import Choice, bucket, choose, resolve
+from router.validation import price, token_bound, validate
 
 CANARY = RouteRecord(model="m", targets=(("1", 90), ("2", 10)), sticky="user", salt="s4lt", fallback="fb")
 ROUTES = {
     "m": CANARY,
     "fb": RouteRecord(model="fb", targets=(("9", 100),), sticky="none", salt="x", fallback=""),
 }
+
+
+def ANY_MODEL(model: str) -> bool:
+    return True
+
+
+def pick(**options: Any) -> Choice:
+    """The route of model m for tenant t, user u1."""
+    return resolve(ROUTES, "m", tenant="t", user="u1", **options)
 
 
 def test_ninety_ten_split_over_2000_users_and_stickiness() -> None:
@@ -43,15 +53,42 @@ def test_fallback_when_not_ready_or_degraded_and_pins() -> None:
     def is_ready(model: str, version: str) -> bool:
         return (model, version) in ready
 
-    assert not resolve(ROUTES, "m", tenant="t", user="u1", pin="", is_ready=is_ready).fallback
-    degraded = resolve(ROUTES, "m", tenant="t", user="u1", pin="", is_ready=is_ready, degrade=True)
+    assert not resolve(
+        ROUTES, "m", tenant="t", user="u1", pin="", is_ready=is_ready, may_use=ANY_MODEL
+    ).fallback
+    degraded = resolve(
+        ROUTES, "m", tenant="t", user="u1", pin="", is_ready=is_ready, may_use=ANY_MODEL, degrade=True
+    )
     assert (degraded.model, degraded.version, degraded.fallback) == ("fb", "9", True)
-    pinned = resolve(ROUTES, "m", tenant="t", user="u1", pin="2", is_ready=is_ready)
+    pinned = pick(pin="2", is_ready=is_ready, may_use=ANY_MODEL)
     assert (pinned.version, pinned.fallback) == ("2", False)
-    nothing_ready = resolve(ROUTES, "m", tenant="t", user="u1", pin="", is_ready=lambda m, v: m == "fb")
+    nothing_ready = resolve(
+        ROUTES, "m", tenant="t", user="u1", pin="", is_ready=lambda m, v: m == "fb", may_use=ANY_MODEL
+    )
     assert nothing_ready.fallback
     with pytest.raises(LookupError):
-        resolve(ROUTES, "nope", tenant="t", user="", pin="", is_ready=is_ready)
+        resolve(ROUTES, "nope", tenant="t", user="", pin="", is_ready=is_ready, may_use=ANY_MODEL)
+
+
+def test_a_fallback_the_caller_may_not_use_is_never_taken() -> None:
+    def private_fallback(model: str) -> bool:
+        return model != "fb"
+
+    degraded = resolve(
+        ROUTES,
+        "m",
+        tenant="t",
+        user="u1",
+        pin="",
+        is_ready=lambda m, v: True,
+        may_use=private_fallback,
+        degrade=True,
+    )
+    assert (degraded.model, degraded.fallback) == ("m", False)
+    down = resolve(
+        ROUTES, "m", tenant="t", user="u1", pin="", is_ready=lambda m, v: m == "fb", may_use=private_fallback
+    )
+    assert (down.model, down.fallback) == ("m", False)
 
 
 SCHEMA = IOSchema.model_validate(
@@ -91,7 +128,9 @@ def test_validation_accepts_good_input_and_names_each_problem() -> None:
     assert any("disagree" in d for _, d in violations)
 
 
-def test_token_estimate_and_price() -> None:
-    assert estimate_tokens([named("t", ["abcdefgh", "abc"])]) == 3
-    assert estimate_tokens([named("x", np.zeros((1, 4), np.float32))]) == 0
+def test_token_bound_and_price() -> None:
+    # Bytes plus two markers per text: never below what a tokenizer can emit.
+    assert token_bound([named("t", ["abcdefgh", "abc"])]) == 8 + 2 + 3 + 2
+    assert token_bound([named("t", ["你好", "hi"])]) == 6 + 2 + 2 + 2
+    assert token_bound([named("x", np.zeros((1, 4), np.float32))]) == 0
     assert price(items=2, tokens=500, per_item_usd=0.01, per_1k_tokens_usd=0.002) == pytest.approx(0.021)

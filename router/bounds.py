@@ -1,0 +1,47 @@
+"""Bounds on everything a tenant sends besides its inputs (which the version's schema
+bounds): ids, names, maps. Pure; returns field violations like ``router.validation``."""
+
+from __future__ import annotations
+
+from ferryman.v1 import inference_pb2
+
+MAX_REQUEST_ID_CHARS = 128
+MAX_NAME_CHARS = 64
+"""Model and version names (as the registry stores them)."""
+MAX_USER_CHARS = 128
+MAX_PARAMETERS = 16
+MAX_PARAMETER_KEY_CHARS = 64
+MAX_PARAMETER_VALUE_CHARS = 256
+ECHO_CHARS = 64
+"""Longest piece of a caller's own text repeated in an error message."""
+
+Violation = tuple[str, str]
+
+
+def clip(text: str, limit: int = ECHO_CHARS) -> str:
+    """``text`` as it may appear in an error: at most ``limit`` characters, marked when cut."""
+    return text if len(text) <= limit else f"{text[:limit]}…"
+
+
+def check_request(request: inference_pb2.PredictRequest) -> list[Violation]:
+    """Violations of the request's id, names and parameters; empty when within bounds."""
+    violations: list[Violation] = []
+    for field, value, limit in (
+        ("request_id", request.request_id, MAX_REQUEST_ID_CHARS),
+        ("model", request.model, MAX_NAME_CHARS),
+        ("version", request.version, MAX_NAME_CHARS),
+        ("user", request.user, MAX_USER_CHARS),
+    ):
+        if len(value) > limit:
+            violations.append((field, f"longer than {limit} characters"))
+    if not request.model:
+        violations.append(("model", "required"))
+    if len(request.parameters) > MAX_PARAMETERS:
+        violations.append(("parameters", f"more than {MAX_PARAMETERS} entries"))
+        return violations
+    for key, value in request.parameters.items():
+        if len(key) > MAX_PARAMETER_KEY_CHARS:
+            violations.append((f"parameters.{clip(key)}", f"key longer than {MAX_PARAMETER_KEY_CHARS}"))
+        elif len(value) > MAX_PARAMETER_VALUE_CHARS:
+            violations.append((f"parameters.{key}", f"value longer than {MAX_PARAMETER_VALUE_CHARS}"))
+    return violations

@@ -1,0 +1,174 @@
+"""Quota scenarios every backend must pass with identical decisions (the parity suite).
+
+tests/unit/router/test_quota_arithmetic.py runs them on the memory backend and
+tests/integration/router/test_quota_parity.py on real Redis, each with a fake clock."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import pytest
+
+from router.quota.policy import Decision, Limits, Verdict
+from router.quota.service import QuotaBackend
+
+LONG_LEASE_S = 300.0
+BUDGET_S = 5.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Harness:
+    backend: QuotaBackend
+    clock: Clock
+
+    async def reserve(
+        self,
+        request_id: str,
+        limits: Sequence[Limits],
+        tokens: int = 0,
+        cost: float = 0.0,
+        *,
+        fingerprint: str = "",
+        lease_s: float = LONG_LEASE_S,
+    ) -> Verdict:
+        return await self.backend.reserve(
+            request_id, limits, tokens, cost, fingerprint or f"fp:{request_id}", lease_s, BUDGET_S
+        )
+
+    async def decisions(self, ids: Sequence[str], limits: Sequence[Limits]) -> list[Decision]:
+        return [(await self.reserve(i, limits)).decision for i in ids]
+
+    async def usage(self, limits: Sequence[Limits]) -> dict[str, float]:
+        return {name: current for name, current, _, _ in await self.backend.usage(limits)}
+
+
+async def rpm_admits_n_in_any_minute(q: Harness) -> None:
+    limits = [Limits(scope="t", rpm=3)]
+    assert await q.decisions([f"r{i}" for i in range(4)], limits) == [Decision.ADMIT] * 3 + [Decision.REJECT]
+    rejected = await q.reserve("r9", limits)
+    assert rejected.violations[0].limit == "rpm" and 59 < rejected.retry_after_s <= 60
+    q.clock.now += 60.5
+    assert (await q.reserve("r10", limits)).decision == Decision.ADMIT
+
+
+async def rpm_log_slides_and_a_refund_frees_its_place(q: Harness) -> None:
+    limits = [Limits(scope="t", rpm=3)]
+    for i in range(3):  # admitted at +0, +10, +20
+        assert (await q.reserve(f"s{i}", limits)).decision == Decision.ADMIT
+        q.clock.now += 10
+    rejected = await q.reserve("late", limits)  # at +30: the oldest leaves at +60
+    assert rejected.decision == Decision.REJECT and rejected.retry_after_s == pytest.approx(30, abs=0.01)
+    assert await q.backend.release("s1")  # refunded: its place is free at once
+    assert (await q.reserve("refilled", limits)).decision == Decision.ADMIT
+    q.clock.now += 30.5  # +60.5: s0 has left the window, s2 and refilled remain
+    assert (await q.usage(limits))["t:rpm"] == 2
+    assert (await q.reserve("next", limits)).decision == Decision.ADMIT
+    assert (await q.reserve("over", limits)).decision == Decision.REJECT
+
+
+async def burst_limits_requests_at_once(q: Harness) -> None:
+    limits = [Limits(scope="t", rpm=60, burst=2)]
+    assert await q.decisions(["b0", "b1", "b2"], limits) == [Decision.ADMIT, Decision.ADMIT, Decision.REJECT]
+    q.clock.now += 1.0  # 60 rpm refills one per second
+    assert (await q.reserve("b3", limits)).decision == Decision.ADMIT
+
+
+async def tokens_settle_on_commit_and_refund_on_release(q: Harness) -> None:
+    limits = [Limits(scope="t", tpm=100)]
+    assert (await q.reserve("a", limits, 80)).decision == Decision.ADMIT
+    assert (await q.reserve("b", limits, 30)).decision == Decision.REJECT  # 80 + 30 > 100
+    assert await q.backend.commit("a", 20, 0)  # actual 20: 60 tokens come back
+    assert (await q.usage(limits))["t:tpm"] == pytest.approx(20)
+    assert (await q.reserve("c", limits, 70)).decision == Decision.ADMIT
+    assert await q.backend.release("c")
+    assert not await q.backend.release("c") and not await q.backend.commit("a", 20, 0)  # idempotent
+    assert (await q.reserve("d", limits, 80)).decision == Decision.ADMIT
+
+
+async def cost_per_day_and_soft_mode_degrades(q: Harness) -> None:
+    soft = [Limits(scope="t", cost_per_day_usd=1.0, soft=True)]
+    assert (await q.reserve("a", soft, 0, 0.8)).decision == Decision.ADMIT
+    degraded = await q.reserve("b", soft, 0, 0.5)
+    assert degraded.decision == Decision.DEGRADE and degraded.violations[0].limit == "cost_per_day"
+    hard = [Limits(scope="u", cost_per_day_usd=1.0)]
+    await q.reserve("c", hard, 0, 0.8)
+    assert (await q.reserve("d", hard, 0, 0.5)).decision == Decision.REJECT
+    q.clock.now += 86400
+    assert (await q.reserve("e", hard, 0, 0.5)).decision == Decision.ADMIT
+
+
+async def unrenewed_leases_end_and_renewed_ones_hold(q: Harness) -> None:
+    limits = [Limits(scope="t", max_concurrency=1)]
+    assert (await q.reserve("a", limits, lease_s=10)).decision == Decision.ADMIT
+    refused = await q.reserve("b", limits, lease_s=10)
+    assert refused.decision == Decision.REJECT and refused.retry_after_s == pytest.approx(0.1)
+    q.clock.now += 8
+    assert await q.backend.renew(["a", "never-reserved"], 10) == 1  # a runs on: lease to +18
+    q.clock.now += 7  # +15: past the first lease, within the renewed one
+    assert (await q.reserve("c", limits, lease_s=10)).decision == Decision.REJECT
+    q.clock.now += 4  # +19: a's caller stopped renewing (it died): the slot frees
+    assert (await q.reserve("d", limits, lease_s=10)).decision == Decision.ADMIT
+    assert await q.backend.expired_count() == 1
+    assert not await q.backend.commit("a", 0, 0)
+    assert await q.backend.renew(["a"], 10) == 0  # an ended reservation is never revived
+
+
+async def a_used_id_with_another_request_is_a_conflict(q: Harness) -> None:
+    limits = [Limits(scope="t", rpm=5, cost_per_day_usd=10.0)]
+    first = await q.reserve("x", limits, 0, 1.0, fingerprint="A")
+    assert first.decision == Decision.ADMIT and first.held
+    retry = await q.reserve("x", limits, 0, 1.0, fingerprint="A")
+    assert retry.decision == Decision.ADMIT and not retry.held  # the first call settles
+    for i in range(20):  # 20 different requests under the same id: none admitted, none charged
+        other = await q.reserve("x", limits, 0, 1.0, fingerprint=f"B{i}")
+        assert other.decision == Decision.CONFLICT and not other.held
+    usage = await q.usage(limits)
+    assert usage["t:rpm"] == 1 and usage["t:cost_per_day"] == pytest.approx(1.0)
+
+
+async def all_or_nothing_across_policies(q: Harness) -> None:
+    tenant = Limits(scope="t", rpm=10)
+    model = Limits(scope="t/m", rpm=1)
+    assert (await q.reserve("a", [tenant, model])).decision == Decision.ADMIT
+    assert (await q.reserve("b", [tenant, model])).decision == Decision.REJECT
+    assert (await q.usage([tenant]))["t:rpm"] == pytest.approx(1)  # the rejected request charged nothing
+
+
+async def reserving_the_bound_never_overshoots_cost(q: Harness) -> None:
+    limits = [Limits(scope="t", cost_per_day_usd=1.0, tpm=1000)]
+    bound, actual = 0.03, 0.02  # reserved: an upper bound; committed: what it really cost
+    admitted = [
+        i for i in range(50) if (await q.reserve(f"c{i}", limits, 30, bound)).decision == Decision.ADMIT
+    ]
+    for i in admitted:
+        await q.backend.commit(f"c{i}", 20, actual)
+    more = [
+        i for i in range(50, 80) if (await q.reserve(f"c{i}", limits, 30, bound)).decision == Decision.ADMIT
+    ]
+    for i in more:
+        await q.backend.commit(f"c{i}", 20, actual)
+    usage = await q.usage(limits)
+    assert len(admitted) == 33 and usage["t:cost_per_day"] <= 1.0 + 1e-9
+    assert usage["t:cost_per_day"] == pytest.approx((len(admitted) + len(more)) * actual)
+
+
+SCENARIOS: list[Callable[[Harness], Awaitable[None]]] = [
+    rpm_admits_n_in_any_minute,
+    rpm_log_slides_and_a_refund_frees_its_place,
+    burst_limits_requests_at_once,
+    tokens_settle_on_commit_and_refund_on_release,
+    cost_per_day_and_soft_mode_degrades,
+    unrenewed_leases_end_and_renewed_ones_hold,
+    a_used_id_with_another_request_is_a_conflict,
+    all_or_nothing_across_policies,
+    reserving_the_bound_never_overshoots_cost,
+]
