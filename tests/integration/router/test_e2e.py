@@ -141,7 +141,7 @@ def test_unknown_model_wrong_shape_and_forbidden_model(e2e: E2E) -> None:
         )
     )
     assert error.code() == unknown.code() == grpc.StatusCode.NOT_FOUND
-    assert error.details().replace("mlp", "no-such-model") == unknown.details()
+    assert str(error.details()).replace("mlp", "no-such-model") == unknown.details()
 
 
 def test_canary_split_is_ten_percent_and_sticky_per_user(e2e: E2E) -> None:
