@@ -51,6 +51,8 @@ def register(
     nodes: tuple[str, ...] = ("*",),
     cacheable: bool = False,
     published: bool = True,
+    owners: tuple[str, ...] = (),
+    price_per_1k_tokens: float = 0.0,
 ) -> None:
     writer.register_version(
         VersionSpec(
@@ -64,6 +66,8 @@ def register(
             max_queue_delay_ms=delay_ms,
             cacheable=cacheable,
             published=published,
+            owners=owners,
+            price_per_1k_tokens_usd=price_per_1k_tokens,
         )
     )
     for node in nodes:

@@ -27,6 +27,7 @@ from router.settings import RouterSettings
 NODES = ("rn1", "rn2")
 ECHO_HANDLER = "gpu_node.demo.echo:EchoHandler"
 SLOW_MS = 300
+MINILM_PRICE_PER_1K_TOKENS = 1.0
 
 
 @dataclass
@@ -77,6 +78,7 @@ def seed(writer: RegistryWriter, fx: Path) -> dict[str, str]:
         handler="gpu_node.demo.minilm:MiniLMHandler",
         max_batch=16,
         nodes=("rn1",),
+        price_per_1k_tokens=MINILM_PRICE_PER_1K_TOKENS,
     )
     writer.set_route("minilm", {"1": 100})
     plain = echo.write_config(fx / "echo.json")
@@ -98,6 +100,23 @@ def seed(writer: RegistryWriter, fx: Path) -> dict[str, str]:
     register(writer, "lonely", "1", plain, "python", echo.SCHEMA, handler=ECHO_HANDLER, nodes=())
     writer.set_route("lonely", {"1": 100}, fallback="echo")
     keys = {"acme": writer.create_tenant("acme").plaintext}
+    keys["insider"] = writer.create_tenant("insider").plaintext
+    # A private model only "insider" may use, set as the fallback of a public model that
+    # runs nowhere: the allow-list must hold for fallbacks too.
+    register(
+        writer,
+        "secret",
+        "1",
+        plain,
+        "python",
+        echo.SCHEMA,
+        handler=ECHO_HANDLER,
+        published=False,
+        owners=("insider",),
+    )
+    writer.set_route("secret", {"1": 100})
+    register(writer, "front", "1", plain, "python", echo.SCHEMA, handler=ECHO_HANDLER, nodes=())
+    writer.set_route("front", {"1": 100}, fallback="secret")
     keys["limited"] = writer.create_tenant("limited", allowed_models=["echo"]).plaintext
     keys["metered"] = writer.create_tenant("metered").plaintext
     writer.set_quota("metered", QuotaLimits(rpm=5))

@@ -20,8 +20,9 @@ from registry.db import normalize_url
 SERVICE_START_TIMEOUT_S = 10.0
 
 
-def start_redis(port: int, workdir: Path) -> subprocess.Popen[bytes]:
-    """A private redis-server on 127.0.0.1:port that keeps nothing on disk."""
+def start_redis(port: int, workdir: Path, *, aof: bool = False) -> subprocess.Popen[bytes]:
+    """A private redis-server on 127.0.0.1:port; with ``aof`` it keeps an append-only file
+    in ``workdir`` (fsync every write), otherwise nothing on disk."""
     binary = shutil.which("redis-server") or "redis-server"
     return subprocess.Popen(
         [
@@ -33,7 +34,8 @@ def start_redis(port: int, workdir: Path) -> subprocess.Popen[bytes]:
             "--save",
             "",
             "--appendonly",
-            "no",
+            "yes" if aof else "no",
+            *(["--appendfsync", "always"] if aof else []),
             "--dir",
             str(workdir),
         ],

@@ -1,0 +1,260 @@
+"""Attacks a tenant (or an unlucky client) can make on quotas and isolation, over real
+gRPC, routers on real Redis and the real registry; each must fail safely."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import redis.asyncio as aioredis
+from router_platform import E2E, MINILM_PRICE_PER_1K_TOKENS
+from services import start_redis, wait_for_redis
+
+from ferryman.net import free_port
+from ferryman.tensors import encode
+from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from gpu_node.demo import echo
+from registry.snapshot import ConfigSnapshot, PolicyRecord
+from registry.writer import QuotaLimits
+from router.quota.policy import Decision
+from router.quota.redis_backend import RedisQuota
+from router.quota.service import QuotaService, QuotaUnavailable
+from router.quota.settings import QuotaSettings
+
+RUN_TIMEOUT_S = 30
+
+
+def auth(key: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {key}"),)
+
+
+def echo_request(value: float, **fields: object) -> inference_pb2.PredictRequest:
+    x = np.full((1, echo.WIDTH), value, np.float32)
+    return inference_pb2.PredictRequest(
+        model="echo",
+        inputs=[common_pb2.NamedTensor(name="input", tensor=encode(x))],
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def new_tenant(e2e: E2E, limits: QuotaLimits) -> tuple[str, str]:
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    key = e2e.writer.create_tenant(tenant).plaintext
+    e2e.writer.set_quota(tenant, limits)
+    return tenant, key
+
+
+def wait_known(routers: list[str], key: str) -> None:
+    """Every router has loaded the config that knows the new key."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    for router in routers:
+        stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(router))
+        while True:
+            try:
+                stub.ListModels(inference_pb2.ListModelsRequest(), metadata=auth(key), timeout=5)
+                break
+            except grpc.RpcError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+
+
+def redis_usage(redis_url: str, tenant: str, **limits: object) -> dict[str, float]:
+    """Usage straight from the routers' Redis counters."""
+    record = PolicyRecord(tenant, "", None, None, None, None, None, "hard")
+    record = PolicyRecord(**{**record.__dict__, **limits})
+    snapshot = ConfigSnapshot(revision=1, policies={tenant: [record]})
+
+    async def read() -> dict[str, float]:
+        client = aioredis.Redis.from_url(redis_url)
+        service = QuotaService(QuotaSettings(), RedisQuota(client, 300), lambda: snapshot)
+        rows, _ = await service.usage(tenant)
+        await client.aclose()
+        return {name.split(":")[-1]: current for name, current, _, _ in rows}
+
+    return asyncio.run(read())
+
+
+def test_one_request_id_buys_one_request_across_two_routers(e2e: E2E, redis_url: str) -> None:
+    tenant, key = new_tenant(e2e, QuotaLimits(rpm=5))
+    routers = [e2e.start_router(QuotaSettings(backend="redis", redis_url=redis_url))[0] for _ in range(2)]
+    wait_known(routers, key)
+    stubs = [inference_pb2_grpc.InferenceStub(grpc.insecure_channel(r)) for r in routers]
+
+    def attempt(i: int) -> grpc.StatusCode:
+        request = echo_request(float(i), request_id="the-same-id")  # a different input every time
+        try:
+            stubs[i % 2].Predict(request, metadata=auth(key), timeout=RUN_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            return exc.code()
+        return grpc.StatusCode.OK
+
+    with ThreadPoolExecutor(16) as pool:
+        codes = list(pool.map(attempt, range(400)))
+    assert codes.count(grpc.StatusCode.OK) == 1
+    assert codes.count(grpc.StatusCode.ALREADY_EXISTS) == 399
+    first = float(codes.index(grpc.StatusCode.OK))  # whichever input won the id
+    retry = stubs[1].Predict(echo_request(first, request_id="the-same-id"), metadata=auth(key), timeout=30)
+    assert retry.outputs  # the first request's retry is answered (and charged nothing more)
+    assert redis_usage(redis_url, tenant, rpm=5)["rpm"] == 1
+
+
+def test_cancelled_calls_free_their_concurrency_slots(e2e: E2E) -> None:
+    _, key = new_tenant(e2e, QuotaLimits(max_concurrency=5))
+    router, _ = e2e.start_router(QuotaSettings())  # its own: the slow calls teach it nothing shared
+    wait_known([router], key)
+    stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(router))
+    calls = [
+        stub.Predict.future(echo_request(float(i), version="slow"), metadata=auth(key), timeout=RUN_TIMEOUT_S)
+        for i in range(5)
+    ]
+    time.sleep(0.1)  # admitted and running on the slow version
+    for call in calls:
+        call.cancel()
+    time.sleep(0.5)  # the router sees the cancels; releases settle in the background
+    started = time.monotonic()
+    answers = [stub.Predict(echo_request(9.0 + i), metadata=auth(key), timeout=10) for i in range(5)]
+    assert len(answers) == 5 and time.monotonic() - started < 5  # not after a 300 s TTL
+
+
+def test_a_private_fallback_never_serves_another_tenant(e2e: E2E) -> None:
+    stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(e2e.router))
+    request = echo_request(1.0)
+    request.model = "front"
+    served = stub.Predict(request, metadata=auth(e2e.keys["insider"]), timeout=RUN_TIMEOUT_S)
+    assert (served.model, served.fallback) == ("secret", True)  # its owner gets the fallback
+    with pytest.raises(grpc.RpcError) as outsider:
+        stub.Predict(request, metadata=auth(e2e.keys["acme"]), timeout=RUN_TIMEOUT_S)
+    assert outsider.value.code() != grpc.StatusCode.OK
+    request.model = "secret"
+    with pytest.raises(grpc.RpcError) as direct:
+        stub.Predict(request, metadata=auth(e2e.keys["acme"]), timeout=RUN_TIMEOUT_S)
+    assert direct.value.code() == grpc.StatusCode.NOT_FOUND
+    listed = stub.ListModels(inference_pb2.ListModelsRequest(), metadata=auth(e2e.keys["acme"]), timeout=10)
+    assert "secret" not in {m.name for m in listed.models}
+
+
+def test_unbounded_ids_parameters_and_names_are_refused_briefly(e2e: E2E) -> None:
+    stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(e2e.router, options=[]))
+    key = e2e.keys["acme"]
+    huge_id = echo_request(1.0, request_id="x" * 1_000_000)
+    many = echo_request(1.0, parameters={f"k{i}": "v" for i in range(10_000)})
+    long_name = echo_request(1.0)
+    long_name.model = "m" * 10_000
+    for request, field in ((huge_id, "request_id"), (many, "parameters"), (long_name, "model")):
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Predict(request, metadata=auth(key), timeout=RUN_TIMEOUT_S)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert field in str(refused.value.details())
+        assert len(str(refused.value.details())) < 300  # nothing of the attacker's text echoed whole
+    unknown = echo_request(1.0)
+    unknown.model = "n" * 60
+    with pytest.raises(grpc.RpcError) as missing:
+        stub.Predict(unknown, metadata=auth(key), timeout=RUN_TIMEOUT_S)
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND and len(str(missing.value.details())) < 120
+    assert stub.Predict(echo_request(1.0), metadata=auth(key), timeout=RUN_TIMEOUT_S).outputs  # still serving
+
+
+def test_cost_limit_holds_under_150_concurrent_requests(e2e: E2E, redis_url: str) -> None:
+    """Short texts cost more tokens than 4 characters each; reserving an upper bound keeps the
+    day's spend within the limit across two routers."""
+    limit = 0.1
+    tenant, key = new_tenant(e2e, QuotaLimits(cost_per_day_usd=limit))
+    routers = [e2e.start_router(QuotaSettings(backend="redis", redis_url=redis_url))[0] for _ in range(2)]
+    wait_known(routers, key)
+    stubs = [inference_pb2_grpc.InferenceStub(grpc.insecure_channel(r)) for r in routers]
+
+    def attempt(i: int) -> float:
+        request = inference_pb2.PredictRequest(
+            model="minilm",
+            inputs=[common_pb2.NamedTensor(name="text", text=common_pb2.TextList(values=["hi"]))],
+        )
+        try:
+            answer = stubs[i % 2].Predict(request, metadata=auth(key), timeout=60)
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            return 0.0
+        return float(answer.usage.cost_usd)
+
+    with ThreadPoolExecutor(150) as pool:
+        costs = list(pool.map(attempt, range(150)))
+    served = [c for c in costs if c > 0]
+    assert served and all(c == pytest.approx(3 * MINILM_PRICE_PER_1K_TOKENS / 1000) for c in served)
+    spent = redis_usage(redis_url, tenant, cost_per_day_usd=limit)["cost_per_day"]
+    assert spent == pytest.approx(sum(served))
+    assert spent <= limit + 1e-9
+    print(f"FIGURES cost limit: {len(served)} of 150 served, spent {spent:.4f} of {limit}")
+
+
+async def test_reserves_stuck_behind_a_frozen_redis_take_nothing(tmp_path: Path) -> None:
+    port = free_port()
+    proc = start_redis(port, tmp_path)
+    assert wait_for_redis(port)
+    url = f"redis://127.0.0.1:{port}/0"
+    tenant = "frozen"
+    record = PolicyRecord(tenant, "", 1000, None, None, None, 20, "hard")
+    snapshot = ConfigSnapshot(revision=1, policies={tenant: [record]})
+    settings = QuotaSettings(backend="redis", redis_url=url, backend_timeout_s=0.25)
+    client = aioredis.Redis.from_url(url, socket_timeout=0.25, socket_connect_timeout=0.25)
+    service = QuotaService(settings, RedisQuota(client, 300), lambda: snapshot)
+    try:
+        assert (await service.reserve("warm", tenant, "m", 0, 0, "fp")).decision == Decision.ADMIT
+        assert await service.release("warm")
+        proc.send_signal(signal.SIGSTOP)
+        results = await asyncio.gather(
+            *(service.reserve(f"stuck-{i}", tenant, "m", 0, 0, "fp") for i in range(20)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, QuotaUnavailable) for r in results)
+        await asyncio.sleep(5)
+        proc.send_signal(signal.SIGCONT)
+        await asyncio.sleep(1)  # the queued scripts run now, after their callers gave up
+        rows, _ = await service.usage(tenant)
+        usage = {name.split(":")[-1]: current for name, current, _, _ in rows}
+        assert usage["max_concurrency"] == 0 and usage["rpm"] == 0
+        admitted = [await service.reserve(f"after-{i}", tenant, "m", 0, 0, "fp") for i in range(20)]
+        assert all(v.decision == Decision.ADMIT for v in admitted)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+        proc.wait(10)
+        await client.aclose()
+
+
+@pytest.mark.parametrize("aof", [True, False])
+async def test_daily_spend_survives_a_redis_restart_only_with_aof(tmp_path: Path, aof: bool) -> None:
+    """As documented: spend lives in Redis, so it is as durable as the Redis (AOF on in the chart)."""
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    tenant = "durable"
+    record = PolicyRecord(tenant, "", None, None, 1.0, None, None, "hard")
+    snapshot = ConfigSnapshot(revision=1, policies={tenant: [record]})
+
+    async def spent_after(action: str) -> float:
+        client = aioredis.Redis.from_url(url)
+        service = QuotaService(QuotaSettings(), RedisQuota(client, 300), lambda: snapshot)
+        if action == "spend":
+            assert (await service.reserve("d/1", tenant, "m", 0, 0.75, "fp")).decision == Decision.ADMIT
+            assert await service.commit("d/1", 0, 0.75)
+        rows, _ = await service.usage(tenant)
+        await client.aclose()
+        return dict((n.split(":")[-1], c) for n, c, _, _ in rows)["cost_per_day"]
+
+    proc = start_redis(port, tmp_path, aof=aof)
+    try:
+        assert wait_for_redis(port)
+        assert await spent_after("spend") == pytest.approx(0.75)
+        proc.terminate()
+        proc.wait(10)
+        proc = start_redis(port, tmp_path, aof=aof)
+        assert wait_for_redis(port)
+        assert await spent_after("read") == pytest.approx(0.75 if aof else 0.0)
+    finally:
+        proc.terminate()
+        proc.wait(10)
