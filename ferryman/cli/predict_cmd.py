@@ -38,6 +38,8 @@ def predict(
     version: Annotated[str, typer.Option(help="Pin a version.")] = "",
     user: Annotated[str, typer.Option(help="End-user id for sticky routes.")] = "",
     timeout: Annotated[float, typer.Option(help="Seconds.")] = 30.0,
+    tls_ca: Annotated[str, typer.Option(help="Speak TLS, verifying the router with this CA file.")] = "",
+    tls: Annotated[bool, typer.Option(help="Speak TLS, verifying the router with the system's CAs.")] = False,
 ) -> None:
     """Send one prediction and print its outputs, version and usage as JSON."""
     api_key = key or os.environ.get("FERRYMAN_API_KEY", "")
@@ -45,7 +47,7 @@ def predict(
         fail("an API key is needed: --key or FERRYMAN_API_KEY")
     address = target or os.environ.get("FERRYMAN_TARGET", DEFAULT_TARGET)
     try:
-        with Client(address, api_key, timeout=timeout) as client:
+        with Client(address, api_key, timeout=timeout, tls=tls_ca or tls) as client:
             result = client.predict(model, _load(input), version=version or None, user=user or None)
     except FerrymanError as exc:
         fail(str(exc))

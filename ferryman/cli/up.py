@@ -26,7 +26,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from admin_ui.auth import PASSWORD_ENV
 from ferryman.cli.context import engine, settings
 from ferryman.cli.output import console, fail
+from ferryman.config import CommonSettings
 from ferryman.net import free_port
+from ferryman.security import Security, sync_channel
 from registry.reader import RegistryReader
 
 DEMO_TENANT = "demo"
@@ -85,19 +87,20 @@ def _console_password(reader: RegistryReader) -> str:
     return secrets.token_urlsafe(CONSOLE_PASSWORD_BYTES)
 
 
-def snippet(router: str, key: str) -> str:
+def snippet(router: str, key: str, ca: str = "") -> str:
+    tls = f', tls="{ca}"' if ca else ""
     return (
         "import numpy as np, ferryman\n"
-        f'client = ferryman.Client("{router}", api_key="{key}")\n'
+        f'client = ferryman.Client("{router}", api_key="{key}"{tls})\n'
         'print(client.predict("mlp", np.random.rand(1, 512).astype("float32")).outputs["output"])\n'
         'print(client.predict("minilm", ["Ferryman carries requests across."]).outputs["embedding"].shape)\n'
     )
 
 
-def is_serving(address: str) -> bool:
+def is_serving(address: str, security: Security | None = None) -> bool:
     """Whether the gRPC server at ``address`` reports SERVING on grpc.health.v1."""
     try:
-        with grpc.insecure_channel(address) as channel:
+        with sync_channel(address, security or Security()) as channel:
             response = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
             return bool(response.status == health_pb2.HealthCheckResponse.SERVING)
     except grpc.RpcError:
@@ -112,7 +115,7 @@ def _console_up(port: int) -> bool:
         return False
 
 
-def _wait_ready(platform: Platform, router: str, nodes: int, console_port: int) -> None:
+def _wait_ready(platform: Platform, router: str, nodes: int, console_port: int, security: Security) -> None:
     from registry.reader import RegistryReader
 
     reader = RegistryReader(engine())
@@ -122,7 +125,7 @@ def _wait_ready(platform: Platform, router: str, nodes: int, console_port: int) 
         ready = [
             n for n in reader.nodes() if n.lifecycle == "READY" and set(n.loaded_versions) >= DEMO_VERSIONS
         ]
-        if len(ready) >= nodes and is_serving(router) and _console_up(console_port):
+        if len(ready) >= nodes and is_serving(router, security) and _console_up(console_port):
             return
         if time.monotonic() > deadline:
             raise TimeoutError("the platform did not become ready in time")
@@ -134,6 +137,9 @@ def up(
     listen: Annotated[str, typer.Option(help="Router (public endpoint) host:port.")] = "127.0.0.1:7001",
     redis_url: Annotated[str, typer.Option(help="Keep quotas in Redis instead of memory.")] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line once ready.")] = False,
+    tls: Annotated[
+        bool, typer.Option(help="TLS on every port, with a local CA made in the data dir (tls/ca.pem).")
+    ] = False,
 ) -> None:
     """Run the whole platform locally; Ctrl-C stops it."""
     from gpu_node.demo.build import build_demo_artifacts, register_demo
@@ -151,6 +157,15 @@ def up(
     known = any(t.name == DEMO_TENANT for t in reader.tenants())
     key = writer.issue_key(DEMO_TENANT) if known else writer.create_tenant(DEMO_TENANT)
 
+    ca = ""
+    if tls:
+        from ferryman.cli.certs import local_pki
+
+        pki = local_pki(settings().data_dir / "tls")
+        ca = str(pki.ca)
+        # Every child reads these: TLS on every listener, peers verified with the CA.
+        os.environ.update(FERRYMAN_TLS_CERT=str(pki.cert), FERRYMAN_TLS_KEY=str(pki.key), FERRYMAN_TLS_CA=ca)
+    security = CommonSettings().security()
     batcher = f"127.0.0.1:{free_port()}"
     quota_internal = f"127.0.0.1:{free_port()}"
     console_port = free_port()
@@ -195,8 +210,8 @@ def up(
         if password:
             console_env[PASSWORD_ENV] = password
         platform.start_command("console", ["admin", "--port", str(console_port)], console_env)
-        _wait_ready(platform, listen, nodes, console_port)
-        code = snippet(listen, key.plaintext)
+        _wait_ready(platform, listen, nodes, console_port, security)
+        code = snippet(listen, key.plaintext, ca)
         if as_json:
             print(
                 json.dumps(
@@ -204,6 +219,7 @@ def up(
                         "router": listen,
                         "api_key": key.plaintext,
                         "tenant": DEMO_TENANT,
+                        "tls_ca": ca,
                         "console_url": f"http://127.0.0.1:{console_port}",
                         "console_password": password,
                         "metrics": {name: f"http://{address}/metrics" for name, address in metrics.items()},

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -123,6 +124,17 @@ def _retry_delay(error: FerrymanError, attempt: int) -> float | None:
     return error.retry_after if error.retry_after is not None else BACKOFF_S * 2**attempt
 
 
+def channel_credentials(
+    tls: bool | str | Path, credentials: grpc.ChannelCredentials | None
+) -> grpc.ChannelCredentials | None:
+    """Credentials for the router's channel: given ones, TLS verified against a CA file
+    (``tls`` a path) or the system's roots (``tls=True``), or None for plaintext."""
+    if credentials is not None or tls is False:
+        return credentials
+    roots = None if tls is True else Path(tls).expanduser().read_bytes()
+    return grpc.ssl_channel_credentials(roots)
+
+
 def _options() -> list[tuple[str, int]]:
     return [
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -140,8 +152,11 @@ class Client:
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
         retries: int = DEFAULT_RETRIES,
+        tls: bool | str | Path = False,
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
+        """``tls``: True to verify the router with the system's CAs, or a CA file's path."""
+        credentials = channel_credentials(tls, credentials)
         self._channel = (
             grpc.secure_channel(target, credentials, _options())
             if credentials
@@ -231,8 +246,11 @@ class AsyncClient:
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
         retries: int = DEFAULT_RETRIES,
+        tls: bool | str | Path = False,
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
+        """``tls``: True to verify the router with the system's CAs, or a CA file's path."""
+        credentials = channel_credentials(tls, credentials)
         self._channel = (
             grpc.aio.secure_channel(target, credentials, _options())
             if credentials
