@@ -6,6 +6,9 @@ import hashlib
 import hmac
 import os
 import secrets
+import threading
+import time
+from collections.abc import Callable
 
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
 SALT_BYTES = 16
@@ -38,3 +41,38 @@ def check_login(password: str, stored_hash: str | None) -> bool:
         return verify_password(password, stored_hash)
     expected = os.environ.get(PASSWORD_ENV, "")
     return bool(expected) and hmac.compare_digest(password.encode(), expected.encode())
+
+
+FREE_ATTEMPTS = 5
+"""Wrong passwords allowed before logins are slowed down."""
+BASE_LOCKOUT_S = 2.0
+MAX_LOCKOUT_S = 900.0
+
+
+class LoginThrottle:
+    """Slows password guessing: after FREE_ATTEMPTS failures every further one locks logins
+    for twice as long as the last (2 s, 4 s, ... up to 15 min); a success resets it.
+
+    One per console process, across sessions: a new browser session must not reset it.
+    (An attacker can thereby delay the operator's login; the notice says until when.)"""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._failures = 0
+        self._locked_until = 0.0
+
+    def wait_s(self) -> float:
+        """Seconds until a login may be tried again (0 when now)."""
+        with self._lock:
+            return max(0.0, self._locked_until - self._clock())
+
+    def record(self, success: bool) -> None:
+        with self._lock:
+            if success:
+                self._failures, self._locked_until = 0, 0.0
+                return
+            self._failures += 1
+            if self._failures > FREE_ATTEMPTS:
+                lockout = min(MAX_LOCKOUT_S, BASE_LOCKOUT_S * 2 ** (self._failures - FREE_ATTEMPTS - 1))
+                self._locked_until = self._clock() + lockout

@@ -18,7 +18,7 @@ def render(ctx: Console) -> None:
     for model in ctx.reader.models():
         st.subheader(model.name)
         if model.description:
-            st.caption(model.description)
+            st.text(model.description)  # plain text: a description is never markup
         for row in ctx.reader.versions(model.name):
             with st.expander(f"{model.name}:{row.version} — {row.status}"):
                 st.write(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 import admin_ui
+from admin_ui.auth import FREE_ATTEMPTS
 from registry.db import make_engine
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
@@ -141,3 +143,49 @@ def test_promote_canary_and_drain_a_node(registry: tuple[RegistryWriter, Registr
     open_page(at, "Audit log")
     at.text_input(key="audit_search").input("node.lifecycle").run()
     assert "DRAINING" in at.dataframe[0].value.to_string()
+
+
+def test_guessing_is_throttled_with_a_notice(registry: tuple[RegistryWriter, RegistryReader]) -> None:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).run()
+    errors = []
+    for guess in range(FREE_ATTEMPTS + 2):
+        at.text_input(key="password").input(f"guess-{guess}")
+        at.button(key="login_submit").click().run()
+        errors.append(at.error[0].value)
+    assert errors[: FREE_ATTEMPTS + 1] == ["Wrong password."] * (FREE_ATTEMPTS + 1)
+    assert "locked" in errors[-1]  # even the right password waits now
+    at.text_input(key="password").input(PASSWORD)
+    at.button(key="login_submit").click().run()
+    assert not at.sidebar.radio and "locked" in at.error[0].value
+
+
+def test_login_with_the_registry_down_shows_a_line_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FERRYMAN_DATABASE_URL", "postgresql+psycopg://nobody@127.0.0.1:1/none")
+    st.cache_resource.clear()
+    try:
+        at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).run()
+        at.text_input(key="password").input("anything")
+        at.button(key="login_submit").click().run()
+        assert not at.exception
+        assert [e.value for e in at.error] == ["The registry cannot be reached; try again shortly."]
+    finally:
+        st.cache_resource.clear()
+
+
+def test_model_descriptions_are_plain_text(
+    registry: tuple[RegistryWriter, RegistryReader], tmp_path: Path
+) -> None:
+    writer, _ = registry
+    artifact = tmp_path / "other.pt2"
+    artifact.write_bytes(b"weights")
+    hostile = "![pixel](http://tracker.invalid/p.png) **bold**"
+    spec = VersionSpec(
+        model="other", version="1", artifact=str(artifact), format="torch_export", io_schema=SCHEMA
+    )
+    writer.register_version(replace(spec, description=hostile))
+    at = open_page(logged_in(), "Models")
+    assert hostile in [t.value for t in at.text]  # shown as typed, never rendered as markdown
+    assert not any("tracker.invalid" in m.value for m in at.markdown)
+    assert not any("tracker.invalid" in c.value for c in at.caption)
