@@ -29,7 +29,9 @@ from ferryman.cli.output import console, fail
 from ferryman.config import CommonSettings
 from ferryman.net import free_port
 from ferryman.security import Security, sync_channel
+from registry.keys import NewKey
 from registry.reader import RegistryReader
+from registry.writer import RegistryWriter
 
 DEMO_TENANT = "demo"
 CONSOLE_PASSWORD_BYTES = 12
@@ -80,6 +82,17 @@ class Platform:
                 proc.wait()
 
 
+def demo_key(writer: RegistryWriter, reader: RegistryReader) -> NewKey:
+    """This run's demo key: the demo tenant's earlier keys are revoked, so only the key
+    printed last works (each run prints its own, shown once)."""
+    demo = next((t for t in reader.tenants() if t.name == DEMO_TENANT), None)
+    if demo is None:
+        return writer.create_tenant(DEMO_TENANT)
+    for prefix in demo.active_keys:
+        writer.revoke_key(prefix)
+    return writer.issue_key(DEMO_TENANT)
+
+
 def _console_password(reader: RegistryReader) -> str:
     """A one-run admin password when none is configured (none needed when one is)."""
     if reader.admin_password_hash() or os.environ.get(PASSWORD_ENV):
@@ -116,8 +129,6 @@ def _console_up(port: int) -> bool:
 
 
 def _wait_ready(platform: Platform, router: str, nodes: int, console_port: int, security: Security) -> None:
-    from registry.reader import RegistryReader
-
     reader = RegistryReader(engine())
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
@@ -144,8 +155,6 @@ def up(
     """Run the whole platform locally; Ctrl-C stops it."""
     from gpu_node.demo.build import build_demo_artifacts, register_demo
     from registry.migrate import upgrade
-    from registry.reader import RegistryReader
-    from registry.writer import RegistryWriter
 
     if nodes < 1:
         fail("--nodes must be at least 1")
@@ -154,8 +163,7 @@ def up(
     if not as_json:
         console.print("building demo models (first run takes a minute)...")
     register_demo(writer, reader, build_demo_artifacts(settings().data_dir / "models"))
-    known = any(t.name == DEMO_TENANT for t in reader.tenants())
-    key = writer.issue_key(DEMO_TENANT) if known else writer.create_tenant(DEMO_TENANT)
+    key = demo_key(writer, reader)
 
     ca = ""
     if tls:
