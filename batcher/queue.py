@@ -33,6 +33,7 @@ class VersionQueue:
         dispatcher: Dispatcher,
         metrics: BatcherMetrics,
         finish: Finisher,
+        slot_freed: Callable[[], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.key = key
@@ -55,6 +56,9 @@ class VersionQueue:
         self._dispatcher = dispatcher
         self._metrics = metrics
         self._finish = finish
+        self._slot_freed = slot_freed
+        """Wakes every queue with work: replicas are shared by all queues (other parameter
+        sets and versions), so a slot this queue frees may be the one another waits for."""
         self._clock = clock
         self._retry_wait_s = settings.retry_backoff_ms / 1000
         self._wakeup = asyncio.Event()
@@ -193,7 +197,7 @@ class VersionQueue:
 
     def _batch_done(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
-        self._wakeup.set()  # a slot is free again
+        self._slot_freed()  # a slot is free again, for this queue or another
 
     def _expire(self, entry: Entry, now: float) -> None:
         left_ms = (entry.deadline - now) * 1000

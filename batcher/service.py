@@ -135,6 +135,14 @@ class BatcherService:
             self._metrics.coalesced.labels(**labels).inc()
             return None
         queue = self._queue(item, config)
+        if queue is None:
+            waiter.span.end()
+            return refuse(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{version_key} has {self._settings.max_parameter_sets} parameter sets in use",
+                "TOO_MANY_PARAMETER_SETS",
+                retry_after=timedelta(seconds=self._settings.retry_after_min_s),
+            )
         # Admission by predicted wait: the batches already queued ahead of this item, the
         # current window, and its own batch. Refusing now is cheap and immediate; queueing
         # an item that cannot make its deadline only to expire it later is not.
@@ -201,10 +209,25 @@ class BatcherService:
         bounded = min(self._settings.retry_after_max_s, max(self._settings.retry_after_min_s, seconds))
         return timedelta(seconds=bounded)
 
-    def _queue(self, item: batcher_pb2.SubmitItem, config: VersionConfig) -> VersionQueue:
+    def _reclaim_idle(self, model: str, version: str) -> int:
+        """Drop the version's idle queues (a parameter set nobody waits on); return how many
+        remain. Without this, every distinct parameter set a caller ever sent would keep a
+        queue and its scheduler task for good."""
+        mine = [k for k in self.queues if k[0] == model and k[1] == version]
+        for key in mine:
+            if not self.queues[key].busy:
+                del self.queues[key]
+                self._queue_tasks.pop(key).cancel()
+        return sum(1 for k in self.queues if k[0] == model and k[1] == version)
+
+    def _queue(self, item: batcher_pb2.SubmitItem, config: VersionConfig) -> VersionQueue | None:
+        """The item's queue, made on first use; None when the version has no room for
+        another parameter set."""
         key: QueueKey = (item.model, item.version, tuple(sorted(item.parameters.items())))
         queue = self.queues.get(key)
         if queue is None:
+            if self._reclaim_idle(item.model, item.version) >= self._settings.max_parameter_sets:
+                return None
             scheduler = SchedulerConfig(
                 max_batch_rows=config.max_batch_size,
                 max_window_s=config.max_queue_delay_s,
@@ -223,11 +246,17 @@ class BatcherService:
                 self.dispatcher,
                 self._metrics,
                 self.finish,
+                self._slot_freed,
                 self._clock,
             )
             self.queues[key] = queue
             self._queue_tasks[key] = asyncio.create_task(queue.run())
         return queue
+
+    def _slot_freed(self) -> None:
+        for queue in self.queues.values():
+            if queue.entries:
+                queue.poke()
 
     def finish(self, entry: Entry, result: batcher_pb2.ItemResult) -> None:
         """Fan an entry's result out to every caller still waiting for it."""

@@ -18,6 +18,9 @@ class BatcherSettings(BaseSettings):
     max_queue_rows: int = Field(default=2048, ge=1)
     """Rows one (version, parameters) queue holds before answering RESOURCE_EXHAUSTED."""
     max_total_rows: int = Field(default=16384, ge=1)
+    max_parameter_sets: int = Field(default=16, ge=1)
+    """Queues (distinct parameter sets) one version may have at once; idle ones are
+    reclaimed to make room, and an item needing one more is refused (RESOURCE_EXHAUSTED)."""
     default_timeout_s: float = Field(default=30.0, gt=0)
     """Deadline for items sent without a time budget."""
     retry_after_min_s: float = Field(default=0.05, gt=0)

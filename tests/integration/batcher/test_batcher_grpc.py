@@ -12,6 +12,7 @@ import torch
 from batcher_client import OpenStream, item, submit_all
 from batcher_platform import SLOW_MS, Platform
 from harness import ServiceThread
+from internal import internal_channel
 from metrics_scrape import sample
 from node_helpers import POISON
 
@@ -19,6 +20,7 @@ from batcher.server import serve_batcher
 from batcher.settings import BatcherSettings
 from ferryman.errors import unpack_details
 from ferryman.tensors import decode
+from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
 from gpu_node.demo import echo, mlp
 from registry.db import make_engine
 from registry.reader import RegistryReader
@@ -172,3 +174,27 @@ def test_with_coalescing_off_identical_requests_each_run(platform: Platform) -> 
     assert all(results[r].status.code == OK for r in ids)
     assert all(np.array_equal(decode(results[r].outputs[0].tensor), row(6.0)) for r in ids)
     assert not any(results[r].coalesced for r in ids)
+
+
+def test_parameter_sets_are_bounded_and_idle_queues_reclaimed(platform: Platform) -> None:
+    """2,000 distinct parameter sets (a caller's way to multiply queues) never leave more
+    than max_parameter_sets queues of a version behind, and the version keeps serving."""
+    limit = BatcherSettings().max_parameter_sets
+    reasons: set[str] = set()
+    for start in range(0, 2000, 100):
+        # One burst of 100 sets at once: at most `limit` run, the rest are refused.
+        burst = [item(rid("p"), row(float(i)), parameters={"k": str(i)}) for i in range(start, start + 100)]
+        results = list(submit_all(platform.batcher, burst).values())
+        assert any(r.status.code == 0 for r in results)
+        for refused in (r.status for r in results if r.status.code != 0):
+            # Refused for the bound, never left to time out: queues of one version share
+            # replicas, and a slot freed by one wakes the others.
+            assert refused.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+            info = unpack_details(refused)["ErrorInfo"]
+            reasons.add(info.reason)  # type: ignore[attr-defined]
+    assert "TOO_MANY_PARAMETER_SETS" in reasons
+    with internal_channel(platform.batcher) as channel:
+        stats = batcher_pb2_grpc.BatcherStub(channel).QueueStats(batcher_pb2.QueueStatsRequest(), timeout=10)
+    assert sum(1 for q in stats.queues if q.model == "echo" and q.version == "1") <= limit
+    plain = submit_all(platform.batcher, [item(rid("after"), row(1.0))])
+    assert all(r.status.code == 0 for r in plain.values())
