@@ -45,6 +45,21 @@ app.kubernetes.io/component: {{ .component }}
       name: {{ .Values.redis.existingSecret | default (include "ferryman.secretName" .) }}
       key: {{ .Values.redis.secretKey }}
 {{- end }}
+- name: FERRYMAN_SERVICE_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.serviceToken.existingSecret | default (printf "%s-service-token" (include "ferryman.fullname" .)) }}
+      key: {{ .Values.serviceToken.secretKey }}
+{{- if .Values.tls.existingSecret }}
+- name: FERRYMAN_TLS_CERT
+  value: /etc/ferryman/tls/tls.crt
+- name: FERRYMAN_TLS_KEY
+  value: /etc/ferryman/tls/tls.key
+- name: FERRYMAN_TLS_CA
+  value: /etc/ferryman/tls/ca.crt
+- name: FERRYMAN_TLS_CLIENT_AUTH
+  value: {{ .Values.tls.clientAuth | quote }}
+{{- end }}
 {{- if .Values.otlpEndpoint }}
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
   value: {{ .Values.otlpEndpoint | quote }}
@@ -60,23 +75,39 @@ securityContext:
 {{- define "ferryman.tmpVolume" -}}
 - name: tmp
   emptyDir: {}
+{{- if .Values.tls.existingSecret }}
+- name: tls
+  secret:
+    secretName: {{ .Values.tls.existingSecret }}
+{{- end }}
 {{- end -}}
 {{- define "ferryman.tmpMount" -}}
 - name: tmp
   mountPath: /tmp
+{{- if .Values.tls.existingSecret }}
+- name: tls
+  mountPath: /etc/ferryman/tls
+  readOnly: true
+{{- end }}
 {{- end -}}
 
 {{/* Readiness on grpc.health.v1 (NOT_SERVING while starting or draining takes the pod
 out of endpoints at once); liveness on the port alone, so a drain is never cut short. */}}
+{{/* (dict "root" $ "port" 7001) */}}
 {{- define "ferryman.probes" -}}
 readinessProbe:
+  {{- if .root.Values.tls.existingSecret }}
+  tcpSocket:
+    port: {{ .port }}
+  {{- else }}
   grpc:
-    port: {{ . }}
+    port: {{ .port }}
+  {{- end }}
   periodSeconds: 5
   failureThreshold: 2
 livenessProbe:
   tcpSocket:
-    port: {{ . }}
+    port: {{ .port }}
   initialDelaySeconds: 10
   periodSeconds: 10
   failureThreshold: 6

@@ -45,7 +45,7 @@ spec:
             - name: metrics
               containerPort: {{ $root.Values.metricsPort }}
           {{- if .grpc }}
-          {{- include "ferryman.probes" .port | nindent 10 }}
+          {{- include "ferryman.probes" (dict "root" $root "port" .port) | nindent 10 }}
           {{- else }}
           readinessProbe:
             httpGet: {path: /_stcore/health, port: {{ .port }}}

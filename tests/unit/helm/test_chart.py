@@ -207,3 +207,50 @@ def test_values_that_break_the_schema_are_refused(bad: dict[str, Any]) -> None:
 def test_a_database_is_required() -> None:
     with pytest.raises(helm.HelmError, match=r"database\.url"):
         render({})
+
+
+def pods(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ferryman's own workloads (not the bundled PostgreSQL and Redis)."""
+    return [d for d in docs if d["kind"] in ("Deployment", "Job") and "ferryman" in containers(d)[0]["image"]]
+
+
+def test_internal_apis_are_reachable_only_by_their_callers() -> None:
+    docs = render(ALL_ON)
+    policies = {d["metadata"]["name"]: d["spec"] for d in by_kind(docs, "NetworkPolicy")}
+    assert set(policies) == {"fm-ferryman-router", "fm-ferryman-batcher", "fm-ferryman-quota"} | {
+        f"fm-ferryman-node-{pool}" for pool in ("gpu", "cpu")
+    }
+
+    def callers(name: str) -> set[str]:
+        (internal, _metrics) = policies[name]["ingress"]
+        assert internal["ports"] == [{"port": "grpc"}]
+        return {p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in internal["from"]}
+
+    assert callers("fm-ferryman-batcher") == {"router"}
+    assert callers("fm-ferryman-quota") == {"router", "console"}
+    assert callers("fm-ferryman-node-gpu") == callers("fm-ferryman-node-cpu") == {"batcher", "console"}
+    assert "from" not in policies["fm-ferryman-router"]["ingress"][0]  # tenants come from anywhere
+    assert not by_kind(render({**DEFAULTS, "networkPolicy": {"enabled": False}}), "NetworkPolicy")
+
+
+def test_every_service_gets_the_release_service_token(manifests: list[dict[str, Any]]) -> None:
+    (secret,) = [d for d in by_kind(manifests, "Secret") if d["metadata"]["name"].endswith("service-token")]
+    assert len(secret["data"]["service-token"]) >= 48
+    for doc in pods(manifests):
+        for container in containers(doc):
+            env = {e["name"]: e for e in container.get("env", [])}
+            ref = env["FERRYMAN_SERVICE_TOKEN"]["valueFrom"]["secretKeyRef"]
+            assert ref == {"name": secret["metadata"]["name"], "key": "service-token"}
+
+
+def test_tls_from_a_cert_manager_secret() -> None:
+    docs = render({**DEFAULTS, "tls": {"existingSecret": "fm-tls", "clientAuth": True}})
+    for doc in pods(docs):
+        spec = doc["spec"]["template"]["spec"]
+        assert {"name": "tls", "secret": {"secretName": "fm-tls"}} in spec["volumes"]
+        for container in spec["containers"]:
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert env["FERRYMAN_TLS_CERT"] == "/etc/ferryman/tls/tls.crt"
+            assert env["FERRYMAN_TLS_CA"] == "/etc/ferryman/tls/ca.crt"
+            assert env["FERRYMAN_TLS_CLIENT_AUTH"] == "true"
+            assert "grpc" not in container.get("readinessProbe", {})  # kubelet gRPC probes speak no TLS
