@@ -4,7 +4,10 @@ gRPC, routers on real Redis and the real registry; each must fail safely."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +20,7 @@ import redis.asyncio as aioredis
 from router_platform import E2E, MINILM_PRICE_PER_1K_TOKENS
 from services import start_redis, wait_for_redis
 
+from ferryman.cli.up import is_serving
 from ferryman.net import free_port
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
@@ -258,3 +262,58 @@ async def test_daily_spend_survives_a_redis_restart_only_with_aof(tmp_path: Path
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_killed_routers_reservations_end_within_a_lease(e2e: E2E, redis_url: str, tmp_path: Path) -> None:
+    """kill -9 of a router with requests in flight: nobody settles them, their leases are
+    not renewed, and the tenant's concurrency slots free within one lease."""
+    lease_s = 3.0
+    _, key = new_tenant(e2e, QuotaLimits(max_concurrency=4))
+    survivor, _ = e2e.start_router(QuotaSettings(backend="redis", redis_url=redis_url, lease_s=lease_s))
+    wait_known([survivor], key)
+    other = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(survivor))
+    port = free_port()
+    env = {
+        **os.environ,
+        "FERRYMAN_DATABASE_URL": e2e.registry_url,
+        "FERRYMAN_DATA_DIR": str(tmp_path),
+        "FERRYMAN_QUOTA_LEASE_S": str(lease_s),
+        "FERRYMAN_ROUTER_LEASE_RENEW_S": str(lease_s / 6),
+    }
+    command = [sys.executable, "-m", "ferryman", "serve", "router", "--listen", f"127.0.0.1:{port}"]
+    command += ["--batchers", e2e.batcher, "--redis-url", redis_url]
+    doomed = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        address = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not is_serving(address):
+            assert doomed.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        wait_known([address], key)
+        stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(address))
+        slow = {"delay_ms": "8000"}  # one batch of the four, still running at the kill
+        calls = [
+            stub.Predict.future(echo_request(float(i), parameters=slow), metadata=auth(key), timeout=60)
+            for i in range(4)
+        ]
+        time.sleep(lease_s)  # admitted, running, leases renewed more than once
+        doomed.kill()
+        doomed.wait(10)
+        killed_at = time.monotonic()
+        assert all(call.exception(timeout=10) is not None for call in calls)  # their router died
+    finally:
+        if doomed.poll() is None:
+            doomed.kill()
+    with pytest.raises(grpc.RpcError) as held:
+        other.Predict(echo_request(9.0), metadata=auth(key), timeout=RUN_TIMEOUT_S)
+    assert held.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # the dead router's slots, still leased
+    while True:
+        try:
+            other.Predict(echo_request(9.0), metadata=auth(key), timeout=RUN_TIMEOUT_S)
+            break
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert time.monotonic() - killed_at < lease_s + 2, "slots were not freed within a lease"
+            time.sleep(0.2)
+    freed = time.monotonic() - killed_at
+    print(f"FIGURES killed router: slots free {freed:.1f} s after kill -9 (lease {lease_s} s)")
