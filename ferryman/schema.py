@@ -10,13 +10,12 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ferryman.tensors import DTYPE_BY_NAME
 from ferryman.v1 import common_pb2
 
-# Names in the registry and in the proto enum, without the DATA_TYPE_ prefix.
-DTYPES: tuple[str, ...] = tuple(
-    name.removeprefix("DATA_TYPE_")
-    for name in common_pb2.DataType.keys()  # noqa: SIM118 (proto enum, not a dict) if name != "DATA_TYPE_UNSPECIFIED"
-)
+# Names in the registry: the wire enum's, without DATA_TYPE_ and never UNSPECIFIED (one set,
+# derived in ferryman.tensors).
+DTYPES: tuple[str, ...] = tuple(DTYPE_BY_NAME)
 
 
 class TensorSpec(BaseModel):
