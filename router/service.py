@@ -181,12 +181,16 @@ class RouterService:
                 retry_after=timedelta(seconds=max(verdict.retry_after_s, 0.001)),
             )
         if not verdict.held:
-            return await self._serve(request_id, request, tenant, admitted, deadline, verdict, checked_at)
+            return await self._serve(
+                request_id, request, tenant, admitted, deadline, verdict, started, checked_at
+            )
         # The reservation ends with the request, however it ends: answer, error, the
         # client's cancel or deadline. Leases cover the one way this cannot see: a crash.
         self._held.add(quota_id)
         try:
-            response = await self._serve(request_id, request, tenant, admitted, deadline, verdict, checked_at)
+            response = await self._serve(
+                request_id, request, tenant, admitted, deadline, verdict, started, checked_at
+            )
         except BaseException:
             self._held.discard(quota_id)
             self._settle_later(self._quota.release(quota_id, budget_s=SETTLE_TIMEOUT_S))
@@ -226,11 +230,14 @@ class RouterService:
         admitted: Admitted,
         deadline: float,
         verdict: Verdict,
+        started: float,
         checked_at: float,
     ) -> inference_pb2.PredictResponse:
-        """Run an admitted request and build its answer; failures raise RequestFailed."""
+        """Run an admitted request and build its answer; failures raise RequestFailed.
+
+        ``started``: when the request arrived (its total time); ``checked_at``: when it was
+        admitted (the latency the shedder learns)."""
         loop = asyncio.get_running_loop()
-        started = checked_at
         if verdict.decision == Decision.DEGRADE:
             admitted = self._degrade(request, tenant, admitted)
         result = await self._run(request_id, request, tenant, admitted, deadline)
