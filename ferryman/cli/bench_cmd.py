@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,8 +14,9 @@ from ferryman.bench.loadgen import InputsFactory, LoadSpec, run
 from ferryman.bench.plot import PlotPoint, plot_latency_vs_throughput
 from ferryman.bench.stats import Window, stable, summarize
 from ferryman.cli.output import console, fail
-from ferryman.cli.predict_cmd import DEFAULT_TARGET, _load
+from ferryman.cli.predict_cmd import _load
 from ferryman.sdk import Client, FerrymanError
+from ferryman.sdk.client import endpoint
 from ferryman.sdk.convert import to_inputs
 from ferryman.v1 import common_pb2
 
@@ -50,10 +50,10 @@ def bench(
     """Measure until three windows in a row agree within 10%, then print the summary.
 
     With --sweep, one such measurement per concurrency; --json-out then holds {"runs": [...]}."""
-    api_key = key or os.environ.get("FERRYMAN_API_KEY", "")
-    if not api_key:
-        fail("an API key is needed: --key or FERRYMAN_API_KEY")
-    address = target or os.environ.get("FERRYMAN_TARGET", DEFAULT_TARGET)
+    try:
+        address, api_key = endpoint(target, key)
+    except ValueError as exc:
+        fail(str(exc))
     try:
         with Client(address, api_key) as client:
             template = to_inputs(_load(input), client.get_model(model))  # the schema gives dtypes

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,8 +11,7 @@ import typer
 
 from ferryman.cli.output import fail
 from ferryman.sdk import Client, FerrymanError
-
-DEFAULT_TARGET = "127.0.0.1:7001"
+from ferryman.sdk.client import endpoint
 
 
 def _load(value: str) -> Any:
@@ -42,10 +40,10 @@ def predict(
     tls: Annotated[bool, typer.Option(help="Speak TLS, verifying the router with the system's CAs.")] = False,
 ) -> None:
     """Send one prediction and print its outputs, version and usage as JSON."""
-    api_key = key or os.environ.get("FERRYMAN_API_KEY", "")
-    if not api_key:
-        fail("an API key is needed: --key or FERRYMAN_API_KEY")
-    address = target or os.environ.get("FERRYMAN_TARGET", DEFAULT_TARGET)
+    try:
+        address, api_key = endpoint(target, key)
+    except ValueError as exc:
+        fail(str(exc))
     try:
         with Client(address, api_key, timeout=timeout, tls=tls_ca or tls) as client:
             result = client.predict(model, _load(input), version=version or None, user=user or None)

@@ -12,6 +12,7 @@ is never charged twice.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from collections.abc import Mapping
@@ -26,6 +27,9 @@ from ferryman.sdk.errors import FerrymanError, QuotaExceeded, RetryableError, fr
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 
 DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_TARGET = "127.0.0.1:7001"
+TARGET_ENV = "FERRYMAN_TARGET"
+API_KEY_ENV = "FERRYMAN_API_KEY"
 DEFAULT_RETRIES = 3
 BACKOFF_S = 0.05
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -105,7 +109,7 @@ def _request(
     parameters: Mapping[str, str] | None,
     request_id: str | None,
 ) -> inference_pb2.PredictRequest:
-    level = PRIORITIES.get(priority, 0) if isinstance(priority, str) else (priority or 0)
+    level = priority_level(priority)
     return inference_pb2.PredictRequest(
         request_id=request_id or uuid.uuid4().hex,
         model=model,
@@ -115,6 +119,27 @@ def _request(
         user=user or "",
         priority=level,  # type: ignore[arg-type]
     )
+
+
+def priority_level(priority: str | int | None) -> int:
+    """The wire priority of a name ("low", "normal", "high") or number; unknown ones are errors."""
+    if priority is None:
+        return 0
+    if isinstance(priority, str):
+        if priority.lower() not in PRIORITIES:
+            raise ValueError(f"unknown priority {priority!r}: one of {', '.join(PRIORITIES)}")
+        return int(PRIORITIES[priority.lower()])
+    if priority not in common_pb2.Priority.values():
+        raise ValueError(f"unknown priority {priority!r}")
+    return priority
+
+
+def endpoint(target: str | None, api_key: str | None) -> tuple[str, str]:
+    """Target and key as given, else from FERRYMAN_TARGET / FERRYMAN_API_KEY (as the CLI reads them)."""
+    key = api_key or os.environ.get(API_KEY_ENV, "")
+    if not key:
+        raise ValueError(f"an API key is needed: pass api_key or set {API_KEY_ENV}")
+    return target or os.environ.get(TARGET_ENV, DEFAULT_TARGET), key
 
 
 def _retry_delay(error: FerrymanError, attempt: int) -> float | None:
@@ -147,15 +172,17 @@ class Client:
 
     def __init__(
         self,
-        target: str,
-        api_key: str,
+        target: str | None = None,
+        api_key: str | None = None,
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
         retries: int = DEFAULT_RETRIES,
         tls: bool | str | Path = False,
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
-        """``tls``: True to verify the router with the system's CAs, or a CA file's path."""
+        """``target`` and ``api_key`` default to FERRYMAN_TARGET and FERRYMAN_API_KEY; ``tls``:
+        True to verify the router with the system's CAs, or a CA file's path."""
+        target, api_key = endpoint(target, api_key)
         credentials = channel_credentials(tls, credentials)
         self._channel = (
             grpc.secure_channel(target, credentials, _options())
@@ -241,15 +268,17 @@ class AsyncClient:
 
     def __init__(
         self,
-        target: str,
-        api_key: str,
+        target: str | None = None,
+        api_key: str | None = None,
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
         retries: int = DEFAULT_RETRIES,
         tls: bool | str | Path = False,
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
-        """``tls``: True to verify the router with the system's CAs, or a CA file's path."""
+        """``target`` and ``api_key`` default to FERRYMAN_TARGET and FERRYMAN_API_KEY; ``tls``:
+        True to verify the router with the system's CAs, or a CA file's path."""
+        target, api_key = endpoint(target, api_key)
         credentials = channel_credentials(tls, credentials)
         self._channel = (
             grpc.aio.secure_channel(target, credentials, _options())

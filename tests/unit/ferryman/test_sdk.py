@@ -11,7 +11,7 @@ import torch
 
 from ferryman.errors import make_status
 from ferryman.sdk import errors
-from ferryman.sdk.client import _retry_delay
+from ferryman.sdk.client import _retry_delay, endpoint, priority_level
 from ferryman.sdk.convert import from_outputs, to_inputs
 from ferryman.tensors import decode
 from ferryman.v1 import common_pb2, inference_pb2
@@ -88,3 +88,26 @@ def test_inputs_from_numpy_torch_lists_and_text() -> None:
         to_inputs([1, 2], None)
     outputs = from_outputs([common_pb2.NamedTensor(name="t", text=common_pb2.TextList(values=["x"]))])
     assert outputs == {"t": ["x"]}
+
+
+def test_priorities_by_name_or_number_and_unknown_ones_refused() -> None:
+    assert priority_level("high") == common_pb2.PRIORITY_HIGH
+    assert priority_level("LOW") == common_pb2.PRIORITY_LOW
+    assert priority_level(None) == 0
+    assert priority_level(common_pb2.PRIORITY_NORMAL) == common_pb2.PRIORITY_NORMAL
+    with pytest.raises(ValueError, match="unknown priority 'urgent'"):
+        priority_level("urgent")
+    with pytest.raises(ValueError):
+        priority_level(99)
+
+
+def test_target_and_key_come_from_the_environment_like_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FERRYMAN_API_KEY", raising=False)
+    monkeypatch.delenv("FERRYMAN_TARGET", raising=False)
+    with pytest.raises(ValueError, match="FERRYMAN_API_KEY"):
+        endpoint(None, None)
+    assert endpoint(None, "k") == ("127.0.0.1:7001", "k")
+    monkeypatch.setenv("FERRYMAN_API_KEY", "env-key")
+    monkeypatch.setenv("FERRYMAN_TARGET", "router:7001")
+    assert endpoint(None, None) == ("router:7001", "env-key")
+    assert endpoint("other:1", "given") == ("other:1", "given")
