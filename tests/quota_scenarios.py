@@ -135,6 +135,17 @@ async def a_used_id_with_another_request_is_a_conflict(q: Harness) -> None:
     assert usage["t:rpm"] == 1 and usage["t:cost_per_day"] == pytest.approx(1.0)
 
 
+async def a_refused_id_is_judged_anew_on_retry(q: Harness) -> None:
+    limits = [Limits(scope="t", rpm=1)]
+    assert (await q.reserve("first", limits)).decision == Decision.ADMIT
+    refused = await q.reserve("again", limits)
+    assert refused.decision == Decision.REJECT and not refused.held
+    q.clock.now += refused.retry_after_s + 0.5
+    # The client retries with the same id after retry_after: admitted, not the old refusal.
+    retried = await q.reserve("again", limits)
+    assert retried.decision == Decision.ADMIT and retried.held
+
+
 async def all_or_nothing_across_policies(q: Harness) -> None:
     tenant = Limits(scope="t", rpm=10)
     model = Limits(scope="t/m", rpm=1)
@@ -169,6 +180,7 @@ SCENARIOS: list[Callable[[Harness], Awaitable[None]]] = [
     cost_per_day_and_soft_mode_degrades,
     unrenewed_leases_end_and_renewed_ones_hold,
     a_used_id_with_another_request_is_a_conflict,
+    a_refused_id_is_judged_anew_on_retry,
     all_or_nothing_across_policies,
     reserving_the_bound_never_overshoots_cost,
 ]

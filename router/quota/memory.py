@@ -64,10 +64,9 @@ class MemoryQuota:
                 continue
             if not reservation.settled and reservation.expiry <= now:
                 reservation.settled = True
-                if reservation.verdict.decision != Decision.REJECT:
-                    self.expired += 1
-                    for scope in reservation.scopes:
-                        self._state(scope).inflight.pop(request_id, None)
+                self.expired += 1
+                for scope in reservation.scopes:
+                    self._state(scope).inflight.pop(request_id, None)
             heapq.heappush(self._due, (reservation.expiry + self._ttl, request_id))
 
     async def reserve(
@@ -88,13 +87,13 @@ class MemoryQuota:
                 return Verdict(Decision.CONFLICT, held=False)
             # A retry is answered as the first call was; only that first call settles.
             return replace(known.verdict, held=False)
-        results = [(p, check(p, self._state(p.scope), now, tokens, cost)) for p in policies]
-        result = combine(results)
-        result = replace(result, held=result.decision != Decision.REJECT)
+        result = combine([(p, check(p, self._state(p.scope), now, tokens, cost)) for p in policies])
+        if result.decision == Decision.REJECT:
+            # A refusal charges nothing and is not remembered: a retry is judged anew.
+            return replace(result, held=False)
         expiry = now + lease_s
-        if result.decision != Decision.REJECT:
-            for p in policies:
-                charge(p, self._state(p.scope), now, request_id, tokens, cost, expiry)
+        for p in policies:
+            charge(p, self._state(p.scope), now, request_id, tokens, cost, expiry)
         self._reservations[request_id] = Reservation(
             scopes=tuple(p.scope for p in policies),
             tokens=tokens,
@@ -102,7 +101,6 @@ class MemoryQuota:
             verdict=result,
             expiry=expiry,
             fingerprint=fingerprint,
-            settled=result.decision == Decision.REJECT,
         )
         heapq.heappush(self._due, (expiry, request_id))
         return result

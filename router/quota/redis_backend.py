@@ -113,29 +113,27 @@ end
 local decision = 'admit'
 if any_hard then decision = 'reject' elseif #broken > 0 then decision = 'degrade' end
 local result = cjson.encode({decision, hard_wait, broken})
+-- A refusal charges nothing and is not remembered: a retry after retry_after is judged anew.
+if decision == 'reject' then return result end
 local scopes = {}
-if decision ~= 'reject' then
-  for _, p in ipairs(plans) do
-    table.insert(scopes, p.base)
-    redis.call('ZADD', p.base .. ':log', now, rid)
-    redis.call('PEXPIRE', p.base .. ':log', WINDOW)
-    if p.burst >= 0 then
-      redis.call('HSET', p.base .. ':burst', 't', p.burst_level - 1, 'at', now)
-      redis.call('PEXPIRE', p.base .. ':burst', DAY)
-    end
-    if p.tpm >= 0 then
-      redis.call('HSET', p.base .. ':tpm', 't', p.tpm_level - tokens, 'at', now)
-      redis.call('PEXPIRE', p.base .. ':tpm', DAY)
-    end
-    redis.call('INCRBYFLOAT', p.base .. ':cost:' .. day, cost)
-    redis.call('PEXPIRE', p.base .. ':cost:' .. day, 2 * DAY)
-    redis.call('ZADD', p.base .. ':inflight', now + lease, rid)
-    redis.call('PEXPIRE', p.base .. ':inflight', 2 * ttl)
+for _, p in ipairs(plans) do
+  table.insert(scopes, p.base)
+  redis.call('ZADD', p.base .. ':log', now, rid)
+  redis.call('PEXPIRE', p.base .. ':log', WINDOW)
+  if p.burst >= 0 then
+    redis.call('HSET', p.base .. ':burst', 't', p.burst_level - 1, 'at', now)
+    redis.call('PEXPIRE', p.base .. ':burst', DAY)
   end
+  if p.tpm >= 0 then
+    redis.call('HSET', p.base .. ':tpm', 't', p.tpm_level - tokens, 'at', now)
+    redis.call('PEXPIRE', p.base .. ':tpm', DAY)
+  end
+  redis.call('INCRBYFLOAT', p.base .. ':cost:' .. day, cost)
+  redis.call('PEXPIRE', p.base .. ':cost:' .. day, 2 * DAY)
+  redis.call('ZADD', p.base .. ':inflight', now + lease, rid)
+  redis.call('PEXPIRE', p.base .. ':inflight', 2 * ttl)
 end
-local state = 'reserved'
-if decision == 'reject' then state = 'settled' end
-redis.call('HSET', KEYS[1], 'verdict', result, 'state', state, 'tokens', tokens, 'cost', cost,
+redis.call('HSET', KEYS[1], 'verdict', result, 'state', 'reserved', 'tokens', tokens, 'cost', cost,
   'day', day, 'fp', fp, 'scopes', table.concat(scopes, '\\n'))
 redis.call('PEXPIRE', KEYS[1], 2 * ttl)
 return result
