@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Coroutine
@@ -25,13 +26,14 @@ from router.fingerprint import fingerprint
 from router.metrics import RouterMetrics
 from router.quota.client import QuotaClient
 from router.quota.policy import Decision, Verdict
-from router.quota.service import QuotaUnavailable
+from router.quota.service import MAX_RENEW_IDS, QuotaUnavailable
 from router.routing import Choice, resolve
 from router.settings import RouterSettings
 from router.shedding import Shedder
 from router.validation import price, token_bound, validate
 
 SETTLE_TIMEOUT_S = 1.0
+log = logging.getLogger("ferryman.router")
 
 
 class RequestFailed(Exception):
@@ -44,6 +46,11 @@ class RequestFailed(Exception):
 
 def fail(code: grpc.StatusCode, message: str, reason: str, **details: object) -> RequestFailed:
     return RequestFailed(make_status(code, message, reason=reason, **details))  # type: ignore[arg-type]
+
+
+def unknown_model(model: str) -> RequestFailed:
+    """Unknown and forbidden models answer alike, so model names do not leak across tenants."""
+    return fail(grpc.StatusCode.NOT_FOUND, f"unknown model {clip(model)!r}", "UNKNOWN_MODEL")
 
 
 @dataclass(frozen=True)
@@ -86,14 +93,11 @@ class RouterService:
                 "INVALID_REQUEST",
                 violations=bad,
             )
-        # Unknown and forbidden answer alike, so model names do not leak across tenants.
-        unknown = fail(grpc.StatusCode.NOT_FOUND, f"unknown model {clip(request.model)!r}", "UNKNOWN_MODEL")
-        if not snapshot.may_use(tenant, request.model):
-            raise unknown
-        if request.model not in snapshot.routes and not (
-            request.version and f"{request.model}:{request.version}" in snapshot.versions
+        if not snapshot.may_use(tenant, request.model) or (
+            request.model not in snapshot.routes
+            and not (request.version and f"{request.model}:{request.version}" in snapshot.versions)
         ):
-            raise unknown
+            raise unknown_model(request.model)
         try:
             choice = resolve(
                 snapshot.routes,
@@ -106,7 +110,7 @@ class RouterService:
                 degrade=degrade,
             )
         except LookupError:
-            raise unknown from None
+            raise unknown_model(request.model) from None
         version = snapshot.versions.get(choice.key)
         if version is None or version.status == "RETIRED":
             raise fail(
@@ -180,21 +184,21 @@ class RouterService:
                 ],
                 retry_after=timedelta(seconds=max(verdict.retry_after_s, 0.001)),
             )
-        if not verdict.held:
-            return await self._serve(
-                request_id, request, tenant, admitted, deadline, verdict, started, checked_at
-            )
-        # The reservation ends with the request, however it ends: answer, error, the
+        if verdict.held:
+            self._held.add(quota_id)
+        # A held reservation ends with the request, however it ends: answer, error, the
         # client's cancel or deadline. Leases cover the one way this cannot see: a crash.
-        self._held.add(quota_id)
         try:
             response = await self._serve(
                 request_id, request, tenant, admitted, deadline, verdict, started, checked_at
             )
         except BaseException:
-            self._held.discard(quota_id)
-            self._settle_later(self._quota.release(quota_id, budget_s=SETTLE_TIMEOUT_S))
+            if verdict.held:
+                self._held.discard(quota_id)
+                self._settle_later(self._quota.release(quota_id, budget_s=SETTLE_TIMEOUT_S))
             raise
+        if not verdict.held:
+            return response
         self._held.discard(quota_id)
         usage = response.usage
         self._settle_later(
@@ -214,8 +218,14 @@ class RouterService:
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), period)
-            if self._held:
-                await self._quota.renew(list(self._held), budget_s=period)
+            held = list(self._held)
+            # In chunks the Quota service accepts; a failure leaves the leases running out
+            # (never stops renewal: that would free every running request's slot).
+            for start in range(0, len(held), MAX_RENEW_IDS):
+                try:
+                    await self._quota.renew(held[start : start + MAX_RENEW_IDS], budget_s=period)
+                except Exception:
+                    log.exception("renewing quota leases failed")
 
     async def close(self) -> None:
         """Wait for settlements still under way (bounded by their own timeouts)."""
