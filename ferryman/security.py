@@ -10,10 +10,12 @@ local setups are protected with no configuration.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import os
 import secrets
+import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,18 +104,21 @@ def load_security(
 
 
 def shared_token(data_dir: Path) -> str:
-    """The data dir's service token, created once (0600) by whichever process comes first."""
+    """The data dir's service token, created once (0600) by whichever process comes first.
+
+    Written to a temporary file and linked into place, so a process starting at the same
+    moment never reads a half-written (empty) token."""
     path = data_dir / TOKEN_FILE
     if not path.exists():
         data_dir.mkdir(parents=True, exist_ok=True)
-        candidate = secrets.token_urlsafe(TOKEN_BYTES)
+        fd, temporary = tempfile.mkstemp(dir=data_dir, prefix=f".{TOKEN_FILE}.")  # mode 0600
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass  # another process won the race: use its token
-        else:
             with os.fdopen(fd, "w") as out:
-                out.write(candidate)
+                out.write(secrets.token_urlsafe(TOKEN_BYTES))
+            with contextlib.suppress(FileExistsError):  # another process won the race: use its token
+                os.link(temporary, path)
+        finally:
+            os.unlink(temporary)
     return path.read_text().strip()
 
 

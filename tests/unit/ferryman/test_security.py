@@ -1,0 +1,21 @@
+"""The data dir's shared service token: one value for every process that starts at once,
+never empty, readable by its owner only."""
+
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from ferryman.security import TOKEN_FILE, shared_token
+
+PROCESSES = 16
+
+
+def test_processes_starting_together_share_one_nonempty_token(tmp_path: Path) -> None:
+    for attempt in range(5):
+        data_dir = tmp_path / str(attempt)
+        with ProcessPoolExecutor(8) as pool:
+            tokens = set(pool.map(shared_token, [data_dir] * PROCESSES))
+        assert len(tokens) == 1 and "" not in tokens
+        assert (data_dir / TOKEN_FILE).stat().st_mode & 0o777 == 0o600
+        assert [p.name for p in data_dir.iterdir()] == [TOKEN_FILE]  # no temporary files left
