@@ -19,6 +19,7 @@ from opentelemetry import trace
 from batcher.breaker import BreakerState
 from batcher.dead_letters import DeadLetterSink
 from batcher.entries import Entry, Finisher
+from batcher.fairness import batch_owner
 from batcher.metrics import BatcherMetrics
 from batcher.predictor import LatencyPredictor
 from batcher.replicas import Replica, ReplicaDirectory
@@ -47,6 +48,14 @@ MAX_BACKOFF_DOUBLINGS = 5
 _SETTLED = node_pb2.InferBatchResponse()
 
 
+def owner_of(entries: Sequence[Entry]) -> str:
+    """The tenant a batch of ``entries`` counts against for node slots."""
+    rows: dict[str, int] = {}
+    for entry in entries:
+        rows[entry.tenant] = rows.get(entry.tenant, 0) + entry.rows
+    return batch_owner(rows)
+
+
 def is_model_error(status: status_pb2.Status) -> bool:
     info = unpack_details(status).get("ErrorInfo")
     return status.code == grpc.StatusCode.INTERNAL.value[0] and getattr(info, "reason", "") == MODEL_ERROR
@@ -72,25 +81,41 @@ class Dispatcher:
         self._clock = clock
         self._tracer = tracer("ferryman.batcher")
 
-    def reserve(self, version_key: str, rows: int, exclude: frozenset[str] = frozenset()) -> Replica | None:
+    def reserve(
+        self,
+        version_key: str,
+        rows: int,
+        owner: str,
+        exclude: frozenset[str] = frozenset(),
+        cap: int | None = None,
+    ) -> Replica | None:
         """Pick a replica and claim a batch slot on it now, before the batch is sent.
 
         Claiming synchronously keeps the scheduler's view of free slots exact when it
-        dispatches several batches in one turn of the event loop.
+        dispatches several batches in one turn of the event loop. The slot counts
+        against ``owner``; with ``cap``, only a replica where the owner holds fewer
+        slots than that is taken (a retry elsewhere is not capped: the work was
+        already given its turn).
         """
-        replica = self._directory.pick(version_key, set(exclude)) or (
-            self._directory.pick(version_key, set()) if exclude else None
+        replica = self._directory.pick(version_key, set(exclude), owner, cap) or (
+            self._directory.pick(version_key, set(), owner, cap) if exclude else None
         )
         if replica is not None:
             replica.inflight += 1
             replica.outstanding_rows += rows
+            replica.tenant_slots[owner] = replica.tenant_slots.get(owner, 0) + 1
             replica.breaker.on_call()
         return replica
 
     @staticmethod
-    def _release(replica: Replica, rows: int) -> None:
+    def _release(replica: Replica, rows: int, owner: str) -> None:
         replica.inflight -= 1
         replica.outstanding_rows -= rows
+        held = replica.tenant_slots.get(owner, 0) - 1
+        if held > 0:
+            replica.tenant_slots[owner] = held
+        else:
+            replica.tenant_slots.pop(owner, None)
 
     async def dispatch(
         self,
@@ -133,6 +158,7 @@ class Dispatcher:
     ) -> None:
         key = f"{model}:{version}"
         rows = sum(e.rows for e in entries)
+        owner = owner_of(entries)
         tried: set[str] = set()
         failures = 0
         waits = 0
@@ -140,11 +166,11 @@ class Dispatcher:
             remaining = max(e.deadline for e in entries) - self._clock()
             if remaining <= 0:
                 if replica is not None:
-                    self._release(replica, rows)
+                    self._release(replica, rows, owner)
                 self._fail(entries, grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed before a node ran it")
                 return
             if replica is None:
-                replica = self.reserve(key, rows, frozenset(tried))
+                replica = self.reserve(key, rows, owner, frozenset(tried))
             if replica is None:
                 if not self._directory.ready(key):
                     self._fail(entries, grpc.StatusCode.UNAVAILABLE, f"no ready replica serves {key}")
@@ -154,7 +180,7 @@ class Dispatcher:
                 waits += 1
                 continue
             response = await self._call(
-                replica, model, version, parameters, entries, rows, remaining, predictor
+                replica, model, version, parameters, entries, (rows, owner), remaining, predictor
             )
             if response is not None:
                 await self._settle(model, version, parameters, entries, response, predictor)
@@ -184,7 +210,7 @@ class Dispatcher:
         version: str,
         parameters: dict[str, str],
         entries: list[Entry],
-        rows: int,
+        claim: tuple[int, str],
         budget_s: float,
         predictor: LatencyPredictor,
     ) -> node_pb2.InferBatchResponse | None:
@@ -219,7 +245,7 @@ class Dispatcher:
                 return _SETTLED
             return None
         finally:
-            self._release(replica, rows)
+            self._release(replica, *claim)
         replica.breaker.on_success()
         self._directory.record_breaker(replica)
         compute = response.compute.seconds + response.compute.nanos * 1e-9

@@ -9,8 +9,9 @@ from collections.abc import Callable
 
 import grpc
 
-from batcher.dispatcher import Dispatcher
+from batcher.dispatcher import Dispatcher, owner_of
 from batcher.entries import Entry, Finisher, QueueKey
+from batcher.fairness import FairShare, rows_ahead
 from batcher.metrics import BatcherMetrics
 from batcher.predictor import LatencyPredictor
 from batcher.rate import RateMeter
@@ -34,6 +35,7 @@ class VersionQueue:
         metrics: BatcherMetrics,
         finish: Finisher,
         slot_freed: Callable[[], None],
+        fair: FairShare,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.key = key
@@ -43,6 +45,7 @@ class VersionQueue:
         self.entries: list[Entry] = []
         """Queued entries in arrival order (filtering keeps the order)."""
         self._rows = 0
+        self._tenant_rows: dict[str, int] = {}
         self.predictor = LatencyPredictor(
             default_s=settings.default_batch_latency_ms / 1000, smoothing=settings.predictor_smoothing
         )
@@ -57,6 +60,7 @@ class VersionQueue:
         self._metrics = metrics
         self._finish = finish
         self._slot_freed = slot_freed
+        self._fair = fair
         """Wakes every queue with work: replicas are shared by all queues (other parameter
         sets and versions), so a slot this queue frees may be the one another waits for."""
         self._clock = clock
@@ -77,15 +81,17 @@ class VersionQueue:
     def busy(self) -> bool:
         return bool(self.entries or self._running)
 
-    def expected_latency(self, rows: int, replicas: int) -> float:
-        """Predicted time until a new item of ``rows`` rows is answered.
+    def expected_latency(self, rows: int, replicas: int, tenant: str) -> float:
+        """Predicted time until a new item of ``tenant`` with ``rows`` rows is answered.
 
-        Full batches ahead of it run ``replicas`` at a time; then it waits at most the
-        current window and runs in a batch with the remainder of the queue.
+        The rows fair order puts ahead of it run first, in full batches ``replicas`` at
+        a time; then it waits at most the current window and runs in a batch with the
+        remainder.
         """
         full = self.config.max_batch_rows
-        ahead = self._rows // full
-        own_batch = min(self._rows % full + rows, full)
+        before = rows_ahead(self._tenant_rows, tenant, rows, self._fair.weight)
+        ahead = before // full
+        own_batch = min(before % full + rows, full)
         return (
             ahead * self.predictor.predict(full) / max(1, replicas)
             + self.last_decision_window
@@ -95,6 +101,7 @@ class VersionQueue:
     def add(self, entry: Entry) -> None:
         self.entries.append(entry)
         self._rows += entry.rows
+        self._tenant_rows[entry.tenant] = self._tenant_rows.get(entry.tenant, 0) + entry.rows
         self.arrivals.add(entry.rows, self._clock())
         self._metrics.queue_depth.labels(**self._labels).set(self.rows)
         self._wakeup.set()
@@ -104,8 +111,14 @@ class VersionQueue:
         if entry in self.entries:
             self.entries.remove(entry)
             self._rows -= entry.rows
+            self._count_tenant_rows()
             self._metrics.queue_depth.labels(**self._labels).set(self.rows)
             self._wakeup.set()
+
+    def _count_tenant_rows(self) -> None:
+        self._tenant_rows.clear()
+        for entry in self.entries:
+            self._tenant_rows[entry.tenant] = self._tenant_rows.get(entry.tenant, 0) + entry.rows
 
     def poke(self) -> None:
         self._wakeup.set()
@@ -141,7 +154,10 @@ class VersionQueue:
             idle_replicas=capacity.idle_replicas,
             arrival_rate=self.arrivals.rate(now),
         )
-        decision = decide(now, self.entries, self.config, self.predictor, load, self.draining)
+        limit = self._directory.slots_per_replica
+        caps = {t: self._fair.slot_cap(t, limit, now) for t in {e.tenant for e in self.entries}}
+        fair = self._fair.view(self._directory.blocked(self.version_key, caps))
+        decision = decide(now, self.entries, self.config, self.predictor, load, self.draining, fair)
         self.last_decision_window, self.last_target_rows = decision.window_s, decision.target_rows
         for index in decision.expired:
             self._expire(self.entries[index], now)
@@ -149,7 +165,7 @@ class VersionQueue:
         blocked = False
         if decision.batch:
             batch = [self.entries[i] for i in decision.batch]
-            if self._dispatch(batch, decision.reason, now):
+            if self._dispatch(batch, decision.reason, now, caps):
                 dispatched = decision.batch
             else:
                 blocked = True
@@ -157,6 +173,7 @@ class VersionQueue:
         if gone:
             self.entries = [e for i, e in enumerate(self.entries) if i not in gone]
             self._rows = sum(e.rows for e in self.entries)
+            self._count_tenant_rows()
             self._metrics.queue_depth.labels(**self._labels).set(self.rows)
         if dispatched:
             return 0.0
@@ -167,12 +184,25 @@ class VersionQueue:
             return None
         return max(0.0, decision.wake_at - now)
 
-    def _dispatch(self, batch: list[Entry], reason: DispatchReason | None, now: float) -> bool:
+    def row_cost(self) -> float:
+        """Predicted compute seconds per row at full batches (the fair-share cost unit)."""
+        full = self.config.max_batch_rows
+        return self.predictor.predict(full) / full
+
+    def _dispatch(
+        self, batch: list[Entry], reason: DispatchReason | None, now: float, caps: dict[str, int]
+    ) -> bool:
         """Send ``batch`` if a replica slot can be claimed; False leaves it queued."""
         rows = sum(e.rows for e in batch)
-        replica = self._dispatcher.reserve(self.version_key, rows)
+        owner = owner_of(batch)
+        replica = self._dispatcher.reserve(self.version_key, rows, owner, cap=caps.get(owner))
         if replica is None:
             return False
+        costs: dict[str, float] = {}
+        per_row = self.row_cost()
+        for entry in batch:
+            costs[entry.tenant] = costs.get(entry.tenant, 0.0) + entry.rows * per_row
+        self._fair.charge(costs, now)
         for entry in batch:
             entry.dispatched = True
             self._metrics.queue_wait.labels(**self._labels).observe(now - entry.arrival)
@@ -213,6 +243,7 @@ class VersionQueue:
     def _fail_all(self, code: grpc.StatusCode, message: str) -> None:
         status = make_status(code, message, reason="NO_REPLICA")
         entries, self.entries, self._rows = self.entries, [], 0
+        self._tenant_rows.clear()
         for entry in entries:
             self._metrics.shed.labels(**self._labels, reason="no_replica").inc()
             self._finish(entry, batcher_pb2.ItemResult(status=status))

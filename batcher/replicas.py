@@ -51,6 +51,8 @@ class Replica:
     versions: frozenset[str] = frozenset()
     inflight: int = 0
     outstanding_rows: int = 0
+    tenant_slots: dict[str, int] = field(default_factory=dict)
+    """In-flight batches by the tenant each counts against (``batcher.fairness.batch_owner``)."""
     profiles: dict[str, dict[int, float]] = field(default_factory=dict)
 
 
@@ -161,6 +163,10 @@ class ReplicaDirectory:
                 return replica.profiles[version_key]
         return {}
 
+    @property
+    def slots_per_replica(self) -> int:
+        return self._settings.max_inflight_per_node
+
     def capacity(self, version_key: str) -> Capacity:
         """Batch slots and replicas across the version's usable replicas."""
         now = self._clock()
@@ -173,8 +179,23 @@ class ReplicaDirectory:
             idle_replicas=sum(1 for r in usable if r.inflight == 0),
         )
 
-    def pick(self, version_key: str, exclude: set[str]) -> Replica | None:
-        """Power of two choices on outstanding rows among replicas that can take a batch."""
+    def blocked(self, version_key: str, caps: dict[str, int]) -> frozenset[str]:
+        """Tenants (of ``caps``: tenant -> slots it may hold per replica) that no usable
+        replica of the version has a slot for right now."""
+        now = self._clock()
+        limit = self._settings.max_inflight_per_node
+        open_ = [r for r in self.ready(version_key) if r.inflight < limit and r.breaker.allows(now)]
+        return frozenset(
+            tenant
+            for tenant, cap in caps.items()
+            if not any(r.tenant_slots.get(tenant, 0) < cap for r in open_)
+        )
+
+    def pick(
+        self, version_key: str, exclude: set[str], owner: str = "", cap: int | None = None
+    ) -> Replica | None:
+        """Power of two choices on outstanding rows among replicas that can take a batch
+        (and, with ``cap``, on which ``owner`` holds fewer than ``cap`` slots)."""
         now = self._clock()
         candidates = [
             r
@@ -182,6 +203,7 @@ class ReplicaDirectory:
             if r.name not in exclude
             and r.inflight < self._settings.max_inflight_per_node
             and r.breaker.allows(now)
+            and (cap is None or r.tenant_slots.get(owner, 0) < cap)
         ]
         if not candidates:
             return None

@@ -5,8 +5,12 @@ the items, the predicted batch latency and the load, and answers: which items ca
 longer meet their deadline (fail them now, never run them), whether to dispatch now
 and which items in which order, and otherwise when to look again.
 
-- Order: priority class plus one class per ``aging_s`` waited (nothing starves),
-  then earliest deadline first, then arrival.
+- Order: fair between tenants (virtual time over estimated compute, see
+  ``batcher.fairness``); a tenant's own items by priority class plus one class per
+  ``aging_s`` waited (nothing starves), then earliest deadline, then arrival. Items of
+  a tenant that holds its share of node slots wait for one of its own.
+- A batch only takes an item if the batch, with it, is predicted to finish before the
+  deadline of every item in it: work that cannot be on time is never sent.
 - Dispatch when the batch is full (max batch size), when the most urgent item's slack
   (deadline - now - predicted batch latency) drops to the margin, when the adaptive
   window closes, or when draining.
@@ -21,12 +25,11 @@ and which items in which order, and otherwise when to look again.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
 
+from batcher.fairness import FairView, Work, fair_order
 from batcher.predictor import LatencyPredictor
 
 
@@ -35,19 +38,6 @@ class DispatchReason(StrEnum):
     SLACK = "slack"
     WINDOW = "window"
     DRAIN = "drain"
-
-
-class Pending(Protocol):
-    """What the scheduler reads of a queued item."""
-
-    @property
-    def priority(self) -> int: ...
-    @property
-    def arrival(self) -> float: ...
-    @property
-    def deadline(self) -> float: ...
-    @property
-    def rows(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -101,17 +91,6 @@ class Decision:
     window_s: float = 0.0
 
 
-def priority_order(items: Sequence[Pending], indices: Sequence[int], now: float, aging_s: float) -> list[int]:
-    """Indices by aged priority class (high first), then earliest deadline, then arrival."""
-
-    def key(i: int) -> tuple[float, float, float]:
-        item = items[i]
-        aged = item.priority + (math.floor(max(0.0, now - item.arrival) / aging_s) if aging_s > 0 else 0)
-        return (-aged, item.deadline, item.arrival)
-
-    return sorted(indices, key=key)
-
-
 def target_batch_rows(
     predictor: LatencyPredictor, arrival_rate: float, replicas: int, max_rows: int, headroom: float
 ) -> int:
@@ -134,11 +113,12 @@ def adaptive_window(queued_rows: int, target_rows: int, arrival_rate: float, max
 
 def decide(
     now: float,
-    items: Sequence[Pending],
+    items: Sequence[Work],
     config: SchedulerConfig,
     predictor: LatencyPredictor,
     load: Load,
     draining: bool = False,
+    fair: FairView | None = None,
 ) -> Decision:
     """The scheduler's decision for one queue at time ``now``."""
     expired = [i for i, item in enumerate(items) if item.deadline - now < predictor.predict(item.rows)]
@@ -149,14 +129,23 @@ def decide(
     # The next moment an item would become unmeetable: wake then to fail it early.
     expire_at = min(items[i].deadline - predictor.predict(items[i].rows) for i in live)
 
-    ordered = priority_order(items, live, now, config.aging_s)
+    view = fair or FairView()
+    # A row's cost at full batches: what the work will cost the node, batched as it will be.
+    row_cost = predictor.predict(config.max_batch_rows) / config.max_batch_rows
+    ordered = fair_order(items, live, now, config.aging_s, row_cost, view)
     batch: list[int] = []
     rows = 0
+    earliest = float("inf")
     for i in ordered:
-        if rows + items[i].rows > config.max_batch_rows:
+        item = items[i]
+        if item.tenant in view.blocked or rows + item.rows > config.max_batch_rows:
             continue  # first fit: a smaller item further down may still fill the gap
+        due = min(earliest, item.deadline)
+        if batch and due - now < predictor.predict(rows + item.rows):
+            continue  # with it the batch would finish too late for someone in it
         batch.append(i)
-        rows += items[i].rows
+        rows += item.rows
+        earliest = due
     queued_rows = sum(items[i].rows for i in live)
     if config.fixed_window_s is not None:
         target, window = config.max_batch_rows, config.fixed_window_s
@@ -168,7 +157,7 @@ def decide(
         # device is never kept waiting for a fuller batch.
         idle = load.idle_replicas > 0
         window = 0.0 if idle else adaptive_window(queued_rows, target, load.arrival_rate, config.max_window_s)
-    if load.free_slots <= 0:
+    if load.free_slots <= 0 or not batch:
         return Decision(expired=expired, wake_at=expire_at, target_rows=target, window_s=window)
 
     predicted = predictor.predict(rows)

@@ -14,6 +14,7 @@ from batcher.cache import TTLCache
 from batcher.coalescer import coalescing_key, input_digest
 from batcher.dispatcher import Dispatcher
 from batcher.entries import Entry, Finisher, QueueKey, Sink, Waiter
+from batcher.fairness import FairShare
 from batcher.metrics import BatcherMetrics
 from batcher.queue import VersionQueue
 from batcher.replicas import ReplicaDirectory, VersionConfig
@@ -53,6 +54,7 @@ class BatcherService:
         self._clock = clock
         self.dispatcher = dispatcher_factory(self.finish)
         self.queues: dict[QueueKey, VersionQueue] = {}
+        self.fair = FairShare(active_window_s=settings.fair_active_s)
         self._queue_tasks: dict[QueueKey, asyncio.Task[None]] = {}
         self._inflight: dict[str, Entry] = {}
         # Per Submit stream: its waiting request ids (for cancellation and stream close).
@@ -146,7 +148,7 @@ class BatcherService:
         # Admission by predicted wait: the batches already queued ahead of this item, the
         # current window, and its own batch. Refusing now is cheap and immediate; queueing
         # an item that cannot make its deadline only to expire it later is not.
-        expected = queue.expected_latency(rows, self._directory.capacity(version_key).replicas)
+        expected = queue.expected_latency(rows, self._directory.capacity(version_key).replicas, item.tenant)
         if expected > deadline - now:
             return refuse(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -181,6 +183,7 @@ class BatcherService:
         )
         self._inflight[key] = entry
         self._streams.setdefault(stream, {})[item.request_id] = (entry, waiter)
+        self.fair.seen(item.tenant, now)
         queue.add(entry)
         return None
 
@@ -247,6 +250,7 @@ class BatcherService:
                 self._metrics,
                 self.finish,
                 self._slot_freed,
+                self.fair,
                 self._clock,
             )
             self.queues[key] = queue

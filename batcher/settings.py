@@ -38,6 +38,10 @@ class BatcherSettings(BaseSettings):
     fixed_window_ms: float | None = Field(default=None, ge=0)
     """Replace the adaptive window with a fixed one (benchmarks compare the two)."""
 
+    fair_active_s: float = Field(default=5.0, gt=0)
+    """A tenant with work within this long counts as active: while others are active, a
+    tenant holds at most its weighted share of each node's batch slots."""
+
     # Coalescing and cache
     coalesce: bool = True
     """Identical in-flight items share one execution (off: every item runs; benchmarks compare)."""

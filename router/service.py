@@ -63,6 +63,12 @@ class Admitted:
     priority: common_pb2.Priority
 
 
+def shed_key(tenant: str, admitted: Admitted) -> str:
+    """Shedding is learnt per tenant and version: the batcher queues tenants fairly, so one
+    tenant's backlog (and the latency it sees) says nothing about another's."""
+    return f"{tenant}/{admitted.choice.key}"
+
+
 class RouterService:
     def __init__(
         self,
@@ -149,7 +155,7 @@ class RouterService:
         request_id = request.request_id or uuid.uuid4().hex
         quota_id = f"{tenant.name}/{request_id}"
         admitted = self._check(request, tenant, degrade=False)
-        checked_at = self._shed(admitted, deadline)
+        checked_at = self._shed(tenant.name, admitted, deadline)
         try:
             with current_span(self._tracer, "quota.reserve", attributes={"ferryman.tenant": tenant.name}):
                 verdict = await self._quota.reserve(
@@ -253,7 +259,7 @@ class RouterService:
         result = await self._run(request_id, request, tenant, admitted, deadline)
         if result.status.code != 0:
             if (wait := expected_wait_s(result.status)) is not None:
-                self._shedder.record(admitted.choice.key, wait, loop.time())
+                self._shedder.record(shed_key(tenant.name, admitted), wait, loop.time())
             raise RequestFailed(result.status)
         tokens = result.usage.input_tokens + result.usage.output_tokens or admitted.tokens
         cost = price(
@@ -262,7 +268,7 @@ class RouterService:
             admitted.version.price_per_item_usd,
             admitted.version.price_per_1k_tokens_usd,
         )
-        self._shedder.observe(admitted.choice.key, loop.time() - checked_at)
+        self._shedder.observe(shed_key(tenant.name, admitted), loop.time() - checked_at)
         response = inference_pb2.PredictResponse(
             request_id=request_id,
             model=admitted.choice.model,
@@ -288,14 +294,14 @@ class RouterService:
         )
         return response
 
-    def _shed(self, admitted: Admitted, deadline: float) -> float:
+    def _shed(self, tenant: str, admitted: Admitted, deadline: float) -> float:
         """Refuse at once a request that cannot make its deadline (router/shedding.py).
 
         Returns the check's time, from which the answer's latency is measured."""
         now = asyncio.get_running_loop().time()
         if not self._settings.shed_overload:
             return now
-        wait = self._shedder.wait(admitted.choice.key, deadline - now, now)
+        wait = self._shedder.wait(shed_key(tenant, admitted), deadline - now, now)
         if wait is not None:
             self._metrics.child(self._metrics.shed, admitted.choice.model, admitted.choice.version).inc()
             raise fail(

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from batcher.fairness import FairView, fair_order
 from batcher.predictor import LatencyPredictor
 from batcher.scheduler import (
     DispatchReason,
@@ -14,7 +15,6 @@ from batcher.scheduler import (
     SchedulerConfig,
     adaptive_window,
     decide,
-    priority_order,
     target_batch_rows,
 )
 
@@ -26,10 +26,16 @@ IDLE = Load(arrival_rate=0.0, free_slots=2, total_slots=2, idle_replicas=1)
 
 @dataclass
 class Item:
+    tenant: str = ""
     priority: int = 2
     arrival: float = 0.0
     deadline: float = 10.0
     rows: int = 1
+
+
+def priority_order(items: list[Item], indices: range | list[int], now: float, aging_s: float) -> list[int]:
+    """Fair order with one tenant: its own order (priority, deadline, arrival)."""
+    return fair_order(items, indices, now, aging_s, row_cost_s=0.001, view=FairView())
 
 
 def predictor(per_batch_s: float = 0.001, per_row_s: float = 0.0) -> LatencyPredictor:

@@ -1,0 +1,122 @@
+"""Fair sharing between tenants: virtual-time order, the ledger, slot shares, and how the
+scheduler uses them (no sockets, a fake clock)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from batcher.fairness import FairShare, FairView, batch_owner, fair_order, slot_share
+from batcher.predictor import LatencyPredictor
+from batcher.scheduler import Load, SchedulerConfig, decide
+
+ROW_COST_S = 0.010
+CONFIG = SchedulerConfig(
+    max_batch_rows=8, max_window_s=0.010, slack_margin_s=0.002, aging_s=0.050, headroom=1.25
+)
+IDLE = Load(arrival_rate=0.0, free_slots=2, total_slots=2, idle_replicas=1)
+
+
+@dataclass
+class Item:
+    tenant: str
+    priority: int = 2
+    arrival: float = 0.0
+    deadline: float = 100.0
+    rows: int = 1
+
+
+def test_a_deep_backlog_does_not_push_a_newcomer_to_the_back() -> None:
+    heavy = [Item("heavy", arrival=0.0) for _ in range(20)]
+    light = [Item("light", arrival=5.0), Item("light", arrival=5.0)]
+    items = heavy + light
+    order = fair_order(items, range(len(items)), now=5.0, aging_s=0.0, row_cost_s=ROW_COST_S, view=FairView())
+    # Both tenants start at the same virtual time: they alternate, so the light tenant's two
+    # items are among the first four, however long the heavy tenant's queue.
+    assert {items[i].tenant for i in order[:4]} == {"heavy", "light"}
+    assert sorted(order[:4]) == [0, 1, 20, 21]
+
+
+def test_a_tenant_that_used_more_waits_behind_one_that_used_less() -> None:
+    fair = FairShare(active_window_s=5.0)
+    fair.charge({"heavy": 1.0}, now=0.0)  # a second of node time already dispatched
+    items = [Item("heavy"), Item("light")]
+    assert fair_order(items, [0, 1], 0.0, 0.0, ROW_COST_S, fair.view()) == [1, 0]
+
+
+def test_priority_orders_a_tenants_own_work_but_buys_no_share() -> None:
+    fair = FairShare(active_window_s=5.0)
+    fair.charge({"pushy": 0.5}, now=0.0)
+    items = [
+        Item("pushy", priority=4, deadline=0.1),
+        Item("polite", priority=1),
+        Item("pushy", priority=1),
+    ]
+    order = fair_order(items, [0, 1, 2], 0.0, 0.0, ROW_COST_S, fair.view())
+    assert order[0] == 1  # high priority and a tight deadline do not jump the fair order
+    assert order.index(0) < order.index(2)  # within the tenant, high priority first
+
+
+def test_weights_scale_the_share() -> None:
+    fair = FairShare(active_window_s=5.0, weights={"gold": 3.0})
+    items = [Item("gold") for _ in range(6)] + [Item("basic") for _ in range(6)]
+    order = fair_order(items, range(12), 0.0, 0.0, ROW_COST_S, fair.view())
+    first_four = [items[i].tenant for i in order[:4]]
+    assert first_four.count("gold") == 3 and first_four.count("basic") == 1
+
+
+def test_a_tenant_back_from_idle_banks_no_credit() -> None:
+    fair = FairShare(active_window_s=1.0)
+    for t in range(10):
+        fair.charge({"busy": 1.0}, now=float(t))
+    view = fair.view()
+    # The newcomer starts at the system's virtual time, not at zero: it does not get ten
+    # seconds of node time in a row to catch up.
+    assert view.tag("newcomer") == fair.virtual_time > 0
+    assert view.tag("busy") - view.tag("newcomer") <= 1.0
+
+
+def test_the_ledger_forgets_idle_tenants() -> None:
+    fair = FairShare(active_window_s=1.0)
+    for i in range(100):
+        fair.charge({f"t{i}": 0.001}, now=0.0)
+    fair.charge({"late": 5.0}, now=10.0)
+    fair.charge({"late": 5.0}, now=10.0)
+    assert set(fair.view().start) == {"late"}
+
+
+def test_slot_share_keeps_a_slot_open_for_others() -> None:
+    assert slot_share(limit=2, weight=1.0, active_weight=1.0) == 2  # alone: everything
+    assert slot_share(limit=2, weight=1.0, active_weight=2.0) == 1
+    assert slot_share(limit=2, weight=1.0, active_weight=5.0) == 1  # never below one
+    assert slot_share(limit=4, weight=3.0, active_weight=4.0) == 3
+    fair = FairShare(active_window_s=1.0)
+    fair.seen("light", now=0.0)
+    assert fair.slot_cap("heavy", 2, now=0.5) == 1
+    assert fair.slot_cap("heavy", 2, now=1.5) == 2  # the light tenant went quiet
+
+
+def test_a_batch_counts_against_the_tenant_with_most_rows() -> None:
+    assert batch_owner({"a": 3, "b": 5}) == "b"
+    assert batch_owner({"b": 2, "a": 2}) == "a"  # ties: a stable choice
+    assert batch_owner({}) == ""
+
+
+def test_decide_leaves_a_blocked_tenants_items_queued() -> None:
+    p = LatencyPredictor(default_s=0.001, smoothing=0.2)
+    items = [Item("heavy"), Item("light"), Item("heavy")]
+    decision = decide(0.0, items, CONFIG, p, IDLE, fair=FairView(blocked=frozenset({"heavy"})))
+    assert decision.batch == [1]
+    only_heavy = decide(0.0, [Item("heavy")], CONFIG, p, IDLE, fair=FairView(blocked=frozenset({"heavy"})))
+    assert only_heavy.batch == [] and only_heavy.expired == []
+
+
+def test_a_batch_never_takes_an_item_it_would_make_late() -> None:
+    # 10 ms per batch + 10 ms per row: one row takes 20 ms, two take 30 ms.
+    p = LatencyPredictor(default_s=0.02, smoothing=0.2)
+    p.seed({1: 0.020, 8: 0.090})
+    items = [Item("a", deadline=0.025), Item("b", deadline=1.0), Item("c", deadline=1.0)]
+    decision = decide(0.0, items, CONFIG, p, IDLE)
+    # The urgent item goes alone: with another row the batch would end after its deadline.
+    assert decision.batch == [0]
+    relaxed = decide(0.0, [Item("b", deadline=1.0), Item("c", deadline=1.0)], CONFIG, p, IDLE)
+    assert sorted(relaxed.batch) == [0, 1]
