@@ -30,7 +30,6 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     "ferryman_node_batches": ("counter", ("model", "version")),
     "ferryman_node_compute_seconds": ("histogram", ("model", "version")),
     "ferryman_node_item_errors": ("counter", ("model", "version", "reason")),
-    "ferryman_node_batches_skipped": ("counter", ("model", "version", "reason")),
 }
 
 SUFFIXES = {

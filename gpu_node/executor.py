@@ -18,10 +18,6 @@ from gpu_node.runtimes.base import BatchInput, Runtime, RuntimeOutput
 MODEL_ERROR = "MODEL_ERROR"
 
 
-class BatchExpired(Exception):
-    """The batch's deadline passed while it waited for a worker: it is not run."""
-
-
 @dataclass
 class BatchResult:
     outcomes: list[node_pb2.ItemOutcome]
@@ -54,15 +50,8 @@ def run_batch(
     schema: IOSchema,
     items: Sequence[node_pb2.BatchItem],
     parameters: Mapping[str, str],
-    deadline: float | None = None,
 ) -> BatchResult:
-    """Validate, group, run and split one batch; every item gets its own outcome.
-
-    ``deadline`` (``time.monotonic()`` seconds): a batch that starts after it raises
-    BatchExpired instead of computing answers nobody waits for any more.
-    """
-    if deadline is not None and time.monotonic() >= deadline:
-        raise BatchExpired("the batch's deadline passed before a worker was free")
+    """Validate, group, run and split one batch; every item gets its own outcome."""
     groups, errors = plan(items, schema)
     outcomes: list[node_pb2.ItemOutcome | None] = [None] * len(items)
     for index, status in errors.items():

@@ -28,12 +28,6 @@ class NodeMetrics:
             buckets=COMPUTE_BUCKETS,
             registry=self.registry,
         )
-        self.skipped = Counter(
-            "ferryman_node_batches_skipped",
-            "Batches refused unrun, by reason (deadline: it passed while the batch waited for a worker).",
-            [*labels, "reason"],
-            registry=self.registry,
-        )
         self.item_errors = Counter(
             "ferryman_node_item_errors",
             "Items that failed, by reason.",

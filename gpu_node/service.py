@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind
 from ferryman.serving import NOT_SERVING, SERVING
 from ferryman.telemetry import links, tracer
 from ferryman.v1 import node_pb2
-from gpu_node.executor import BatchExpired, run_batch
+from gpu_node.executor import run_batch
 from gpu_node.loader import LoadError, load_version
 from gpu_node.metrics import NodeMetrics
 from gpu_node.settings import NodeSettings
@@ -120,11 +120,8 @@ class NodeService:
             torch.cuda.empty_cache()
         return True
 
-    async def infer(
-        self, request: node_pb2.InferBatchRequest, deadline: float | None = None
-    ) -> node_pb2.InferBatchResponse:
-        """Run one batch; per-item problems are answered per item. A batch still waiting
-        for a worker at ``deadline`` (monotonic seconds) is refused, not run."""
+    async def infer(self, request: node_pb2.InferBatchRequest) -> node_pb2.InferBatchResponse:
+        """Run one batch; per-item problems are answered per item."""
         if self.lifecycle == NodeLifecycle.DRAINING:
             raise NodeRefusal("UNAVAILABLE", "node is draining")
         key = f"{request.model}:{request.version}"
@@ -160,12 +157,7 @@ class NodeService:
                 schema,
                 list(request.items),
                 dict(request.parameters),
-                deadline,
             )
-        except BatchExpired as exc:
-            span.end()
-            self.metrics.skipped.labels(model=request.model, version=request.version, reason="deadline").inc()
-            raise NodeRefusal("DEADLINE_EXCEEDED", str(exc)) from None
         except BaseException:
             span.end()
             raise

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import grpc
 
 from ferryman.serving import ServicerContext
@@ -18,10 +16,8 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
     async def InferBatch(
         self, request: node_pb2.InferBatchRequest, context: ServicerContext
     ) -> node_pb2.InferBatchResponse:
-        remaining = context.time_remaining()
-        deadline = None if remaining is None else time.monotonic() + remaining
         try:
-            return await self._service.infer(request, deadline)
+            return await self._service.infer(request)
         except NodeRefusal as exc:
             await context.abort(grpc.StatusCode[exc.code], str(exc))
             raise  # abort raises; this keeps type checkers honest

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 
 import numpy as np
@@ -13,7 +12,7 @@ from ferryman.schema import IOSchema
 from ferryman.tensors import decode, encode
 from ferryman.v1 import common_pb2, node_pb2
 from gpu_node.batch import build_inputs, plan, split_outputs
-from gpu_node.executor import BatchExpired, predict_splitting, run_batch
+from gpu_node.executor import predict_splitting
 from gpu_node.loader import warmup_sizes
 from gpu_node.runtimes.base import BatchInput, RuntimeOutput
 from gpu_node.slots import LatencyProfile, ModelSlot, SlotState, SlotTransitionError
@@ -92,16 +91,6 @@ def test_out_of_memory_splits_recursively_and_keeps_order() -> None:
     assert list(result.input_tokens) == [1] * 10
     with pytest.raises(torch.cuda.OutOfMemoryError):
         predict_splitting(HalvingRuntime(limit=0), {"x": x[:1]}, 1, {})
-
-
-def test_a_batch_whose_deadline_passed_is_not_run() -> None:
-    runtime = HalvingRuntime(limit=8)
-    items = [item("a", np.zeros((1, 3, 2), np.float32), ["hi"])]
-    with pytest.raises(BatchExpired):
-        run_batch(runtime, SCHEMA, items, {}, deadline=time.monotonic() - 0.001)
-    assert runtime.ran == []
-    done = run_batch(runtime, SCHEMA, items, {}, deadline=time.monotonic() + 60)
-    assert done.rows == 1 and runtime.ran == [1]
 
 
 def test_warmup_sizes() -> None:
