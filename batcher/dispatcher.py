@@ -19,7 +19,7 @@ from opentelemetry import trace
 from batcher.breaker import BreakerState
 from batcher.dead_letters import DeadLetterSink
 from batcher.entries import Entry, Finisher
-from batcher.fairness import batch_owner
+from batcher.fairness import SlotPolicy, batch_owner
 from batcher.metrics import BatcherMetrics
 from batcher.predictor import LatencyPredictor
 from batcher.replicas import Replica, ReplicaDirectory
@@ -87,18 +87,18 @@ class Dispatcher:
         rows: int,
         owner: str,
         exclude: frozenset[str] = frozenset(),
-        cap: int | None = None,
+        policy: SlotPolicy | None = None,
     ) -> Replica | None:
         """Pick a replica and claim a batch slot on it now, before the batch is sent.
 
         Claiming synchronously keeps the scheduler's view of free slots exact when it
         dispatches several batches in one turn of the event loop. The slot counts
-        against ``owner``; with ``cap``, only a replica where the owner holds fewer
-        slots than that is taken (a retry elsewhere is not capped: the work was
+        against ``owner``; with ``policy``, only a replica where the policy lets the
+        owner claim one is taken (a retry elsewhere is not held back: the work was
         already given its turn).
         """
-        replica = self._directory.pick(version_key, set(exclude), owner, cap) or (
-            self._directory.pick(version_key, set(), owner, cap) if exclude else None
+        replica = self._directory.pick(version_key, set(exclude), owner, policy) or (
+            self._directory.pick(version_key, set(), owner, policy) if exclude else None
         )
         if replica is not None:
             replica.inflight += 1

@@ -8,11 +8,15 @@ and a tenant back from idle starts at the system's virtual time: it cannot bank
 credit while away. Request priority and deadlines order a tenant's own work; they
 do not buy a larger share (a tenant sets them itself).
 
-Fair order alone cannot help a tenant whose work is in another queue (another model
-or parameter set) when every node slot is held by someone else's long batches: its
-items would wait for a batch to finish. So node slots are capped too: while several
+Fair order inside one queue cannot help a tenant whose work is in another queue
+(another model or parameter set), so node slots are shared by the same clock: when
+more tenants wait (in any queue sharing a replica) than slots are free, the free
+slots go to the waiting tenants with the earliest virtual times. And while several
 tenants are active, each may hold only its weighted share of a replica's in-flight
-slots (at least one), which keeps a slot open for the others.
+slots (at least one), and the last free slot of a replica is kept for an active tenant
+that has nothing queued and no slot there: batches are not preempted, so without it a
+tenant sending short requests now and then would find every slot held by others' long
+batches and wait for one to finish, however early its virtual time.
 
 The ledger is per batcher process: several batcher replicas each share fairly what
 passes through them.
@@ -116,6 +120,43 @@ def rows_ahead(queued: Mapping[str, int], tenant: str, rows: int, weight: Callab
     return mine + others
 
 
+@dataclass(frozen=True)
+class SlotPolicy:
+    """Which tenant may claim a batch slot on a replica, now."""
+
+    limit: int
+    """Batch slots per replica."""
+    caps: Mapping[str, int] = field(default_factory=dict)
+    """Slots a tenant may hold per replica (its weighted share; absent: ``limit``)."""
+    idle: frozenset[str] = frozenset()
+    """Active tenants with nothing queued: the next arrival is likely theirs."""
+
+    def allows(self, tenant: str, held: Mapping[str, int], inflight: int) -> bool:
+        """Whether ``tenant`` may take a slot on a replica with ``inflight`` batches, held
+        by tenant as ``held``.
+
+        Beyond its cap, the last free slot is kept for an idle active tenant holding none
+        there: batches are not preempted, so a tenant that sends short requests now and
+        then would otherwise wait for someone's long batch to finish, every time. Tenants
+        that are waiting compete for free slots by virtual time instead (``outranked``).
+        """
+        if inflight >= self.limit or held.get(tenant, 0) >= self.caps.get(tenant, self.limit):
+            return False
+        if inflight < self.limit - 1:
+            return True
+        return not any(u != tenant and held.get(u, 0) == 0 for u in self.idle)
+
+
+def outranked(free_slots: int, waiting: Mapping[str, float]) -> frozenset[str]:
+    """Tenants (of ``waiting``: tenant -> virtual start time) that must leave the free slots
+    to others: when more tenants wait than slots are free, only the ``free_slots`` with
+    the earliest virtual times may take one (ties by name, so every queue agrees)."""
+    if len(waiting) <= free_slots:
+        return frozenset()
+    ranked = sorted(waiting, key=lambda t: (waiting[t], t))
+    return frozenset(ranked[max(0, free_slots) :])
+
+
 def batch_owner(rows_by_tenant: Mapping[str, int]) -> str:
     """The tenant a batch's node slot counts against: the one with most rows in it."""
     return max(sorted(rows_by_tenant), key=lambda t: rows_by_tenant[t]) if rows_by_tenant else ""
@@ -159,12 +200,15 @@ class FairShare:
 
     def active_weight(self, tenant: str, now: float) -> float:
         """Total weight of the tenants active within the window, ``tenant`` included."""
-        horizon = now - self._active_window_s
-        active = {t for t, at in self._seen.items() if at >= horizon} | {tenant}
-        return sum(self.weight(t) for t in active)
+        return sum(self.weight(t) for t in self.active(now) | {tenant})
 
     def slot_cap(self, tenant: str, limit: int, now: float) -> int:
         return slot_share(limit, self.weight(tenant), self.active_weight(tenant, now))
+
+    def active(self, now: float) -> set[str]:
+        """Tenants with work within the window."""
+        horizon = now - self._active_window_s
+        return {t for t, at in self._seen.items() if at >= horizon}
 
     def _forget(self, now: float) -> None:
         """Drop tenants idle past the window whose clock is behind: they would restart

@@ -11,7 +11,7 @@ import grpc
 
 from batcher.dispatcher import Dispatcher, owner_of
 from batcher.entries import Entry, Finisher, QueueKey
-from batcher.fairness import FairShare, rows_ahead
+from batcher.fairness import FairShare, FairView, SlotPolicy, outranked, rows_ahead
 from batcher.metrics import BatcherMetrics
 from batcher.predictor import LatencyPredictor
 from batcher.rate import RateMeter
@@ -34,7 +34,8 @@ class VersionQueue:
         dispatcher: Dispatcher,
         metrics: BatcherMetrics,
         finish: Finisher,
-        slot_freed: Callable[[], None],
+        wake: Callable[[bool], None],
+        contenders: Callable[[str], set[str]],
         fair: FairShare,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -59,10 +60,15 @@ class VersionQueue:
         self._dispatcher = dispatcher
         self._metrics = metrics
         self._finish = finish
-        self._slot_freed = slot_freed
+        self._wake = wake
+        """Wakes other queues: every one with work when a slot frees (replicas are shared by
+        all queues, so the slot may be the one another waits for), or only those that left
+        the free slots to a tenant ahead of theirs when a dispatch changes who is ahead."""
+        self._contenders = contenders
+        """Tenants with queued work in any queue sharing a replica with a version."""
         self._fair = fair
-        """Wakes every queue with work: replicas are shared by all queues (other parameter
-        sets and versions), so a slot this queue frees may be the one another waits for."""
+        self.deferred = False
+        """The last decision left a free slot to another queue's tenant."""
         self._clock = clock
         self._retry_wait_s = settings.retry_backoff_ms / 1000
         self._wakeup = asyncio.Event()
@@ -115,6 +121,9 @@ class VersionQueue:
             self._metrics.queue_depth.labels(**self._labels).set(self.rows)
             self._wakeup.set()
 
+    def waiting_tenants(self) -> set[str]:
+        return set(self._tenant_rows)
+
     def _count_tenant_rows(self) -> None:
         self._tenant_rows.clear()
         for entry in self.entries:
@@ -154,9 +163,7 @@ class VersionQueue:
             idle_replicas=capacity.idle_replicas,
             arrival_rate=self.arrivals.rate(now),
         )
-        limit = self._directory.slots_per_replica
-        caps = {t: self._fair.slot_cap(t, limit, now) for t in {e.tenant for e in self.entries}}
-        fair = self._fair.view(self._directory.blocked(self.version_key, caps))
+        fair, policy = self._fair_view(capacity.free_slots, now)
         decision = decide(now, self.entries, self.config, self.predictor, load, self.draining, fair)
         self.last_decision_window, self.last_target_rows = decision.window_s, decision.target_rows
         for index in decision.expired:
@@ -165,7 +172,7 @@ class VersionQueue:
         blocked = False
         if decision.batch:
             batch = [self.entries[i] for i in decision.batch]
-            if self._dispatch(batch, decision.reason, now, caps):
+            if self._dispatch(batch, decision.reason, now, policy):
                 dispatched = decision.batch
             else:
                 blocked = True
@@ -184,18 +191,35 @@ class VersionQueue:
             return None
         return max(0.0, decision.wake_at - now)
 
+    def _fair_view(self, free_slots: int, now: float) -> tuple[FairView, SlotPolicy]:
+        """The ledger's view with the tenants that may not take a slot now (the slot
+        policy refuses them, or tenants with earlier virtual times wait for the free
+        slots), and the slot policy."""
+        limit = self._directory.slots_per_replica
+        tenants = self._contenders(self.version_key) | self._tenant_rows.keys()
+        policy = SlotPolicy(
+            limit=limit,
+            caps={t: self._fair.slot_cap(t, limit, now) for t in tenants},
+            idle=frozenset(self._fair.active(now) - tenants),
+        )
+        blocked = self._directory.blocked(self.version_key, policy, tenants)
+        ledger = self._fair.view()
+        behind = outranked(free_slots, {t: ledger.tag(t) for t in tenants - blocked})
+        self.deferred = bool(behind & self._tenant_rows.keys())
+        return self._fair.view(blocked | behind), policy
+
     def row_cost(self) -> float:
         """Predicted compute seconds per row at full batches (the fair-share cost unit)."""
         full = self.config.max_batch_rows
         return self.predictor.predict(full) / full
 
     def _dispatch(
-        self, batch: list[Entry], reason: DispatchReason | None, now: float, caps: dict[str, int]
+        self, batch: list[Entry], reason: DispatchReason | None, now: float, policy: SlotPolicy
     ) -> bool:
         """Send ``batch`` if a replica slot can be claimed; False leaves it queued."""
         rows = sum(e.rows for e in batch)
         owner = owner_of(batch)
-        replica = self._dispatcher.reserve(self.version_key, rows, owner, cap=caps.get(owner))
+        replica = self._dispatcher.reserve(self.version_key, rows, owner, policy=policy)
         if replica is None:
             return False
         costs: dict[str, float] = {}
@@ -203,6 +227,7 @@ class VersionQueue:
         for entry in batch:
             costs[entry.tenant] = costs.get(entry.tenant, 0.0) + entry.rows * per_row
         self._fair.charge(costs, now)
+        self._wake(True)  # free slots and virtual times moved: a deferred queue may be ahead now
         for entry in batch:
             entry.dispatched = True
             self._metrics.queue_wait.labels(**self._labels).observe(now - entry.arrival)
@@ -227,7 +252,7 @@ class VersionQueue:
 
     def _batch_done(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
-        self._slot_freed()  # a slot is free again, for this queue or another
+        self._wake(False)  # a slot is free again, for this queue or another
 
     def _expire(self, entry: Entry, now: float) -> None:
         left_ms = (entry.deadline - now) * 1000

@@ -13,12 +13,13 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import grpc
 
 from batcher.breaker import Breaker, BreakerState
+from batcher.fairness import SlotPolicy
 from batcher.metrics import BatcherMetrics
 from batcher.scheduler import Capacity
 from batcher.settings import BatcherSettings
@@ -179,23 +180,19 @@ class ReplicaDirectory:
             idle_replicas=sum(1 for r in usable if r.inflight == 0),
         )
 
-    def blocked(self, version_key: str, caps: dict[str, int]) -> frozenset[str]:
-        """Tenants (of ``caps``: tenant -> slots it may hold per replica) that no usable
-        replica of the version has a slot for right now."""
+    def blocked(self, version_key: str, policy: SlotPolicy, tenants: Iterable[str]) -> frozenset[str]:
+        """Tenants (of ``tenants``) that no usable replica of the version has a slot for now."""
         now = self._clock()
-        limit = self._settings.max_inflight_per_node
-        open_ = [r for r in self.ready(version_key) if r.inflight < limit and r.breaker.allows(now)]
+        usable = [r for r in self.ready(version_key) if r.breaker.allows(now)]
         return frozenset(
-            tenant
-            for tenant, cap in caps.items()
-            if not any(r.tenant_slots.get(tenant, 0) < cap for r in open_)
+            t for t in tenants if not any(policy.allows(t, r.tenant_slots, r.inflight) for r in usable)
         )
 
     def pick(
-        self, version_key: str, exclude: set[str], owner: str = "", cap: int | None = None
+        self, version_key: str, exclude: set[str], owner: str = "", policy: SlotPolicy | None = None
     ) -> Replica | None:
         """Power of two choices on outstanding rows among replicas that can take a batch
-        (and, with ``cap``, on which ``owner`` holds fewer than ``cap`` slots)."""
+        (and, with ``policy``, that it lets ``owner`` claim a slot on)."""
         now = self._clock()
         candidates = [
             r
@@ -203,7 +200,7 @@ class ReplicaDirectory:
             if r.name not in exclude
             and r.inflight < self._settings.max_inflight_per_node
             and r.breaker.allows(now)
-            and (cap is None or r.tenant_slots.get(owner, 0) < cap)
+            and (policy is None or policy.allows(owner, r.tenant_slots, r.inflight))
         ]
         if not candidates:
             return None

@@ -249,7 +249,8 @@ class BatcherService:
                 self.dispatcher,
                 self._metrics,
                 self.finish,
-                self._slot_freed,
+                self._wake,
+                self._contenders,
                 self.fair,
                 self._clock,
             )
@@ -257,10 +258,24 @@ class BatcherService:
             self._queue_tasks[key] = asyncio.create_task(queue.run())
         return queue
 
-    def _slot_freed(self) -> None:
+    def _wake(self, deferred_only: bool) -> None:
         for queue in self.queues.values():
-            if queue.entries:
+            if queue.entries and (queue.deferred or not deferred_only):
                 queue.poke()
+
+    def _contenders(self, version_key: str) -> set[str]:
+        """Tenants with queued work in any queue whose version shares a replica with
+        ``version_key`` (they compete for the same slots)."""
+        mine = {r.name for r in self._directory.ready(version_key)}
+        tenants: set[str] = set()
+        for queue in self.queues.values():
+            if not queue.entries:
+                continue
+            if queue.version_key == version_key or mine & {
+                r.name for r in self._directory.ready(queue.version_key)
+            }:
+                tenants |= queue.waiting_tenants()
+        return tenants
 
     def finish(self, entry: Entry, result: batcher_pb2.ItemResult) -> None:
         """Fan an entry's result out to every caller still waiting for it."""

@@ -1,10 +1,11 @@
-"""A light tenant's goodput alone and beside a heavy one, on ``ferryman up --nodes 1``.
+"""A light tenant's goodput alone and beside heavy ones, on ``ferryman up --nodes 1``.
 
-The heavy tenant (the demo key) keeps ``--heavy`` MiniLM requests of 32 texts of 4 KB
-each in flight (~1.3 s of compute per request on 2 cores); the light tenant (created
-here) sends ``--rate`` requests per second to ``--model`` for ``--seconds``, open loop,
-each with ``--deadline``. Goodput is answers within the deadline; the light tenant's
-inputs are new each phase, so the batcher's cache answers none of them.
+Each heavy tenant (the demo key, and ``--heavy-tenants`` - 1 more) keeps ``--heavy``
+MiniLM requests of 32 texts of 4 KB each in flight (~1.3 s of compute per request on
+2 cores); the light tenant (created here) sends ``--rate`` requests per second to
+``--model`` for ``--seconds``, open loop, each with ``--deadline``. Goodput is answers
+within the deadline; the light tenant's inputs are new each phase, so the batcher's
+cache answers none of them.
 
     python -m bench.noisy_neighbor [--model mlp] [--rate 100] [--seconds 8] [--deadline 0.25]
 """
@@ -88,9 +89,11 @@ async def heavy(client: AsyncClient, workers: int, stop: asyncio.Event) -> int:
     return done
 
 
-async def run(router: str, heavy_key: str, light_key: str, args: argparse.Namespace) -> dict[str, object]:
+async def run(
+    router: str, heavy_keys: list[str], light_key: str, args: argparse.Namespace
+) -> dict[str, object]:
     light_client = AsyncClient(router, light_key, retries=0)
-    heavy_client = AsyncClient(router, heavy_key, retries=0)
+    heavy_clients = [AsyncClient(router, key, retries=0) for key in heavy_keys]
     for _ in range(150):  # until the router has seen the new key
         try:
             await light_client.predict(args.model, light_input(args.model, random.Random()), timeout=30)
@@ -99,13 +102,13 @@ async def run(router: str, heavy_key: str, light_key: str, args: argparse.Namesp
             await asyncio.sleep(0.2)
     alone = await light(light_client, args, seed=1)
     stop = asyncio.Event()
-    flooding = asyncio.create_task(heavy(heavy_client, args.heavy, stop))
+    flooding = [asyncio.create_task(heavy(client, args.heavy, stop)) for client in heavy_clients]
     await asyncio.sleep(WARM_S)
     beside = await light(light_client, args, seed=2)
     stop.set()
-    heavy_done = await flooding
-    await light_client.close()
-    await heavy_client.close()
+    heavy_done = [await task for task in flooding]
+    for client in (light_client, *heavy_clients):
+        await client.close()
     return {"alone": alone, "beside": beside, "heavy_answers": heavy_done}
 
 
@@ -117,7 +120,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--deadline", type=float, default=0.25)
-    parser.add_argument("--heavy", type=int, default=12, help="heavy requests in flight")
+    parser.add_argument("--heavy", type=int, default=12, help="heavy requests in flight per heavy tenant")
+    parser.add_argument("--heavy-tenants", type=int, default=1, help="heavy tenants (the demo one and more)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as data:
         router = f"127.0.0.1:{free_port()}"
@@ -133,9 +137,12 @@ def main() -> None:
             assert up.stdout is not None
             info = json.loads(up.stdout.readline())
             engine = make_engine(f"sqlite:///{Path(data) / 'registry.db'}")
-            light_key = RegistryWriter(engine, actor="bench").create_tenant("light").plaintext
+            writer = RegistryWriter(engine, actor="bench")
+            light_key = writer.create_tenant("light").plaintext
+            heavy_keys = [info["api_key"]]
+            heavy_keys += [writer.create_tenant(f"heavy-{i}").plaintext for i in range(1, args.heavy_tenants)]
             engine.dispose()
-            print(json.dumps(asyncio.run(run(router, info["api_key"], light_key, args))))
+            print(json.dumps(asyncio.run(run(router, heavy_keys, light_key, args))))
         finally:
             up.send_signal(signal.SIGINT)
             up.wait(STOP_TIMEOUT_S)

@@ -10,3 +10,16 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def check_listenable(listen: str) -> None:
+    """Raise OSError with a clear message when ``host:port`` cannot be bound now (held by
+    another process, or not a local address)."""
+    host, _, port = listen.rpartition(":")
+    with socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET) as sock:
+        # As gRPC does: a port in TIME_WAIT is free, one with a listener is not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host.strip("[]") or "0.0.0.0", int(port)))
+        except (OSError, ValueError) as exc:
+            raise OSError(f"cannot listen on {listen}: the address is in use or not local ({exc})") from None

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Coroutine
+from typing import Annotated, Any, NoReturn
 
 import typer
 import uvloop
 
 from ferryman.cli.context import settings
+from ferryman.cli.output import fail
 from ferryman.logs import configure_logging
 
 serve_app = typer.Typer(help="Run one service (the Kubernetes path).", no_args_is_help=True)
@@ -16,6 +18,15 @@ serve_app = typer.Typer(help="Run one service (the Kubernetes path).", no_args_i
 def _overrides(**values: Any) -> dict[str, Any]:
     """CLI flags that were given; they override the service's environment settings."""
     return {key: value for key, value in values.items() if value is not None}
+
+
+def _serve(main: Coroutine[Any, Any, int]) -> NoReturn:
+    """Run a service to its exit code; a port it cannot bind is a one-line error."""
+    try:
+        code = uvloop.run(main)
+    except OSError as exc:
+        fail(str(exc))
+    raise typer.Exit(code)
 
 
 def _configure_logging() -> None:
@@ -50,7 +61,7 @@ def serve_node_cmd(
             metrics_listen=metrics_listen,
         )
     )
-    raise typer.Exit(uvloop.run(serve_node(node_settings, settings())))
+    _serve(serve_node(node_settings, settings()))
 
 
 @serve_app.command("batcher")
@@ -64,7 +75,7 @@ def serve_batcher_cmd(
 
     _configure_logging()
     batcher_settings = BatcherSettings(**_overrides(listen=listen, metrics_listen=metrics_listen))
-    raise typer.Exit(uvloop.run(serve_batcher(batcher_settings, settings())))
+    _serve(serve_batcher(batcher_settings, settings()))
 
 
 @serve_app.command("router")
@@ -94,7 +105,7 @@ def serve_router_cmd(
         )
     )
     quota_settings = QuotaSettings(**_overrides(redis_url=redis_url, backend="redis" if redis_url else None))
-    raise typer.Exit(uvloop.run(serve_router(router_settings, quota_settings, settings())))
+    _serve(serve_router(router_settings, quota_settings, settings()))
 
 
 @serve_app.command("quota")
@@ -110,4 +121,4 @@ def serve_quota_cmd(
     quota_settings = QuotaSettings(
         **_overrides(listen=listen, redis_url=redis_url, backend="redis" if redis_url else None)
     )
-    raise typer.Exit(uvloop.run(serve_quota(quota_settings, settings())))
+    _serve(serve_quota(quota_settings, settings()))

@@ -27,7 +27,7 @@ from admin_ui.auth import PASSWORD_ENV
 from ferryman.cli.context import engine, settings
 from ferryman.cli.output import console, fail
 from ferryman.config import CommonSettings
-from ferryman.net import free_port
+from ferryman.net import check_listenable, free_port
 from ferryman.security import Security, sync_channel
 from registry.keys import NewKey
 from registry.reader import RegistryReader
@@ -158,6 +158,10 @@ def up(
 
     if nodes < 1:
         fail("--nodes must be at least 1")
+    try:
+        check_listenable(listen)  # before minutes of model building, not after
+    except OSError as exc:
+        fail(str(exc))
     upgrade(engine())
     writer, reader = RegistryWriter(engine(), actor="ferryman-up"), RegistryReader(engine())
     if not as_json:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -96,3 +97,22 @@ def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path) -> None:
         except grpc.FutureTimeoutError:
             stopped = True
     assert stopped, "the router still answers after Ctrl-C"
+
+
+def test_a_port_in_use_is_a_one_line_error(tmp_path: Path) -> None:
+    env = {**os.environ, "FERRYMAN_DATA_DIR": str(tmp_path)}
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = f"127.0.0.1:{holder.getsockname()[1]}"
+        for command in (["up", "--nodes", "1", "--listen", taken], ["serve", "router", "--listen", taken]):
+            ran = subprocess.run(
+                [sys.executable, "-m", "ferryman", *command],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=env,
+            )
+            assert ran.returncode == 1, command
+            assert f"error: cannot listen on {taken}: the address is in use" in ran.stderr
+            assert "Traceback" not in ran.stderr

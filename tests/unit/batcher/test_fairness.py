@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from batcher.fairness import FairShare, FairView, batch_owner, fair_order, slot_share
+from batcher.fairness import (
+    FairShare,
+    FairView,
+    SlotPolicy,
+    batch_owner,
+    fair_order,
+    outranked,
+    slot_share,
+)
 from batcher.predictor import LatencyPredictor
 from batcher.scheduler import Load, SchedulerConfig, decide
 
@@ -120,3 +128,30 @@ def test_a_batch_never_takes_an_item_it_would_make_late() -> None:
     assert decision.batch == [0]
     relaxed = decide(0.0, [Item("b", deadline=1.0), Item("c", deadline=1.0)], CONFIG, p, IDLE)
     assert sorted(relaxed.batch) == [0, 1]
+
+
+def test_free_slots_go_to_the_waiting_tenants_with_the_earliest_virtual_times() -> None:
+    waiting = {"heavy-a": 9.0, "heavy-b": 8.0, "light": 1.0}
+    assert outranked(1, waiting) == {"heavy-a", "heavy-b"}
+    assert outranked(2, waiting) == {"heavy-a"}
+    assert outranked(3, waiting) == frozenset()  # a slot for everyone: nobody waits
+    assert outranked(0, waiting) == set(waiting)
+    assert outranked(1, {"b": 1.0, "a": 1.0}) == {"b"}  # ties: every queue picks the same
+
+
+def test_the_last_free_slot_is_kept_for_an_idle_tenant_with_none() -> None:
+    policy = SlotPolicy(limit=2, caps={"a": 1, "b": 1, "light": 1}, idle=frozenset({"light"}))
+    assert policy.allows("a", {}, inflight=0)
+    # "a" holds one slot: "b" may not take the last one while "light" (active, nothing
+    # queued, no slot) would have to wait for a long batch when its next request comes.
+    assert not policy.allows("b", {"a": 1}, inflight=1)
+    assert policy.allows("light", {"a": 1}, inflight=1)
+    assert not policy.allows("a", {"a": 1}, inflight=1)  # its cap
+    assert not policy.allows("light", {"a": 1, "b": 1}, inflight=2)  # nothing free
+    # Nobody idle (everyone active is queued): every slot is used.
+    busy = SlotPolicy(limit=2, caps={"a": 1, "b": 1})
+    assert busy.allows("b", {"a": 1}, inflight=1)
+    # An idle tenant that already holds a slot there needs no other.
+    assert SlotPolicy(limit=2, idle=frozenset({"light"})).allows("a", {"light": 1}, inflight=1)
+    # Alone, a tenant may use every slot.
+    assert SlotPolicy(limit=2).allows("a", {"a": 1}, inflight=1)
