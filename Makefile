@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(PIP_INSTALL) torch==2.13.0
-	$(PIP_INSTALL) --editable '.[dev]'
+	$(PIP_INSTALL) --editable '.[server,dev]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Protocol
 
 from registry.tables import DeadLetter
 from registry.writer import RegistryWriter
@@ -32,8 +33,17 @@ class TokenBucket:
         return False
 
 
+class DeadLetters(Protocol):
+    """Where the dispatcher records an item that fails alone."""
+
+    def record(self, letter: DeadLetter, now: float) -> bool:
+        """Record ``letter`` (False: dropped)."""
+        ...
+
+
 class DeadLetterSink:
-    """Writes dead letters off the event loop; drops (and counts) past the rate limit."""
+    """Writes dead letters to the registry off the event loop; drops (and counts) past
+    the rate limit."""
 
     def __init__(self, writer: RegistryWriter, per_second: float) -> None:
         self._writer = writer

@@ -17,10 +17,11 @@ from google.rpc import status_pb2
 from opentelemetry import trace
 
 from batcher.breaker import BreakerState
-from batcher.dead_letters import DeadLetterSink
+from batcher.dead_letters import DeadLetters
 from batcher.entries import Entry, Finisher
 from batcher.fairness import SlotPolicy, batch_owner
 from batcher.metrics import BatcherMetrics
+from batcher.node_client import NodeCallError
 from batcher.predictor import LatencyPredictor
 from batcher.replicas import Replica, ReplicaDirectory
 from batcher.settings import BatcherSettings
@@ -69,7 +70,7 @@ class Dispatcher:
         settings: BatcherSettings,
         directory: ReplicaDirectory,
         metrics: BatcherMetrics,
-        dead_letters: DeadLetterSink,
+        dead_letters: DeadLetters,
         finish: Finisher,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -226,11 +227,9 @@ class Dispatcher:
         )
         started = self._clock()
         try:
-            response: node_pb2.InferBatchResponse = await replica.stub.InferBatch(
-                request, timeout=budget_s, metadata=replica.metadata
-            )
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            response = await replica.node.infer_batch(request, budget_s)
+        except NodeCallError as exc:
+            if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 # The callers' budget ran out, not the node: a busy node must not trip its
                 # breaker (that turns overload into an outage). Hung nodes stop heartbeating.
                 self._fail(entries, grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed while the batch ran")
@@ -240,8 +239,8 @@ class Dispatcher:
             self._directory.record_breaker(replica)
             if replica.breaker.state != BreakerState.CLOSED and not was_open:
                 trace.get_current_span().add_event("breaker_open", {"ferryman.node": replica.name})
-            if exc.code() not in RETRIABLE:
-                self._fail(entries, exc.code(), f"node {replica.name}: {exc.details()}")
+            if exc.code not in RETRIABLE:
+                self._fail(entries, exc.code, f"node {replica.name}: {exc.details}")
                 return _SETTLED
             return None
         finally:

@@ -15,18 +15,16 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-
-import grpc
+from typing import Protocol
 
 from batcher.breaker import Breaker, BreakerState
 from batcher.fairness import SlotPolicy
 from batcher.metrics import BatcherMetrics
+from batcher.node_client import GrpcNodeClient, NodeCallError, NodeClient, NodeConnector
 from batcher.scheduler import Capacity
 from batcher.settings import BatcherSettings
-from ferryman.security import Security, aio_channel
-from ferryman.serving import channel_options
-from ferryman.v1 import node_pb2, node_pb2_grpc
-from registry.reader import RegistryReader
+from ferryman.security import Security
+from registry.tables import ModelVersion
 
 log = logging.getLogger("ferryman.batcher.replicas")
 NODE_INFO_TIMEOUT_S = 2.0
@@ -44,11 +42,8 @@ class VersionConfig:
 class Replica:
     name: str
     address: str
-    channel: grpc.aio.Channel
-    stub: node_pb2_grpc.NodeStub
+    node: NodeClient
     breaker: Breaker
-    metadata: tuple[tuple[str, str], ...] = ()
-    """Service credentials for every call to this node."""
     versions: frozenset[str] = frozenset()
     inflight: int = 0
     outstanding_rows: int = 0
@@ -57,22 +52,33 @@ class Replica:
     profiles: dict[str, dict[int, float]] = field(default_factory=dict)
 
 
+class ReplicaSource(Protocol):
+    """What the directory reads of the registry (``registry.reader.RegistryReader``)."""
+
+    def revision(self) -> int: ...
+    def all_versions(self) -> list[tuple[str, ModelVersion]]: ...
+    def ready_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]: ...
+
+
 class ReplicaDirectory:
     """Replicas and version configs, refreshed from the registry."""
 
     def __init__(
         self,
         settings: BatcherSettings,
-        reader: RegistryReader,
+        reader: ReplicaSource,
         metrics: BatcherMetrics,
         security: Security,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        connect: NodeConnector | None = None,
     ) -> None:
         self._settings = settings
         self._reader = reader
         self._metrics = metrics
-        self._security = security
+        self._connect_node: NodeConnector = connect or (
+            lambda address: GrpcNodeClient(address, security, settings.max_message_bytes)
+        )
         self._clock = clock
         self._rng = rng or random.Random()
         self.replicas: dict[str, Replica] = {}
@@ -106,7 +112,7 @@ class ReplicaDirectory:
                 gone = self.replicas.pop(name)
                 # A batch still running there finishes (or fails over) on its own.
                 if gone.inflight == 0:
-                    await gone.channel.close(grace=None)
+                    await gone.node.close()
         for name, (address, versions) in live.items():
             replica = self.replicas.get(name)
             if replica is None:
@@ -118,26 +124,16 @@ class ReplicaDirectory:
         self.refreshed.set()
 
     def _connect(self, name: str, address: str) -> Replica:
-        channel = aio_channel(address, self._security, channel_options(self._settings.max_message_bytes))
         breaker = Breaker(
             threshold=self._settings.breaker_threshold, cooldown_s=self._settings.breaker_cooldown_s
         )
-        return Replica(
-            name=name,
-            address=address,
-            channel=channel,
-            stub=node_pb2_grpc.NodeStub(channel),
-            breaker=breaker,
-            metadata=self._security.metadata(),
-        )
+        return Replica(name=name, address=address, node=self._connect_node(address), breaker=breaker)
 
     async def _fetch_profiles(self, replica: Replica) -> None:
         try:
-            info = await replica.stub.NodeInfo(
-                node_pb2.NodeInfoRequest(), timeout=NODE_INFO_TIMEOUT_S, metadata=replica.metadata
-            )
-        except grpc.aio.AioRpcError as exc:
-            log.warning("NodeInfo from %s failed: %s", replica.name, exc.details())
+            info = await replica.node.node_info(NODE_INFO_TIMEOUT_S)
+        except NodeCallError as exc:
+            log.warning("NodeInfo from %s failed: %s", replica.name, exc.details)
             return
         for loaded in info.versions:
             replica.profiles[f"{loaded.model}:{loaded.version}"] = {
@@ -216,4 +212,4 @@ class ReplicaDirectory:
 
     async def close(self) -> None:
         for replica in self.replicas.values():
-            await replica.channel.close(grace=None)
+            await replica.node.close()

@@ -1,5 +1,25 @@
-"""``python -m ferryman``: the same as the ``ferryman`` console script."""
+"""``python -m ferryman`` and the ``ferryman`` console script."""
 
-from ferryman.cli.main import app
+from __future__ import annotations
 
-app()
+import sys
+
+SERVER_EXTRA_HINT = (
+    "error: the ferryman command needs the platform: pip install 'ferryman[server]' "
+    "(pip install ferryman is the client SDK alone)"
+)
+
+
+def main() -> None:
+    try:
+        from ferryman.cli.main import app
+    except ModuleNotFoundError as exc:
+        # An SDK-only install has no typer, sqlmodel, torch...: say what to install.
+        if exc.name and exc.name.split(".")[0] != "ferryman":
+            sys.exit(f"{SERVER_EXTRA_HINT}; missing {exc.name}")
+        raise
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""The batcher's port to a node: what the dispatcher and the replica directory ask of one.
+
+``GrpcNodeClient`` is the real one (the Node service over gRPC, with service
+credentials); tests drive retries, bisection and breakers with fakes that implement
+the same protocol and raise ``NodeCallError`` as the real one does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import grpc
+
+from ferryman.security import Security, aio_channel
+from ferryman.serving import channel_options
+from ferryman.v1 import node_pb2, node_pb2_grpc
+
+
+class NodeCallError(Exception):
+    """A call to a node failed with ``code`` (a gRPC status code) and ``details``."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+
+
+class NodeClient(Protocol):
+    """One node, as the batcher uses it."""
+
+    async def infer_batch(
+        self, request: node_pb2.InferBatchRequest, timeout_s: float
+    ) -> node_pb2.InferBatchResponse:
+        """Run one batch; raises NodeCallError."""
+        ...
+
+    async def node_info(self, timeout_s: float) -> node_pb2.NodeInfoResponse:
+        """The node's versions and their warm-up profiles; raises NodeCallError."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+NodeConnector = Callable[[str], NodeClient]
+"""Makes the client for a node's address."""
+
+
+class GrpcNodeClient:
+    """The Node service over a gRPC channel, every call with the service credentials."""
+
+    def __init__(self, address: str, security: Security, max_message_bytes: int) -> None:
+        self._channel = aio_channel(address, security, channel_options(max_message_bytes))
+        self._stub = node_pb2_grpc.NodeStub(self._channel)
+        self._metadata = security.metadata()
+
+    async def infer_batch(
+        self, request: node_pb2.InferBatchRequest, timeout_s: float
+    ) -> node_pb2.InferBatchResponse:
+        try:
+            response: node_pb2.InferBatchResponse = await self._stub.InferBatch(
+                request, timeout=timeout_s, metadata=self._metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise NodeCallError(exc.code(), exc.details() or "") from None
+        return response
+
+    async def node_info(self, timeout_s: float) -> node_pb2.NodeInfoResponse:
+        try:
+            info: node_pb2.NodeInfoResponse = await self._stub.NodeInfo(
+                node_pb2.NodeInfoRequest(), timeout=timeout_s, metadata=self._metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise NodeCallError(exc.code(), exc.details() or "") from None
+        return info
+
+    async def close(self) -> None:
+        await self._channel.close(grace=None)

@@ -1,0 +1,254 @@
+"""The dispatcher and the replica directory with fake nodes (no sockets): retries, bisection,
+breakers, deadlines and replica picks."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import grpc
+import pytest
+
+from batcher.breaker import BreakerState
+from batcher.dispatcher import MODEL_ERROR, Dispatcher
+from batcher.entries import Entry, Waiter
+from batcher.fairness import SlotPolicy
+from batcher.metrics import BatcherMetrics
+from batcher.node_client import NodeCallError, NodeClient
+from batcher.predictor import LatencyPredictor
+from batcher.replicas import ReplicaDirectory
+from batcher.settings import BatcherSettings
+from ferryman.errors import make_status, ok_status
+from ferryman.security import Security
+from ferryman.v1 import batcher_pb2, node_pb2
+from registry.tables import DeadLetter, ModelVersion
+
+KEY = "m:1"
+NODES = ("n1", "n2")
+
+
+@dataclass
+class FakeNode:
+    """A node that answers, fails with a gRPC code, or fails every batch holding a poison item
+    as a model error (as a real node fails the whole group the model raised on)."""
+
+    name: str
+    fail: grpc.StatusCode | None = None
+    calls: list[list[str]] = field(default_factory=list)
+
+    async def infer_batch(
+        self, request: node_pb2.InferBatchRequest, timeout_s: float
+    ) -> node_pb2.InferBatchResponse:
+        ids = [item.request_id for item in request.items]
+        self.calls.append(ids)
+        if self.fail is not None:
+            raise NodeCallError(self.fail, f"{self.name} says no")
+        poisoned = any(i.startswith("poison") for i in ids)
+        status = (
+            make_status(grpc.StatusCode.INTERNAL, "ValueError: poison", reason=MODEL_ERROR)
+            if poisoned
+            else ok_status()
+        )
+        items = [node_pb2.ItemOutcome(request_id=i, status=status) for i in ids]
+        return node_pb2.InferBatchResponse(items=items, batch_size=len(ids), node=self.name)
+
+    async def node_info(self, timeout_s: float) -> node_pb2.NodeInfoResponse:
+        return node_pb2.NodeInfoResponse(name=self.name)
+
+    async def close(self) -> None:
+        return None
+
+
+class Registry:
+    """Two nodes, both serving ``m:1``."""
+
+    def revision(self) -> int:
+        return 1
+
+    def all_versions(self) -> list[tuple[str, ModelVersion]]:
+        return [("m", ModelVersion(model_id=1, version="1", artifact_uri="", sha256="", format="python"))]
+
+    def ready_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
+        return {KEY: [(name, f"{name}:1") for name in NODES]}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Rig:
+    dispatcher: Dispatcher
+    directory: ReplicaDirectory
+    nodes: dict[str, FakeNode]
+    results: dict[str, batcher_pb2.ItemResult]
+    letters: list[DeadLetter]
+    clock: Clock
+
+
+class Letters:
+    def __init__(self) -> None:
+        self.letters: list[DeadLetter] = []
+
+    def record(self, letter: DeadLetter, now: float) -> bool:
+        self.letters.append(letter)
+        return True
+
+
+async def rig(**settings: object) -> Rig:
+    config = BatcherSettings(retry_backoff_ms=0, **settings)  # type: ignore[arg-type]
+    nodes = {name: FakeNode(name) for name in NODES}
+    by_address = {f"{name}:1": node for name, node in nodes.items()}
+
+    def connect(address: str) -> NodeClient:
+        return by_address[address]
+
+    clock = Clock()
+    metrics = BatcherMetrics()
+    directory = ReplicaDirectory(
+        config, Registry(), metrics, Security(), clock=clock, rng=random.Random(0), connect=connect
+    )
+    await directory.refresh()
+    results: dict[str, batcher_pb2.ItemResult] = {}
+    letters = Letters()
+
+    def finish(entry: Entry, result: batcher_pb2.ItemResult) -> None:
+        assert entry.request_id not in results, "an entry was finished twice"
+        results[entry.request_id] = result
+
+    dispatcher = Dispatcher(config, directory, metrics, letters, finish, clock=clock)
+    return Rig(dispatcher, directory, nodes, results, letters.letters, clock)
+
+
+def entries(ids: list[str], deadline: float = 1010.0) -> list[Entry]:
+    def sink(result: batcher_pb2.ItemResult) -> None:
+        return None
+
+    return [
+        Entry(
+            key=i,
+            queue=("m", "1", ()),
+            tenant="t",
+            request_id=i,
+            priority=2,
+            arrival=1000.0,
+            deadline=deadline,
+            rows=1,
+            inputs=[],
+            input_hash=i,
+            waiters=[Waiter(request_id=i, stream=0, arrival=1000.0, deadline=deadline, sink=sink)],
+        )
+        for i in ids
+    ]
+
+
+async def send(r: Rig, batch: list[Entry], first: str = "n1") -> None:
+    """Dispatch ``batch`` with its first attempt on ``first``."""
+    other = {n for n in NODES if n != first}
+    replica = r.dispatcher.reserve(KEY, len(batch), "t", frozenset(other))
+    assert replica is not None and replica.name == first
+    await r.dispatcher.dispatch(
+        "m", "1", {}, batch, LatencyPredictor(default_s=0.001, smoothing=0.2), replica
+    )
+
+
+def state(r: Rig, node: str) -> BreakerState:
+    return r.directory.replicas[node].breaker.state
+
+
+def codes(r: Rig) -> dict[str, int]:
+    return {i: result.status.code for i, result in r.results.items()}
+
+
+async def test_a_failing_node_is_retried_on_another() -> None:
+    r = await rig()
+    r.nodes["n1"].fail = grpc.StatusCode.UNAVAILABLE
+    await send(r, entries(["a", "b"]))
+    assert codes(r) == {"a": 0, "b": 0}
+    assert r.nodes["n1"].calls == [["a", "b"]] and r.nodes["n2"].calls == [["a", "b"]]
+    n1 = r.directory.replicas["n1"]
+    assert n1.breaker.failures == 1 and n1.inflight == 0 and n1.tenant_slots == {}
+
+
+async def test_bisection_fails_only_the_poison_item() -> None:
+    r = await rig()
+    ids = ["a", "b", "c", "poison", "e", "f", "g", "h"]
+    await send(r, entries(ids))
+    assert codes(r) == {i: (grpc.StatusCode.INTERNAL.value[0] if i == "poison" else 0) for i in ids}
+    assert [letter.request_id for letter in r.letters] == ["poison"]
+    calls = r.nodes["n1"].calls + r.nodes["n2"].calls
+    # The whole batch, then halves down to the poison alone: 1 + 2 + 2 + 2 (+1 retried alone).
+    assert len(calls) <= 8 and ["poison"] in calls
+    assert all(r.directory.replicas[n].breaker.state == BreakerState.CLOSED for n in NODES)
+
+
+async def test_a_deadline_is_not_the_nodes_fault() -> None:
+    r = await rig(breaker_threshold=2)
+    r.nodes["n1"].fail = grpc.StatusCode.DEADLINE_EXCEEDED
+    for i in range(4):
+        await send(r, entries([f"x{i}"]))
+    assert set(codes(r).values()) == {grpc.StatusCode.DEADLINE_EXCEEDED.value[0]}
+    assert r.directory.replicas["n1"].breaker.state == BreakerState.CLOSED
+    assert r.nodes["n2"].calls == []  # no retry: the callers' budget is what ran out
+
+
+async def test_a_non_retriable_error_is_answered_at_once() -> None:
+    r = await rig()
+    r.nodes["n1"].fail = grpc.StatusCode.INVALID_ARGUMENT
+    await send(r, entries(["a"]))
+    assert codes(r) == {"a": grpc.StatusCode.INVALID_ARGUMENT.value[0]}
+    assert r.nodes["n2"].calls == []
+
+
+async def test_every_attempt_failing_ends_unavailable() -> None:
+    r = await rig(max_attempts=3)
+    for node in r.nodes.values():
+        node.fail = grpc.StatusCode.UNAVAILABLE
+    await send(r, entries(["a"]))
+    assert codes(r) == {"a": grpc.StatusCode.UNAVAILABLE.value[0]}
+    assert len(r.nodes["n1"].calls) + len(r.nodes["n2"].calls) == 3
+
+
+async def test_the_breaker_opens_keeps_the_node_out_and_half_opens_after_cooldown() -> None:
+    r = await rig(breaker_threshold=2, breaker_cooldown_s=5.0)
+    r.nodes["n1"].fail = grpc.StatusCode.UNAVAILABLE
+    for i in range(2):
+        await send(r, entries([f"a{i}"]))
+    n1 = r.directory.replicas["n1"]
+    assert state(r, "n1") == BreakerState.OPEN
+    assert all(r.directory.pick(KEY, set()) is r.directory.replicas["n2"] for _ in range(20))
+    assert r.directory.capacity(KEY).replicas == 1
+    r.clock.now += 5.0
+    r.nodes["n1"].fail = None
+    picked = {r.directory.pick(KEY, {"n2"}) for _ in range(3)}
+    assert picked == {n1}  # half-open: it may take a trial batch again
+    await send(r, entries(["trial"]))
+    assert state(r, "n1") == BreakerState.CLOSED
+
+
+async def test_pick_prefers_fewer_outstanding_rows_and_obeys_the_slot_policy() -> None:
+    r = await rig()
+    n1, n2 = r.directory.replicas["n1"], r.directory.replicas["n2"]
+    n1.outstanding_rows, n2.outstanding_rows = 40, 3
+    assert all(r.directory.pick(KEY, set()) is n2 for _ in range(10))
+    n2.inflight = 1
+    n2.tenant_slots = {"heavy": 1}
+    policy = SlotPolicy(limit=2, caps={"heavy": 1})
+    assert r.directory.pick(KEY, set(), "heavy", policy) is n1
+    assert r.directory.blocked(KEY, policy, ["heavy", "light"]) == frozenset()
+    n1.inflight, n1.tenant_slots = 1, {"heavy": 1}
+    assert r.directory.pick(KEY, set(), "heavy", policy) is None
+    assert r.directory.blocked(KEY, policy, ["heavy", "light"]) == {"heavy"}
+
+
+@pytest.mark.parametrize("failing", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED])
+async def test_slots_are_released_on_every_path(failing: grpc.StatusCode) -> None:
+    r = await rig()
+    r.nodes["n1"].fail = failing
+    await send(r, entries(["a", "poison-b", "c"]))
+    for replica in r.directory.replicas.values():
+        assert replica.inflight == 0 and replica.outstanding_rows == 0 and replica.tenant_slots == {}
