@@ -4,6 +4,7 @@ predicts against a running platform; the ``ferryman`` command there says what to
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,16 @@ from router_platform import E2E
 
 REPO = Path(__file__).resolve().parents[3]
 INSTALL_TIMEOUT_S = 600
+NOT_SOURCE = (
+    ".git",
+    ".venv",
+    "build",
+    "*.egg-info",
+    "__pycache__",
+    ".mypy_cache",
+    ".ruff_cache",
+    "node_modules",
+)
 PLATFORM_ONLY = ("torch", "streamlit", "sqlmodel", "alembic", "redis", "grpcio-tools", "typer")
 SNIPPET = """
 import sys
@@ -30,8 +41,13 @@ def run(*command: str | Path, timeout: float = INSTALL_TIMEOUT_S) -> subprocess.
 
 def test_the_sdk_installs_alone_and_predicts(e2e: E2E, tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
-    # The wheel is built with this environment's setuptools (no download of a build backend).
-    built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", wheels, REPO)
+    # Built from a copy (setuptools writes build/ beside the sources) with this
+    # environment's setuptools (no download of a build backend).
+    source = tmp_path / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*NOT_SOURCE))
+    built = run(
+        sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", wheels, source
+    )
     assert built.returncode == 0, built.stderr
     (wheel,) = wheels.glob("ferryman-*.whl")
     venv = tmp_path / "sdk-venv"
