@@ -5,16 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import Callable
 
 import torch
 
 from ferryman.config import CommonSettings
-from ferryman.metrics_http import serve_metrics
-from ferryman.security import ServiceTokenInterceptor, bind
-from ferryman.serving import NOT_SERVING, SERVING, create_server, set_health
-from ferryman.telemetry import setup_tracing
+from ferryman.runtime import ServiceSpec, run_service
 from ferryman.v1 import node_pb2, node_pb2_grpc
 from gpu_node.loader import resolve_device
 from gpu_node.metrics import NodeMetrics
@@ -79,59 +75,48 @@ async def serve_node(
 
     ``on_ready`` is called with the node's address once it serves.
     """
-    setup_tracing("node")
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
     device = resolve_device(settings.device)
-    security = common.security()
-    server, health_servicer = create_server(
-        [NODE_SERVICE], settings.max_message_bytes, [ServiceTokenInterceptor(security.token)]
-    )
     metrics = NodeMetrics()
-    service = NodeService(settings, device, health_servicer, metrics)
-    metrics_server = serve_metrics(settings.metrics_listen, metrics.registry)
-    node_pb2_grpc.add_NodeServicer_to_server(NodeServicer(service), server)
-    port = bind(server, settings.listen, security, internal=True)
-    address = settings.advertise or f"{settings.listen.rsplit(':', 1)[0]}:{port}"
-    await set_health(health_servicer, [NODE_SERVICE], NOT_SERVING)
-    await server.start()
-    log.info("node %s listening on %s (device %s)", settings.name, address, device)
-
-    if stop is None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-
-    link = RegistryLink(common, settings, address) if settings.use_registry else None
-    heartbeat: asyncio.Task[None] | None = None
-    if link is not None:
-        await link.register(str(device))
-        for spec in await link.placements():
-            slot = await service.load(spec)
-            log.info("version %s: %s %s", slot.key, slot.state, slot.reason)
-        heartbeat = asyncio.create_task(link.heartbeat_forever(service))
-    service.set_lifecycle(NodeLifecycle.READY)
-    if link is not None:
-        await link.lifecycle(NodeLifecycle.READY)
-    await set_health(health_servicer, [NODE_SERVICE], SERVING)
-    if on_ready is not None:
-        on_ready(address)
-
-    await stop.wait()
-    log.info("node %s draining", settings.name)
-    if link is not None:
-        await link.lifecycle(NodeLifecycle.DRAINING)
-    drained = await service.drain()
-    if heartbeat is not None:
-        heartbeat.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await heartbeat
-    if link is not None:
-        await link.lifecycle(NodeLifecycle.GONE)
-    await server.stop(grace=None)
-    service.close()
-    if metrics_server is not None:
-        metrics_server.shutdown()
+    spec = ServiceSpec(
+        name="node",
+        listen=settings.listen,
+        services=[NODE_SERVICE],
+        max_message_bytes=settings.max_message_bytes,
+        internal=True,
+        metrics_listen=settings.metrics_listen,
+        metrics=metrics.registry,
+        grace_s=None,  # drained before the server stops
+    )
+    async with run_service(spec, common, stop) as rt:
+        service = NodeService(settings, device, rt.health, metrics)
+        rt.on_close(service.close)
+        node_pb2_grpc.add_NodeServicer_to_server(NodeServicer(service), rt.server)
+        address = settings.advertise or rt.address
+        # Reachable (NOT_SERVING) while it registers and loads its placements.
+        await rt.start(serving=False)
+        link = RegistryLink(common, settings, address) if settings.use_registry else None
+        heartbeat: asyncio.Task[None] | None = None
+        if link is not None:
+            await link.register(str(device))
+            for version in await link.placements():
+                slot = await service.load(version)
+                log.info("version %s: %s %s", slot.key, slot.state, slot.reason)
+            heartbeat = asyncio.create_task(link.heartbeat_forever(service))
+        service.set_lifecycle(NodeLifecycle.READY)
+        if link is not None:
+            await link.lifecycle(NodeLifecycle.READY)
+        await rt.serve(on_ready, address)
+        log.info("node %s draining", settings.name)
+        if link is not None:
+            await link.lifecycle(NodeLifecycle.DRAINING)
+        drained = await service.drain()
+        if heartbeat is not None:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+        if link is not None:
+            await link.lifecycle(NodeLifecycle.GONE)
     log.info("node %s stopped (%s)", settings.name, "drained" if drained else "grace period ran out")
     return 0

@@ -5,16 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from collections.abc import Callable
 
-import grpc
-
 from ferryman.config import CommonSettings
-from ferryman.metrics_http import serve_metrics
-from ferryman.security import ServiceTokenInterceptor, aio_channel, bind
-from ferryman.serving import NOT_SERVING, SERVING, create_server, set_health
-from ferryman.telemetry import setup_tracing
+from ferryman.runtime import ServiceRuntime, ServiceSpec, run_service
+from ferryman.security import aio_channel
 from ferryman.v1 import inference_pb2, quota_pb2, quota_pb2_grpc
 from registry.cache import SnapshotCache
 from registry.db import make_engine
@@ -32,16 +27,7 @@ from router.settings import RouterSettings
 log = logging.getLogger("ferryman.router")
 INFERENCE = inference_pb2.DESCRIPTOR.services_by_name["Inference"].full_name
 QUOTA = quota_pb2.DESCRIPTOR.services_by_name["Quota"].full_name
-
-
-def _stop_event(stop: asyncio.Event | None) -> asyncio.Event:
-    if stop is not None:
-        return stop
-    event = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, event.set)
-    return event
+CACHE_LOAD_TIMEOUT_S = 30.0
 
 
 async def serve_router(
@@ -54,66 +40,63 @@ async def serve_router(
     """Run a router until SIGTERM/SIGINT (or ``stop``). Without a quota address the
     Quota service runs in this process (served to other services only on
     ``internal_listen``, never on the public port)."""
-    setup_tracing("router")
-    security = common.security()
-    # The public port serves tenant APIs only. Bound first: a port in use fails at once.
-    server, health = create_server([INFERENCE], settings.max_message_bytes)
-    port = bind(server, settings.listen, security, internal=False)
-    stop = _stop_event(stop)
-    engine = make_engine(common.resolved_database_url())
-    cache = SnapshotCache(engine, settings.refresh_s, settings.heartbeat_timeout_s)
-    refresher_stop = asyncio.Event()
-    refresher = asyncio.create_task(cache.run(refresher_stop))
-    await asyncio.wait_for(cache.loaded.wait(), timeout=settings.heartbeat_timeout_s)
-    quota: QuotaClient
-    quota_channel: grpc.aio.Channel | None = None
-    local_quota: QuotaService | None = None
-    if settings.quota_address:
-        quota_channel = aio_channel(settings.quota_address, security)
-        quota = RemoteQuota(quota_channel, security.metadata())
-    else:
-        local_quota = QuotaService(quota_settings, make_backend(quota_settings), lambda: cache.snapshot)
-        quota = LocalQuota(local_quota)
-    batchers = BatcherPool(
-        settings.batcher_addresses(), settings.streams_per_batcher, settings.max_message_bytes, security
-    )
     metrics = RouterMetrics(settings.max_tenant_labels)
-    service = RouterService(settings, cache, quota, batchers, metrics)
-    renewer = asyncio.create_task(service.renew_leases(refresher_stop))
-    add_inference_servicer(InferenceServicer(settings, cache, service, metrics), server)
-    internal: grpc.aio.Server | None = None
-    if local_quota is not None and settings.internal_listen:
-        internal, internal_health = create_server(
-            [QUOTA], quota_settings.max_message_bytes, [ServiceTokenInterceptor(security.token)]
+    # The public port serves tenant APIs only; bound first, so a port in use fails at once.
+    spec = ServiceSpec(
+        name="router",
+        listen=settings.listen,
+        services=[INFERENCE],
+        max_message_bytes=settings.max_message_bytes,
+        internal=False,
+        metrics_listen=settings.metrics_listen,
+        metrics=metrics.registry,
+        grace_s=2.0,
+    )
+    async with run_service(spec, common, stop) as rt:
+        engine = make_engine(common.resolved_database_url())
+        rt.on_close(engine.dispose)
+        cache = SnapshotCache(engine, settings.refresh_s, settings.heartbeat_timeout_s)
+        refresher_stop = asyncio.Event()
+        refresher = asyncio.create_task(cache.run(refresher_stop))
+        await asyncio.wait_for(cache.loaded.wait(), timeout=settings.heartbeat_timeout_s)
+        quota: QuotaClient
+        local_quota: QuotaService | None = None
+        if settings.quota_address:
+            quota_channel = aio_channel(settings.quota_address, rt.security)
+            rt.on_close(lambda: quota_channel.close(grace=None))
+            quota = RemoteQuota(quota_channel, rt.security.metadata())
+        else:
+            local_quota = QuotaService(quota_settings, make_backend(quota_settings), lambda: cache.snapshot)
+            quota = LocalQuota(local_quota)
+        batchers = BatcherPool(
+            settings.batcher_addresses(),
+            settings.streams_per_batcher,
+            settings.max_message_bytes,
+            rt.security,
         )
-        quota_pb2_grpc.add_QuotaServicer_to_server(QuotaServicer(local_quota), internal)
-        internal_port = bind(internal, settings.internal_listen, security, internal=True)
-        await internal.start()
-        await set_health(internal_health, [QUOTA], SERVING)
-        log.info("in-process quota served to services on port %d", internal_port)
-    metrics_server = serve_metrics(settings.metrics_listen, metrics.registry)
-    address = f"{settings.listen.rsplit(':', 1)[0]}:{port}"
-    await server.start()
-    await set_health(health, [INFERENCE], SERVING)
-    log.info("router listening on %s (quota %s)", address, settings.quota_address or "in-process")
-    if on_ready is not None:
-        on_ready(address)
-    await stop.wait()
-    await set_health(health, [INFERENCE], NOT_SERVING)
-    await server.stop(grace=2.0)
-    if internal is not None:
-        await internal.stop(grace=1.0)
-    refresher_stop.set()
-    await renewer
-    await service.close()
-    await batchers.close()
-    if quota_channel is not None:
-        await quota_channel.close(grace=None)
-    refresher_stop.set()
-    await refresher
-    if metrics_server is not None:
-        metrics_server.shutdown()
-    engine.dispose()
+        service = RouterService(settings, cache, quota, batchers, metrics)
+        renewer = asyncio.create_task(service.renew_leases(refresher_stop))
+        add_inference_servicer(InferenceServicer(settings, cache, service, metrics), rt.server)
+        if local_quota is not None and settings.internal_listen:
+            internal = ServiceSpec(
+                name="quota",
+                listen=settings.internal_listen,
+                services=[QUOTA],
+                max_message_bytes=quota_settings.max_message_bytes,
+                internal=True,
+            )
+            internal_rt = ServiceRuntime(internal, rt.security, rt.stop)
+            quota_pb2_grpc.add_QuotaServicer_to_server(QuotaServicer(local_quota), internal_rt.server)
+            await internal_rt.start(serving=True)
+            rt.on_close(internal_rt.close)
+            log.info("in-process quota served to services on port %d", internal_rt.port)
+        await rt.serve(on_ready)
+        await rt.server.stop(grace=spec.grace_s)
+        refresher_stop.set()
+        await renewer
+        await service.close()
+        await batchers.close()
+        await refresher
     return 0
 
 
@@ -124,27 +107,24 @@ async def serve_quota(
     on_ready: Callable[[str], None] | None = None,
 ) -> int:
     """Run the Quota service on its own."""
-    stop = _stop_event(stop)
-    engine = make_engine(common.resolved_database_url())
-    cache = SnapshotCache(engine, settings.refresh_s, heartbeat_timeout_s=settings.refresh_s)
-    refresher_stop = asyncio.Event()
-    refresher = asyncio.create_task(cache.run(refresher_stop))
-    await asyncio.wait_for(cache.loaded.wait(), timeout=30)
-    service = QuotaService(settings, make_backend(settings), lambda: cache.snapshot)
-    security = common.security()
-    server, health = create_server(
-        [QUOTA], settings.max_message_bytes, [ServiceTokenInterceptor(security.token)]
+    spec = ServiceSpec(
+        name="quota",
+        listen=settings.listen,
+        services=[QUOTA],
+        max_message_bytes=settings.max_message_bytes,
+        internal=True,
     )
-    quota_pb2_grpc.add_QuotaServicer_to_server(QuotaServicer(service), server)
-    port = bind(server, settings.listen, security, internal=True)
-    address = f"{settings.listen.rsplit(':', 1)[0]}:{port}"
-    await server.start()
-    await set_health(health, [QUOTA], SERVING)
-    if on_ready is not None:
-        on_ready(address)
-    await stop.wait()
-    await server.stop(grace=1.0)
-    refresher_stop.set()
-    await refresher
-    engine.dispose()
+    async with run_service(spec, common, stop) as rt:
+        engine = make_engine(common.resolved_database_url())
+        rt.on_close(engine.dispose)
+        cache = SnapshotCache(engine, settings.refresh_s, heartbeat_timeout_s=settings.refresh_s)
+        refresher_stop = asyncio.Event()
+        refresher = asyncio.create_task(cache.run(refresher_stop))
+        await asyncio.wait_for(cache.loaded.wait(), timeout=CACHE_LOAD_TIMEOUT_S)
+        service = QuotaService(settings, make_backend(settings), lambda: cache.snapshot)
+        quota_pb2_grpc.add_QuotaServicer_to_server(QuotaServicer(service), rt.server)
+        await rt.serve(on_ready)
+        await rt.server.stop(grace=spec.grace_s)
+        refresher_stop.set()
+        await refresher
     return 0
