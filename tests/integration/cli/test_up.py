@@ -5,40 +5,25 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
-import threading
 import urllib.request
 from pathlib import Path
 
 import grpc
 from metrics_scrape import scrape
 
+from ferryman.bench.neighbors import ferryman_up
 from ferryman.net import free_port
-
-READY_TIMEOUT_S = 240.0
-STOP_TIMEOUT_S = 60.0
 
 
 def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path) -> None:
     router = f"127.0.0.1:{free_port()}"
     env = {**os.environ, "FERRYMAN_DATA_DIR": str(tmp_path), "FERRYMAN_LOG_LEVEL": "WARNING"}
     env.pop("FERRYMAN_DATABASE_URL", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ferryman", "up", "--json", "--nodes", "1", "--listen", router],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    lines: list[bytes] = []
-    reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline()) if proc.stdout else None)
-    reader.start()
-    reader.join(READY_TIMEOUT_S)
-    try:
-        assert lines and lines[0], "ferryman up printed nothing"
-        info = json.loads(lines[0])
+    # Leaving the block sends Ctrl-C and requires exit code 0.
+    with ferryman_up(tmp_path, router) as info:
         assert info["router"] == router and info["api_key"].startswith("fm_")
         snippet = tmp_path / "snippet.py"
         snippet.write_text(info["snippet"])
@@ -87,9 +72,6 @@ def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path) -> None:
         )
         assert node_batches >= 1
         assert scrape(info["metrics"]["node-1"])[("ferryman_node_up", ())] == 1
-    finally:
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(STOP_TIMEOUT_S) == 0
     with grpc.insecure_channel(router) as channel:
         try:
             grpc.channel_ready_future(channel).result(timeout=1)
