@@ -10,6 +10,7 @@ from datetime import timedelta
 import grpc
 from google.rpc import status_pb2
 
+from batcher.admission import QueueLimits, Reason, Refusal, check_item, check_queue
 from batcher.cache import TTLCache
 from batcher.coalescer import coalescing_key, input_digest
 from batcher.dispatcher import Dispatcher
@@ -20,7 +21,7 @@ from batcher.queue import VersionQueue
 from batcher.replicas import ReplicaDirectory, VersionConfig
 from batcher.scheduler import SchedulerConfig
 from batcher.settings import BatcherSettings
-from ferryman.errors import EXPECTED_MS, OVERLOADED, make_status
+from ferryman.errors import EXPECTED_MS, make_status
 from ferryman.telemetry import parent_context, tracer
 from ferryman.v1 import batcher_pb2, common_pb2
 
@@ -63,6 +64,12 @@ class BatcherService:
             ttl_s=settings.cache_ttl_s, max_entries=settings.cache_max_entries
         )
         self._statuses: dict[tuple[grpc.StatusCode, str, str], status_pb2.Status] = {}
+        self._limits = QueueLimits(
+            max_queue_rows=settings.max_queue_rows,
+            max_total_rows=settings.max_total_rows,
+            retry_after_min_s=settings.retry_after_min_s,
+            retry_after_max_s=settings.retry_after_max_s,
+        )
         self.accepting = True
         self._tracer = tracer("ferryman.batcher")
 
@@ -74,34 +81,26 @@ class BatcherService:
         now = self._clock()
         labels = {"model": item.model, "version": item.version}
 
-        def refuse(code: grpc.StatusCode, message: str, reason: str, **extra: object) -> None:
-            self._metrics.shed.labels(**labels, reason=reason.lower()).inc()
-            if extra:
-                status = make_status(code, message, reason=reason, **extra)  # type: ignore[arg-type]
-            else:
-                status = self._static_status(code, message, reason)
-            sink(batcher_pb2.ItemResult(request_id=item.request_id, status=status))
+        def refuse(refusal: Refusal) -> None:
+            self._metrics.shed.labels(**labels, reason=refusal.reason.lower()).inc()
+            sink(batcher_pb2.ItemResult(request_id=item.request_id, status=self._status(refusal)))
 
-        # Deadlines first: under overload most refusals are late items, and this check is cheap.
         deadline = self._deadline(item, now)
-        if deadline <= now:
-            return refuse(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed before arrival", "DEADLINE")
-        if not self.accepting:
-            return refuse(grpc.StatusCode.UNAVAILABLE, "batcher is draining", "DRAINING")
         version_key = f"{item.model}:{item.version}"
         config = self._directory.versions.get(version_key)
-        if config is None:
-            return refuse(grpc.StatusCode.NOT_FOUND, f"unknown version {version_key}", "UNKNOWN_VERSION")
         rows = item_rows(item)
-        if rows < 1 or rows > config.max_batch_size:
-            return refuse(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"an item needs 1..{config.max_batch_size} rows, got {rows}",
-                "INVALID_INPUT",
-                violations=[("inputs", f"rows must be 1..{config.max_batch_size}")],
-            )
-        if not self._directory.ready(version_key):
-            return refuse(grpc.StatusCode.UNAVAILABLE, f"no ready replica serves {version_key}", "NO_REPLICA")
+        refused = check_item(
+            now,
+            deadline,
+            self.accepting,
+            version_key,
+            None if config is None else config.max_batch_size,
+            rows,
+            config is not None and bool(self._directory.ready(version_key)),
+        )
+        if refused is not None:
+            return refuse(refused)
+        assert config is not None  # check_item refuses an unknown version
         input_hash = input_digest(item.inputs)
         key = coalescing_key(
             model=item.model,
@@ -140,33 +139,27 @@ class BatcherService:
         if queue is None:
             waiter.span.end()
             return refuse(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"{version_key} has {self._settings.max_parameter_sets} parameter sets in use",
-                "TOO_MANY_PARAMETER_SETS",
-                retry_after=timedelta(seconds=self._settings.retry_after_min_s),
+                Refusal(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    Reason.TOO_MANY_PARAMETER_SETS,
+                    f"{version_key} has {self._settings.max_parameter_sets} parameter sets in use",
+                    retry_after_s=self._settings.retry_after_min_s,
+                )
             )
-        # Admission by predicted wait: the batches already queued ahead of this item, the
-        # current window, and its own batch. Refusing now is cheap and immediate; queueing
-        # an item that cannot make its deadline only to expire it later is not.
-        expected = queue.expected_latency(rows, self._directory.capacity(version_key).replicas, item.tenant)
-        if expected > deadline - now:
-            return refuse(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"{version_key} is overloaded: expected latency {expected * 1000:.0f} ms "
-                f"exceeds this request's deadline",
-                OVERLOADED,
-                # The router sheds by this (router/shedding.py) until the wait has drained.
-                metadata={EXPECTED_MS: f"{expected * 1000:.3f}"},
-                retry_after=timedelta(seconds=max(self._settings.retry_after_min_s, expected)),
-            )
-        total = sum(q.rows for q in self.queues.values())
-        if queue.rows + rows > self._settings.max_queue_rows or total + rows > self._settings.max_total_rows:
-            return refuse(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"queue for {version_key} is full ({queue.rows} rows waiting)",
-                "QUEUE_FULL",
-                retry_after=self._retry_after(queue, now),
-            )
+        refused = check_queue(
+            now,
+            deadline,
+            version_key,
+            rows,
+            queue.expected_latency(rows, self._directory.capacity(version_key).replicas, item.tenant),
+            queue.rows,
+            sum(q.rows for q in self.queues.values()),
+            queue.drained.rate(now),
+            self._limits,
+        )
+        if refused is not None:
+            waiter.span.end()
+            return refuse(refused)
         entry = Entry(
             key=key,
             queue=queue.key,
@@ -197,20 +190,27 @@ class BatcherService:
             deadline = min(deadline, now + wall_left)
         return deadline
 
-    def _static_status(self, code: grpc.StatusCode, message: str, reason: str) -> status_pb2.Status:
-        """Refusals without per-request details share one prebuilt status each."""
-        key = (code, message, reason)
-        status = self._statuses.get(key)
-        if status is None:
-            status = self._statuses[key] = make_status(code, message, reason=reason)
-        return status
-
-    def _retry_after(self, queue: VersionQueue, now: float) -> timedelta:
-        """How long the queue needs to drain at its measured rate."""
-        rate = queue.drained.rate(now)
-        seconds = queue.rows / rate if rate > 0 else self._settings.retry_after_max_s
-        bounded = min(self._settings.retry_after_max_s, max(self._settings.retry_after_min_s, seconds))
-        return timedelta(seconds=bounded)
+    def _status(self, refusal: Refusal) -> status_pb2.Status:
+        """The refusal as a status; those without per-request details share one prebuilt each."""
+        if refusal.retry_after_s is None and refusal.expected_s is None and not refusal.violations:
+            key = (refusal.code, refusal.message, refusal.reason.value)
+            status = self._statuses.get(key)
+            if status is None:
+                status = self._statuses[key] = make_status(
+                    refusal.code, refusal.message, reason=refusal.reason
+                )
+            return status
+        return make_status(
+            refusal.code,
+            refusal.message,
+            reason=refusal.reason,
+            retry_after=None if refusal.retry_after_s is None else timedelta(seconds=refusal.retry_after_s),
+            # The router sheds by this (router/shedding.py) until the wait has drained.
+            metadata=None
+            if refusal.expected_s is None
+            else {EXPECTED_MS: f"{refusal.expected_s * 1000:.3f}"},
+            violations=refusal.violations,
+        )
 
     def _reclaim_idle(self, model: str, version: str) -> int:
         """Drop the version's idle queues (a parameter set nobody waits on); return how many
