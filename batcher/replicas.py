@@ -13,7 +13,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -52,6 +52,26 @@ class Replica:
     profiles: dict[str, dict[int, float]] = field(default_factory=dict)
 
 
+class ReplicaChoice(Protocol):
+    """Which of the replicas that can take a batch gets it."""
+
+    def choose(self, candidates: Sequence[Replica]) -> Replica: ...
+
+
+class PowerOfTwoChoices:
+    """Two candidates at random, the one with fewer outstanding rows: near-best balance
+    without the herd that always picking the least loaded causes between batchers."""
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self._rng = rng or random.Random()
+
+    def choose(self, candidates: Sequence[Replica]) -> Replica:
+        if len(candidates) == 1:
+            return candidates[0]
+        a, b = self._rng.sample(list(candidates), 2)
+        return a if a.outstanding_rows <= b.outstanding_rows else b
+
+
 class ReplicaSource(Protocol):
     """What the directory reads of the registry (``registry.reader.RegistryReader``)."""
 
@@ -70,7 +90,7 @@ class ReplicaDirectory:
         metrics: BatcherMetrics,
         security: Security,
         clock: Callable[[], float] = time.monotonic,
-        rng: random.Random | None = None,
+        choice: ReplicaChoice | None = None,
         connect: NodeConnector | None = None,
     ) -> None:
         self._settings = settings
@@ -80,7 +100,7 @@ class ReplicaDirectory:
             lambda address: GrpcNodeClient(address, security, settings.max_message_bytes)
         )
         self._clock = clock
-        self._rng = rng or random.Random()
+        self._choice = choice or PowerOfTwoChoices()
         self.replicas: dict[str, Replica] = {}
         self.versions: dict[str, VersionConfig] = {}
         self._revision = -1
@@ -187,8 +207,8 @@ class ReplicaDirectory:
     def pick(
         self, version_key: str, exclude: set[str], owner: str = "", policy: SlotPolicy | None = None
     ) -> Replica | None:
-        """Power of two choices on outstanding rows among replicas that can take a batch
-        (and, with ``policy``, that it lets ``owner`` claim a slot on)."""
+        """The replica choice among those that can take a batch (and, with ``policy``,
+        that it lets ``owner`` claim a slot on)."""
         now = self._clock()
         candidates = [
             r
@@ -198,12 +218,7 @@ class ReplicaDirectory:
             and r.breaker.allows(now)
             and (policy is None or policy.allows(owner, r.tenant_slots, r.inflight))
         ]
-        if not candidates:
-            return None
-        if len(candidates) == 1:
-            return candidates[0]
-        a, b = self._rng.sample(candidates, 2)
-        return a if a.outstanding_rows <= b.outstanding_rows else b
+        return self._choice.choose(candidates) if candidates else None
 
     def record_breaker(self, replica: Replica) -> None:
         self._metrics.breaker_state.labels(node=replica.name).set(

@@ -3,6 +3,7 @@ breakers, deadlines and replica picks."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 
@@ -16,7 +17,7 @@ from batcher.fairness import SlotPolicy
 from batcher.metrics import BatcherMetrics
 from batcher.node_client import NodeCallError, NodeClient
 from batcher.predictor import LatencyPredictor
-from batcher.replicas import ReplicaDirectory
+from batcher.replicas import PowerOfTwoChoices, ReplicaDirectory
 from batcher.settings import BatcherSettings
 from ferryman.errors import make_status, ok_status
 from ferryman.security import Security
@@ -110,7 +111,13 @@ async def rig(**settings: object) -> Rig:
     clock = Clock()
     metrics = BatcherMetrics()
     directory = ReplicaDirectory(
-        config, Registry(), metrics, Security(), clock=clock, rng=random.Random(0), connect=connect
+        config,
+        Registry(),
+        metrics,
+        Security(),
+        clock=clock,
+        choice=PowerOfTwoChoices(random.Random(0)),
+        connect=connect,
     )
     await directory.refresh()
     results: dict[str, batcher_pb2.ItemResult] = {}
@@ -252,3 +259,14 @@ async def test_slots_are_released_on_every_path(failing: grpc.StatusCode) -> Non
     await send(r, entries(["a", "poison-b", "c"]))
     for replica in r.directory.replicas.values():
         assert replica.inflight == 0 and replica.outstanding_rows == 0 and replica.tenant_slots == {}
+
+
+async def test_power_of_two_choices_never_takes_the_busiest_of_several() -> None:
+    r = await rig()
+    n1, n2 = r.directory.replicas["n1"], r.directory.replicas["n2"]
+    spare = dataclasses.replace(n1, name="n3")
+    n1.outstanding_rows, n2.outstanding_rows, spare.outstanding_rows = 0, 10, 20
+    choice = PowerOfTwoChoices(random.Random(1))
+    picked = [choice.choose([n1, n2, spare]).name for _ in range(200)]
+    assert "n3" not in picked and picked.count("n1") > picked.count("n2") > 0
+    assert choice.choose([n2]) is n2
