@@ -1,7 +1,8 @@
 """The Ferryman Python SDK."""
 
-from ferryman.sdk.client import AsyncClient, Client, Prediction, Timing, Usage
+from ferryman.sdk.client import AsyncClient, Client
 from ferryman.sdk.errors import (
+    ClientClosed,
     DeadlineExceeded,
     FerrymanError,
     InvalidInput,
@@ -13,10 +14,12 @@ from ferryman.sdk.errors import (
     Unauthenticated,
     Unavailable,
 )
+from ferryman.sdk.prediction import Prediction, Timing, Usage
 
 __all__ = [
     "AsyncClient",
     "Client",
+    "ClientClosed",
     "DeadlineExceeded",
     "FerrymanError",
     "InvalidInput",

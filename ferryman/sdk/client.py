@@ -4,170 +4,74 @@
     prediction = client.predict("mlp", numpy.zeros((1, 512), "float32"))
     prediction.outputs["output"], prediction.version
 
-Retries UNAVAILABLE and overload refusals with backoff, sleeping what the server's
-RetryInfo asks, within the call's timeout; the request id stays the same, so a retry
-is never charged twice.
+Retries UNAVAILABLE and overload refusals with jittered backoff, sleeping what the
+server's RetryInfo asks, within the call's timeout; the request id stays the same, so a
+retry is never charged twice. Every error carries the request id it was sent under.
+``predict_many`` sends many requests over one PredictStream.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from ferryman.sdk.convert import Output, from_outputs, to_inputs
-from ferryman.sdk.errors import FerrymanError, QuotaExceeded, RetryableError, from_rpc_error
-from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from ferryman.sdk.calls import (
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    Metadata,
+    build_request,
+    call_metadata,
+    call_timeout,
+    channel_credentials,
+    channel_options,
+    endpoint,
+    needs_schema,
+    retry_delay,
+)
+from ferryman.sdk.errors import ClientClosed, DeadlineExceeded, FerrymanError, from_rpc_error, from_status
+from ferryman.sdk.prediction import Prediction
+from ferryman.v1 import inference_pb2, inference_pb2_grpc
 
-DEFAULT_TIMEOUT_S = 30.0
-DEFAULT_TARGET = "127.0.0.1:7001"
-TARGET_ENV = "FERRYMAN_TARGET"
-API_KEY_ENV = "FERRYMAN_API_KEY"
-DEFAULT_RETRIES = 3
-BACKOFF_S = 0.05
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-PRIORITIES = {
-    "low": common_pb2.PRIORITY_LOW,
-    "normal": common_pb2.PRIORITY_NORMAL,
-    "high": common_pb2.PRIORITY_HIGH,
-}
-
-
-@dataclass(frozen=True)
-class Usage:
-    items: int
-    input_tokens: int
-    output_tokens: int
-    cost_usd: float
+__all__ = ["AsyncClient", "Client", "endpoint"]
 
 
-@dataclass(frozen=True)
-class Timing:
-    queue_ms: float
-    compute_ms: float
-    total_ms: float
-    batch_size: int
+def out_of_time() -> FerrymanError:
+    """The call's time budget is spent (a timeout of 0): fail without sending."""
+    return DeadlineExceeded(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's timeout is spent", "DEADLINE")
 
 
-@dataclass(frozen=True)
-class Prediction:
-    """A model's answer: outputs by name, and which version served it."""
-
-    request_id: str
-    model: str
-    version: str
-    fallback: bool
-    outputs: dict[str, Output]
-    usage: Usage
-    timing: Timing
-    coalesced: bool
-    cached: bool
-
-    @classmethod
-    def from_proto(cls, response: inference_pb2.PredictResponse) -> Prediction:
-        def ms(d: Any) -> float:
-            return float(d.ToNanoseconds()) / 1e6
-
-        return cls(
-            request_id=response.request_id,
-            model=response.model,
-            version=response.version,
-            fallback=response.fallback,
-            outputs=from_outputs(response.outputs),
-            usage=Usage(
-                response.usage.items,
-                response.usage.input_tokens,
-                response.usage.output_tokens,
-                response.usage.cost_usd,
-            ),
-            timing=Timing(
-                ms(response.timing.queue),
-                ms(response.timing.compute),
-                ms(response.timing.total),
-                response.timing.batch_size,
-            ),
-            coalesced=response.coalesced,
-            cached=response.cached,
-        )
+def _tagged(error: FerrymanError, request_id: str) -> FerrymanError:
+    error.request_id = request_id
+    return error
 
 
-def _request(
-    model: str,
-    inputs: Any,
-    info: inference_pb2.ModelInfo | None,
-    *,
-    user: str | None,
-    priority: str | int | None,
-    version: str | None,
-    parameters: Mapping[str, str] | None,
-    request_id: str | None,
-) -> inference_pb2.PredictRequest:
-    level = priority_level(priority)
-    return inference_pb2.PredictRequest(
-        request_id=request_id or uuid.uuid4().hex,
-        model=model,
-        version=version or "",
-        inputs=to_inputs(inputs, info),
-        parameters=dict(parameters or {}),
-        user=user or "",
-        priority=level,  # type: ignore[arg-type]
-    )
+def _stream_answer(reply: inference_pb2.PredictStreamResponse) -> Prediction | FerrymanError:
+    if reply.WhichOneof("result") == "response":
+        return Prediction.from_proto(reply.response)
+    return _tagged(from_status(reply.error), reply.request_id)
 
 
-def priority_level(priority: str | int | None) -> int:
-    """The wire priority of a name ("low", "normal", "high") or number; unknown ones are errors."""
-    if priority is None:
-        return 0
-    if isinstance(priority, str):
-        if priority.lower() not in PRIORITIES:
-            raise ValueError(f"unknown priority {priority!r}: one of {', '.join(PRIORITIES)}")
-        return int(PRIORITIES[priority.lower()])
-    if priority not in common_pb2.Priority.values():
-        raise ValueError(f"unknown priority {priority!r}")
-    return priority
+class _Endpoint:
+    """What both clients hold: the target's key, defaults and model schemas."""
+
+    def __init__(self, api_key: str, timeout: float, retries: int) -> None:
+        self._metadata = (("authorization", f"Bearer {api_key}"),)
+        self._timeout = timeout
+        self._retries = retries
+        self._models: dict[str, inference_pb2.ModelInfo] = {}
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed()
 
 
-def endpoint(target: str | None, api_key: str | None) -> tuple[str, str]:
-    """Target and key as given, else from FERRYMAN_TARGET / FERRYMAN_API_KEY (as the CLI reads them)."""
-    key = api_key or os.environ.get(API_KEY_ENV, "")
-    if not key:
-        raise ValueError(f"an API key is needed: pass api_key or set {API_KEY_ENV}")
-    return target or os.environ.get(TARGET_ENV, DEFAULT_TARGET), key
-
-
-def _retry_delay(error: FerrymanError, attempt: int) -> float | None:
-    """Seconds to wait before retrying, or None when the error is final."""
-    if not isinstance(error, RetryableError) or isinstance(error, QuotaExceeded):
-        return None
-    return error.retry_after if error.retry_after is not None else BACKOFF_S * 2**attempt
-
-
-def channel_credentials(
-    tls: bool | str | Path, credentials: grpc.ChannelCredentials | None
-) -> grpc.ChannelCredentials | None:
-    """Credentials for the router's channel: given ones, TLS verified against a CA file
-    (``tls`` a path) or the system's roots (``tls=True``), or None for plaintext."""
-    if credentials is not None or tls is False:
-        return credentials
-    roots = None if tls is True else Path(tls).expanduser().read_bytes()
-    return grpc.ssl_channel_credentials(roots)
-
-
-def _options() -> list[tuple[str, int]]:
-    return [
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ]
-
-
-class Client:
+class Client(_Endpoint):
     """A blocking client for one Ferryman endpoint."""
 
     def __init__(
@@ -183,32 +87,35 @@ class Client:
         """``target`` and ``api_key`` default to FERRYMAN_TARGET and FERRYMAN_API_KEY; ``tls``:
         True to verify the router with the system's CAs, or a CA file's path."""
         target, api_key = endpoint(target, api_key)
+        super().__init__(api_key, timeout, retries)
         credentials = channel_credentials(tls, credentials)
         self._channel = (
-            grpc.secure_channel(target, credentials, _options())
+            grpc.secure_channel(target, credentials, channel_options())
             if credentials
-            else grpc.insecure_channel(target, _options())
+            else grpc.insecure_channel(target, channel_options())
         )
         self._stub = inference_pb2_grpc.InferenceStub(self._channel)
-        self._metadata = (("authorization", f"Bearer {api_key}"),)
-        self._timeout = timeout
-        self._retries = retries
-        self._models: dict[str, inference_pb2.ModelInfo] = {}
 
-    def get_model(self, model: str) -> inference_pb2.ModelInfo:
+    def get_model(self, model: str, *, metadata: Metadata | None = None) -> inference_pb2.ModelInfo:
+        self._check_open()
         if model not in self._models:
             try:
                 self._models[model] = self._stub.GetModel(
-                    inference_pb2.GetModelRequest(model=model), metadata=self._metadata, timeout=self._timeout
+                    inference_pb2.GetModelRequest(model=model),
+                    metadata=call_metadata(self._metadata, metadata),
+                    timeout=self._timeout,
                 )
             except grpc.RpcError as exc:
                 raise from_rpc_error(exc) from None
         return self._models[model]
 
-    def list_models(self) -> list[inference_pb2.ModelInfo]:
+    def list_models(self, *, metadata: Metadata | None = None) -> list[inference_pb2.ModelInfo]:
+        self._check_open()
         try:
             response = self._stub.ListModels(
-                inference_pb2.ListModelsRequest(), metadata=self._metadata, timeout=self._timeout
+                inference_pb2.ListModelsRequest(),
+                metadata=call_metadata(self._metadata, metadata),
+                timeout=self._timeout,
             )
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
@@ -225,10 +132,16 @@ class Client:
         version: str | None = None,
         parameters: Mapping[str, str] | None = None,
         request_id: str | None = None,
+        metadata: Metadata | None = None,
     ) -> Prediction:
-        """Run ``inputs`` (numpy arrays, torch tensors, lists or strings) through ``model``."""
-        info = None if isinstance(inputs, Mapping) and not _needs_schema(inputs) else self.get_model(model)
-        request = _request(
+        """Run ``inputs`` (numpy arrays, torch tensors, lists or strings) through ``model``.
+
+        ``timeout``: seconds for the whole call, retries included (0: fail at once);
+        ``metadata``: extra call metadata, e.g. an OpenTelemetry ``traceparent``."""
+        self._check_open()
+        deadline = time.monotonic() + call_timeout(timeout, self._timeout)
+        info = self.get_model(model, metadata=metadata) if needs_schema(inputs) else None
+        request = build_request(
             model,
             inputs,
             info,
@@ -238,22 +151,53 @@ class Client:
             parameters=parameters,
             request_id=request_id,
         )
-        deadline = time.monotonic() + (timeout or self._timeout)
         for attempt in range(self._retries + 1):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _tagged(out_of_time(), request.request_id)
             try:
                 response = self._stub.Predict(
-                    request, metadata=self._metadata, timeout=max(0.001, deadline - time.monotonic())
+                    request, metadata=call_metadata(self._metadata, metadata), timeout=remaining
                 )
                 return Prediction.from_proto(response)
             except grpc.RpcError as exc:
-                error = from_rpc_error(exc)
-                delay = _retry_delay(error, attempt)
+                error = _tagged(from_rpc_error(exc), request.request_id)
+                delay = retry_delay(error, attempt)
                 if delay is None or attempt == self._retries or time.monotonic() + delay >= deadline:
                     raise error from None
                 time.sleep(delay)
         raise AssertionError("unreachable")
 
+    def predict_many(
+        self,
+        model: str,
+        inputs: Sequence[Any],
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+        **options: Any,
+    ) -> list[Prediction | FerrymanError]:
+        """Send one request per element of ``inputs`` over one PredictStream; each answer,
+        or its error, in order. ``options`` as for ``predict`` (user, priority, version,
+        parameters); nothing is retried."""
+        self._check_open()
+        info = self.get_model(model, metadata=metadata) if any(map(needs_schema, inputs)) else None
+        requests = [
+            build_request(model, one, info, request_id=None, **_stream_options(options)) for one in inputs
+        ]
+        try:
+            replies = self._stub.PredictStream(
+                iter(requests),
+                metadata=call_metadata(self._metadata, metadata),
+                timeout=call_timeout(timeout, self._timeout),
+            )
+            answers = {reply.request_id: _stream_answer(reply) for reply in replies}
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return [answers.get(r.request_id) or _missing(r.request_id) for r in requests]
+
     def close(self) -> None:
+        self._closed = True
         self._channel.close()
 
     def __enter__(self) -> Client:
@@ -263,7 +207,7 @@ class Client:
         self.close()
 
 
-class AsyncClient:
+class AsyncClient(_Endpoint):
     """An asyncio client for one Ferryman endpoint (same API as Client, awaited)."""
 
     def __init__(
@@ -279,27 +223,39 @@ class AsyncClient:
         """``target`` and ``api_key`` default to FERRYMAN_TARGET and FERRYMAN_API_KEY; ``tls``:
         True to verify the router with the system's CAs, or a CA file's path."""
         target, api_key = endpoint(target, api_key)
+        super().__init__(api_key, timeout, retries)
         credentials = channel_credentials(tls, credentials)
         self._channel = (
-            grpc.aio.secure_channel(target, credentials, _options())
+            grpc.aio.secure_channel(target, credentials, channel_options())
             if credentials
-            else grpc.aio.insecure_channel(target, _options())
+            else grpc.aio.insecure_channel(target, channel_options())
         )
         self._stub = inference_pb2_grpc.InferenceStub(self._channel)
-        self._metadata = (("authorization", f"Bearer {api_key}"),)
-        self._timeout = timeout
-        self._retries = retries
-        self._models: dict[str, inference_pb2.ModelInfo] = {}
 
-    async def get_model(self, model: str) -> inference_pb2.ModelInfo:
+    async def get_model(self, model: str, *, metadata: Metadata | None = None) -> inference_pb2.ModelInfo:
+        self._check_open()
         if model not in self._models:
             try:
                 self._models[model] = await self._stub.GetModel(
-                    inference_pb2.GetModelRequest(model=model), metadata=self._metadata, timeout=self._timeout
+                    inference_pb2.GetModelRequest(model=model),
+                    metadata=call_metadata(self._metadata, metadata),
+                    timeout=self._timeout,
                 )
             except grpc.RpcError as exc:
                 raise from_rpc_error(exc) from None
         return self._models[model]
+
+    async def list_models(self, *, metadata: Metadata | None = None) -> list[inference_pb2.ModelInfo]:
+        self._check_open()
+        try:
+            response = await self._stub.ListModels(
+                inference_pb2.ListModelsRequest(),
+                metadata=call_metadata(self._metadata, metadata),
+                timeout=self._timeout,
+            )
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return list(response.models)
 
     async def predict(
         self,
@@ -312,11 +268,13 @@ class AsyncClient:
         version: str | None = None,
         parameters: Mapping[str, str] | None = None,
         request_id: str | None = None,
+        metadata: Metadata | None = None,
     ) -> Prediction:
-        info = (
-            None if isinstance(inputs, Mapping) and not _needs_schema(inputs) else await self.get_model(model)
-        )
-        request = _request(
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + call_timeout(timeout, self._timeout)
+        info = await self.get_model(model, metadata=metadata) if needs_schema(inputs) else None
+        request = build_request(
             model,
             inputs,
             info,
@@ -326,23 +284,52 @@ class AsyncClient:
             parameters=parameters,
             request_id=request_id,
         )
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + (timeout or self._timeout)
         for attempt in range(self._retries + 1):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise _tagged(out_of_time(), request.request_id)
             try:
                 response = await self._stub.Predict(
-                    request, metadata=self._metadata, timeout=max(0.001, deadline - loop.time())
+                    request, metadata=call_metadata(self._metadata, metadata), timeout=remaining
                 )
                 return Prediction.from_proto(response)
             except grpc.RpcError as exc:
-                error = from_rpc_error(exc)
-                delay = _retry_delay(error, attempt)
+                error = _tagged(from_rpc_error(exc), request.request_id)
+                delay = retry_delay(error, attempt)
                 if delay is None or attempt == self._retries or loop.time() + delay >= deadline:
                     raise error from None
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
+    async def predict_many(
+        self,
+        model: str,
+        inputs: Sequence[Any],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (as Client.predict_many)
+        metadata: Metadata | None = None,
+        **options: Any,
+    ) -> AsyncIterator[Prediction | FerrymanError]:
+        """As ``Client.predict_many``, but yields each answer (or error) as it arrives,
+        in the order the server answers."""
+        self._check_open()
+        info = await self.get_model(model, metadata=metadata) if any(map(needs_schema, inputs)) else None
+        requests = [
+            build_request(model, one, info, request_id=None, **_stream_options(options)) for one in inputs
+        ]
+        call = self._stub.PredictStream(
+            iter(requests),
+            metadata=call_metadata(self._metadata, metadata),
+            timeout=call_timeout(timeout, self._timeout),
+        )
+        try:
+            async for reply in call:
+                yield _stream_answer(reply)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
     async def close(self) -> None:
+        self._closed = True
         await self._channel.close(grace=None)
 
     async def __aenter__(self) -> AsyncClient:
@@ -352,8 +339,17 @@ class AsyncClient:
         await self.close()
 
 
-def _needs_schema(inputs: Mapping[str, Any]) -> bool:
-    """Plain lists (no dtype) need the model's schema to be encoded right."""
-    return any(
-        isinstance(v, list | tuple) and not all(isinstance(x, str) for x in v) for v in inputs.values()
+STREAM_OPTIONS = frozenset({"user", "priority", "version", "parameters"})
+
+
+def _stream_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = set(options) - STREAM_OPTIONS
+    if unknown:
+        raise TypeError(f"unknown options {sorted(unknown)}: one of {sorted(STREAM_OPTIONS)}")
+    return {name: options.get(name) for name in STREAM_OPTIONS}
+
+
+def _missing(request_id: str) -> FerrymanError:
+    return _tagged(
+        FerrymanError(grpc.StatusCode.INTERNAL, "the stream ended without an answer", "NO_ANSWER"), request_id
     )

@@ -9,13 +9,26 @@ from ferryman.errors import status_code, unpack_details
 
 
 class FerrymanError(Exception):
-    """Any failed request: the gRPC code, the server's message and its reason."""
+    """Any failed request: the gRPC code, the server's message, its reason, and the
+    request id it was sent under (set by the client; retry with it to be charged once)."""
 
     def __init__(self, code: grpc.StatusCode, message: str, reason: str = "") -> None:
         super().__init__(f"{code.name}: {message}")
         self.code = code
         self.message = message
         self.reason = reason
+        self.request_id = ""
+
+    def __str__(self) -> str:
+        text = f"{self.code.name}: {self.message}"
+        return f"{text} (request id {self.request_id})" if self.request_id else text
+
+
+class ClientClosed(FerrymanError):
+    """The client was closed; make a new one."""
+
+    def __init__(self) -> None:
+        super().__init__(grpc.StatusCode.CANCELLED, "the client is closed", "CLIENT_CLOSED")
 
 
 class RetryableError(FerrymanError):

@@ -11,7 +11,7 @@ import torch
 
 from ferryman.errors import make_status
 from ferryman.sdk import errors
-from ferryman.sdk.client import _retry_delay, endpoint, priority_level
+from ferryman.sdk.calls import endpoint, priority_level, retry_delay
 from ferryman.sdk.convert import from_outputs, to_inputs
 from ferryman.tensors import decode
 from ferryman.v1 import common_pb2, inference_pb2
@@ -61,13 +61,16 @@ def test_statuses_become_typed_errors() -> None:
 
 def test_retries_unavailable_and_overload_but_never_quota_or_input() -> None:
     unavailable = errors.Unavailable(grpc.StatusCode.UNAVAILABLE, "down")
-    assert _retry_delay(unavailable, 0) == pytest.approx(0.05)
-    assert _retry_delay(unavailable, 2) == pytest.approx(0.2)
+    # Jittered: 50-100% of the doubling step, so clients refused together spread out.
+    first = [retry_delay(unavailable, 0) for _ in range(50)]
+    assert all(d is not None and 0.025 <= d <= 0.05 for d in first) and len(set(first)) > 1
+    third = retry_delay(unavailable, 2)
+    assert third is not None and 0.1 <= third <= 0.2
     told = errors.Overloaded(grpc.StatusCode.RESOURCE_EXHAUSTED, "busy", retry_after=1.5)
-    assert _retry_delay(told, 0) == 1.5
+    assert retry_delay(told, 0) == 1.5
     quota = errors.QuotaExceeded(grpc.StatusCode.RESOURCE_EXHAUSTED, "over", "QUOTA_EXCEEDED", 3.0, [])
-    assert _retry_delay(quota, 0) is None
-    assert _retry_delay(errors.InvalidInput(grpc.StatusCode.INVALID_ARGUMENT, "x", "", []), 0) is None
+    assert retry_delay(quota, 0) is None
+    assert retry_delay(errors.InvalidInput(grpc.StatusCode.INVALID_ARGUMENT, "x", "", []), 0) is None
 
 
 def model_info() -> inference_pb2.ModelInfo:

@@ -1,0 +1,131 @@
+"""What both clients share: request building, the endpoint and key, retry delays,
+credentials and channel options."""
+
+from __future__ import annotations
+
+import os
+import random
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from ferryman.sdk.convert import to_inputs
+from ferryman.sdk.errors import FerrymanError, QuotaExceeded, RetryableError
+from ferryman.v1 import common_pb2, inference_pb2
+
+DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_TARGET = "127.0.0.1:7001"
+TARGET_ENV = "FERRYMAN_TARGET"
+API_KEY_ENV = "FERRYMAN_API_KEY"
+DEFAULT_RETRIES = 3
+BACKOFF_S = 0.05
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+PRIORITIES = {
+    "low": common_pb2.PRIORITY_LOW,
+    "normal": common_pb2.PRIORITY_NORMAL,
+    "high": common_pb2.PRIORITY_HIGH,
+}
+JITTER = 0.5
+"""Backoff sleeps a random 50-100% of the step, so clients refused together do not retry together."""
+
+Metadata = Sequence[tuple[str, str]]
+
+
+def build_request(
+    model: str,
+    inputs: Any,
+    info: inference_pb2.ModelInfo | None,
+    *,
+    user: str | None,
+    priority: str | int | None,
+    version: str | None,
+    parameters: Mapping[str, str] | None,
+    request_id: str | None,
+) -> inference_pb2.PredictRequest:
+    level = priority_level(priority)
+    return inference_pb2.PredictRequest(
+        request_id=request_id or uuid.uuid4().hex,
+        model=model,
+        version=version or "",
+        inputs=to_inputs(inputs, info),
+        parameters=dict(parameters or {}),
+        user=user or "",
+        priority=level,  # type: ignore[arg-type]
+    )
+
+
+def priority_level(priority: str | int | None) -> int:
+    """The wire priority of a name ("low", "normal", "high") or number; unknown ones are errors."""
+    if priority is None:
+        return 0
+    if isinstance(priority, str):
+        if priority.lower() not in PRIORITIES:
+            raise ValueError(f"unknown priority {priority!r}: one of {', '.join(PRIORITIES)}")
+        return int(PRIORITIES[priority.lower()])
+    if priority not in common_pb2.Priority.values():
+        raise ValueError(f"unknown priority {priority!r}")
+    return priority
+
+
+def endpoint(target: str | None, api_key: str | None) -> tuple[str, str]:
+    """Target and key as given, else from FERRYMAN_TARGET / FERRYMAN_API_KEY (as the CLI reads them)."""
+    key = api_key or os.environ.get(API_KEY_ENV, "")
+    if not key:
+        raise ValueError(f"an API key is needed: pass api_key or set {API_KEY_ENV}")
+    return target or os.environ.get(TARGET_ENV, DEFAULT_TARGET), key
+
+
+def retry_delay(error: FerrymanError, attempt: int) -> float | None:
+    """Seconds to wait before retrying, or None when the error is final."""
+    if not isinstance(error, RetryableError) or isinstance(error, QuotaExceeded):
+        return None
+    if error.retry_after is not None:
+        return error.retry_after
+    return float(BACKOFF_S * 2**attempt * random.uniform(1 - JITTER, 1))
+
+
+def channel_credentials(
+    tls: bool | str | Path, credentials: grpc.ChannelCredentials | None
+) -> grpc.ChannelCredentials | None:
+    """Credentials for the router's channel: given ones, TLS verified against a CA file
+    (``tls`` a path) or the system's roots (``tls=True``), or None for plaintext."""
+    if credentials is not None or tls is False:
+        return credentials
+    roots = None if tls is True else Path(tls).expanduser().read_bytes()
+    return grpc.ssl_channel_credentials(roots)
+
+
+def channel_options() -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ]
+
+
+def call_metadata(base: Metadata, extra: Metadata | None) -> list[tuple[str, str]]:
+    """The key plus a call's own metadata (a traceparent, say); the key cannot be overridden."""
+    own = [(k, v) for k, v in (extra or ()) if k.lower() != "authorization"]
+    return [*base, *own]
+
+
+def call_timeout(timeout: float | None, default: float) -> float:
+    """The call's time budget: ``timeout`` when given (0 means now: the call fails at once
+    with DEADLINE_EXCEEDED), else the client's default."""
+    if timeout is None:
+        return default
+    if timeout < 0:
+        raise ValueError(f"timeout must be >= 0, got {timeout}")
+    return timeout
+
+
+def needs_schema(inputs: Any) -> bool:
+    """Whether encoding ``inputs`` needs the model's schema: all but a mapping of named
+    arrays or texts (plain number lists have no dtype; a bare value, no name)."""
+    if not isinstance(inputs, Mapping):
+        return True
+    return any(
+        isinstance(v, list | tuple) and not all(isinstance(x, str) for x in v) for v in inputs.values()
+    )
