@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 
-from batcher.dead_letters import DeadLetterSink
-from batcher.dispatcher import Dispatcher
+from batcher.host import BatcherHost
 from batcher.metrics import BatcherMetrics
-from batcher.replicas import ReplicaDirectory
-from batcher.service import BatcherService
 from batcher.servicer import BatcherServicer
 from batcher.settings import BatcherSettings
 from ferryman.config import CommonSettings
 from ferryman.runtime import ServiceSpec, run_service
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
-from registry.db import make_engine
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter
 
-log = logging.getLogger("ferryman.batcher")
 BATCHER_SERVICE = batcher_pb2.DESCRIPTOR.services_by_name["Batcher"].full_name
 
 
@@ -42,32 +34,11 @@ async def serve_batcher(
         metrics=metrics.registry,
     )
     async with run_service(spec, common, stop) as rt:
-        engine = make_engine(common.resolved_database_url())
-        rt.on_close(engine.dispose)
-        directory = ReplicaDirectory(settings, RegistryReader(engine), metrics, rt.security)
-        rt.on_close(directory.close)
-        dead_letters = DeadLetterSink(RegistryWriter(engine, actor="batcher"), settings.dead_letters_per_s)
-        service = BatcherService(
-            settings,
-            directory,
-            metrics,
-            lambda finish: Dispatcher(settings, directory, metrics, dead_letters, finish),
-        )
-        batcher_pb2_grpc.add_BatcherServicer_to_server(BatcherServicer(service), rt.server)
-        refresher_stop = asyncio.Event()
-        refresher = asyncio.create_task(directory.run(refresher_stop))
-        try:
-            await asyncio.wait_for(directory.refreshed.wait(), timeout=settings.heartbeat_timeout_s)
-        except TimeoutError:
-            log.warning("registry not readable yet; starting without replicas")
+        host = BatcherHost(settings, common, metrics)
+        batcher_pb2_grpc.add_BatcherServicer_to_server(BatcherServicer(host.service), rt.server)
+        await host.start()
         await rt.serve(on_ready)
-        try:
-            await asyncio.wait_for(service.drain(), timeout=settings.drain_timeout_s)
-        except TimeoutError:
-            log.warning("drain timed out with work still queued")
+        await host.drain()
         await rt.server.stop(grace=1.0)
-        await service.close()
-        await dead_letters.flush()
-        refresher_stop.set()
-        await refresher
+        await host.stop()
     return 0

@@ -10,6 +10,7 @@ import hashlib
 import itertools
 import logging
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 import grpc
 
@@ -19,6 +20,17 @@ from ferryman.serving import channel_options
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
 
 log = logging.getLogger("ferryman.router.batchers")
+
+
+class BatcherPort(Protocol):
+    """How the router hands an item to "a batcher": over gRPC streams (``BatcherPool``) or
+    in-process (``batcher.local.LocalBatcher``, wired by the CLI)."""
+
+    async def submit(self, item: batcher_pb2.SubmitItem, deadline: float) -> batcher_pb2.ItemResult:
+        """The item's result (errors come back as results), by ``deadline`` (event-loop time)."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 class StreamBroken(Exception):

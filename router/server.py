@@ -13,7 +13,7 @@ from ferryman.security import aio_channel
 from ferryman.v1 import inference_pb2, quota_pb2, quota_pb2_grpc
 from registry.cache import SnapshotCache
 from registry.db import make_engine
-from router.batchers import BatcherPool
+from router.batchers import BatcherPool, BatcherPort
 from router.handlers import add_inference_servicer
 from router.metrics import RouterMetrics
 from router.quota.client import LocalQuota, QuotaClient, RemoteQuota
@@ -36,10 +36,12 @@ async def serve_router(
     common: CommonSettings,
     stop: asyncio.Event | None = None,
     on_ready: Callable[[str], None] | None = None,
+    batcher: BatcherPort | None = None,
 ) -> int:
     """Run a router until SIGTERM/SIGINT (or ``stop``). Without a quota address the
     Quota service runs in this process (served to other services only on
-    ``internal_listen``, never on the public port)."""
+    ``internal_listen``, never on the public port). Items go to ``batcher`` when given
+    (one in this process), else over gRPC to the configured batchers."""
     metrics = RouterMetrics(settings.max_tenant_labels)
     # The public port serves tenant APIs only; bound first, so a port in use fails at once.
     spec = ServiceSpec(
@@ -68,7 +70,7 @@ async def serve_router(
         else:
             local_quota = QuotaService(quota_settings, make_backend(quota_settings), lambda: cache.snapshot)
             quota = LocalQuota(local_quota)
-        batchers = BatcherPool(
+        batchers = batcher or BatcherPool(
             settings.batcher_addresses(),
             settings.streams_per_batcher,
             settings.max_message_bytes,

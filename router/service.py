@@ -20,7 +20,7 @@ from ferryman.telemetry import current_span, traceparent, tracer
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord, VersionRecord
-from router.batchers import BatcherPool
+from router.batchers import BatcherPort
 from router.bounds import check_request, clip
 from router.fingerprint import fingerprint
 from router.metrics import RouterMetrics
@@ -75,7 +75,7 @@ class RouterService:
         settings: RouterSettings,
         cache: SnapshotCache,
         quota: QuotaClient,
-        batchers: BatcherPool,
+        batchers: BatcherPort,
         metrics: RouterMetrics,
     ) -> None:
         self._settings = settings

@@ -88,8 +88,13 @@ def serve_router_cmd(
     internal_listen: Annotated[
         str | None, typer.Option(help="host:port serving the in-process Quota service to services.")
     ] = None,
+    local_batcher: Annotated[
+        bool, typer.Option(help="Run the batcher in this process (FERRYMAN_BATCHER_* settings).")
+    ] = False,
 ) -> None:
     """Run a router: the public Inference service (and quotas, unless --quota-address)."""
+    from batcher.settings import BatcherSettings
+    from ferryman.cli.cohost import serve_router_with_batcher
     from router.quota.settings import QuotaSettings
     from router.server import serve_router
     from router.settings import RouterSettings
@@ -105,6 +110,8 @@ def serve_router_cmd(
         )
     )
     quota_settings = QuotaSettings(**_overrides(redis_url=redis_url, backend="redis" if redis_url else None))
+    if local_batcher:
+        _serve(serve_router_with_batcher(router_settings, quota_settings, BatcherSettings(), settings()))
     _serve(serve_router(router_settings, quota_settings, settings()))
 
 

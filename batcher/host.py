@@ -1,0 +1,68 @@
+"""A batcher's parts, started and stopped together: the service, its replica directory
+(refreshed from the registry) and its dead-letter sink. ``serve_batcher`` serves a host
+over gRPC; a router in the same process calls one through ``batcher.local.LocalBatcher``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from batcher.dead_letters import DeadLetterSink
+from batcher.dispatcher import Dispatcher
+from batcher.metrics import BatcherMetrics
+from batcher.replicas import ReplicaDirectory
+from batcher.service import BatcherService
+from batcher.settings import BatcherSettings
+from ferryman.config import CommonSettings
+from registry.db import make_engine
+from registry.reader import RegistryReader
+from registry.writer import RegistryWriter
+
+log = logging.getLogger("ferryman.batcher")
+
+
+class BatcherHost:
+    """Build with the settings, ``start()`` before use, ``stop()`` to drain and release."""
+
+    def __init__(self, settings: BatcherSettings, common: CommonSettings, metrics: BatcherMetrics) -> None:
+        self.settings = settings
+        self._engine = make_engine(common.resolved_database_url())
+        self.directory = ReplicaDirectory(settings, RegistryReader(self._engine), metrics, common.security())
+        self._dead_letters = DeadLetterSink(
+            RegistryWriter(self._engine, actor="batcher"), settings.dead_letters_per_s
+        )
+        dead_letters = self._dead_letters
+        directory = self.directory
+        self.service = BatcherService(
+            settings,
+            directory,
+            metrics,
+            lambda finish: Dispatcher(settings, directory, metrics, dead_letters, finish),
+        )
+        self._refresher_stop = asyncio.Event()
+        self._refresher: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Keep replicas fresh from the registry; wait (a while) for the first read."""
+        self._refresher = asyncio.create_task(self.directory.run(self._refresher_stop))
+        try:
+            await asyncio.wait_for(self.directory.refreshed.wait(), timeout=self.settings.heartbeat_timeout_s)
+        except TimeoutError:
+            log.warning("registry not readable yet; starting without replicas")
+
+    async def drain(self) -> None:
+        """Take no new items; finish the queued ones (up to the drain timeout)."""
+        try:
+            await asyncio.wait_for(self.service.drain(), timeout=self.settings.drain_timeout_s)
+        except TimeoutError:
+            log.warning("drain timed out with work still queued")
+
+    async def stop(self) -> None:
+        """Release everything (after ``drain``, and after callers stopped coming)."""
+        await self.service.close()
+        await self._dead_letters.flush()
+        self._refresher_stop.set()
+        if self._refresher is not None:
+            await self._refresher
+        await self.directory.close()
+        self._engine.dispose()

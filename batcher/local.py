@@ -1,0 +1,46 @@
+"""The router's batcher port (``router.batchers.BatcherPort``) served by a batcher in the
+same process: items go straight to ``BatcherService.submit``, no stream, no encoding.
+The CLI wires it (``ferryman serve router --local-batcher``); services never import
+each other."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from batcher.service import BatcherService
+from ferryman.errors import make_status
+from ferryman.v1 import batcher_pb2
+
+LOCAL_STREAM = 0
+"""The one caller stream of an in-process batcher (gRPC streams count from 1)."""
+
+
+class LocalBatcher:
+    def __init__(self, service: BatcherService) -> None:
+        self._service = service
+
+    async def submit(self, item: batcher_pb2.SubmitItem, deadline: float) -> batcher_pb2.ItemResult:
+        """The item's result, or DEADLINE_EXCEEDED once ``deadline`` (event-loop time) passes;
+        a caller that leaves or runs out of time cancels the item (as a gRPC stream would)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[batcher_pb2.ItemResult] = loop.create_future()
+
+        def sink(result: batcher_pb2.ItemResult) -> None:
+            if not future.done():
+                future.set_result(result)
+
+        self._service.submit(item, sink, LOCAL_STREAM)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            self._service.cancel(LOCAL_STREAM, item.request_id)
+            status = make_status(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer in time", reason="DEADLINE")
+            return batcher_pb2.ItemResult(request_id=item.request_id, status=status)
+        except asyncio.CancelledError:
+            self._service.cancel(LOCAL_STREAM, item.request_id)
+            raise
+
+    async def close(self) -> None:
+        """Nothing to release: the batcher's host is stopped by its owner."""
