@@ -8,7 +8,6 @@ by joining the items' raw bytes, one copy, no per-element Python.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,8 +17,9 @@ import torch
 from google.rpc import status_pb2
 
 from ferryman.errors import make_status
-from ferryman.schema import IOSchema, TensorSpec
-from ferryman.tensors import DTYPE_BY_NAME, ITEMSIZE_BY_DTYPE, NAME_BY_DTYPE, DataType
+from ferryman.schema import IOSchema
+from ferryman.schema_check import check_inputs
+from ferryman.tensors import DataType
 from ferryman.v1 import common_pb2, node_pb2
 from gpu_node.runtimes.base import BatchInput
 
@@ -38,14 +38,6 @@ TORCH_BY_DTYPE: dict[DataType, torch.dtype] = {
 DTYPE_BY_TORCH = {torch_dtype: dtype for dtype, torch_dtype in TORCH_BY_DTYPE.items()}
 
 
-class ItemInvalid(ValueError):
-    """An item that does not fit the schema; ``violations`` are (field, description)."""
-
-    def __init__(self, violations: list[tuple[str, str]]) -> None:
-        super().__init__("; ".join(f"{f}: {d}" for f, d in violations))
-        self.violations = violations
-
-
 @dataclass
 class Group:
     """Valid items of one per-item shape, ready to run as one batch."""
@@ -59,78 +51,6 @@ class Group:
         return sum(self.rows)
 
 
-def _check_tensor_item(spec: TensorSpec, value: common_pb2.NamedTensor, where: str) -> int:
-    if value.WhichOneof("value") != "tensor":
-        raise ItemInvalid([(where, "expected a tensor, got text")])
-    tensor = value.tensor
-    want_dtype = DTYPE_BY_NAME[spec.dtype]
-    if tensor.dtype != want_dtype:
-        got = NAME_BY_DTYPE.get(tensor.dtype, str(tensor.dtype))
-        raise ItemInvalid([(f"{where}.dtype", f"expected {spec.dtype}, got {got}")])
-    shape = list(tensor.shape)
-    if len(shape) != 1 + len(spec.shape):
-        raise ItemInvalid(
-            [(f"{where}.shape", f"expected [rows, {', '.join(map(str, spec.shape))}], got {shape}")]
-        )
-    if shape[0] < 1:
-        raise ItemInvalid([(f"{where}.shape", "the first (rows) dimension must be at least 1")])
-    for axis, (want, got_dim) in enumerate(zip(spec.shape, shape[1:], strict=True), start=1):
-        if got_dim < 1 or (want != -1 and want != got_dim):
-            raise ItemInvalid([(f"{where}.shape", f"dimension {axis} must be {want}, got {got_dim}")])
-    need = math.prod(shape) * ITEMSIZE_BY_DTYPE[want_dtype]
-    if len(tensor.data) != need:
-        raise ItemInvalid([(f"{where}.data", f"has {len(tensor.data)} bytes, shape {shape} needs {need}")])
-    return shape[0]
-
-
-def _check_text_item(spec: TensorSpec, value: common_pb2.NamedTensor, where: str) -> int:
-    if value.WhichOneof("value") != "text":
-        raise ItemInvalid([(where, "expected text")])
-    texts = value.text.values
-    if not texts:
-        raise ItemInvalid([(where, "needs at least one string")])
-    if spec.max_text_length:
-        for i, text in enumerate(texts):
-            if len(text) > spec.max_text_length:
-                raise ItemInvalid(
-                    [(f"{where}.values[{i}]", f"longer than {spec.max_text_length} characters")]
-                )
-    return len(texts)
-
-
-def check_item(item: node_pb2.BatchItem, schema: IOSchema) -> tuple[int, tuple[Any, ...]]:
-    """Validate one item; return its rows and its shape signature (for grouping)."""
-    by_name = {value.name: value for value in item.inputs}
-    expected = {spec.name for spec in schema.inputs}
-    unknown = sorted(set(by_name) - expected)
-    if unknown:
-        raise ItemInvalid([(f"inputs.{name}", "not an input of this model") for name in unknown])
-    if len(by_name) != len(item.inputs):
-        raise ItemInvalid([("inputs", "an input name appears twice")])
-    rows: dict[str, int] = {}
-    signature: list[Any] = []
-    for spec in schema.inputs:
-        where = f"inputs.{spec.name}"
-        value = by_name.get(spec.name)
-        if value is None:
-            raise ItemInvalid([(where, "missing")])
-        if spec.text:
-            rows[spec.name] = _check_text_item(spec, value, where)
-            signature.append("text")
-        else:
-            rows[spec.name] = _check_tensor_item(spec, value, where)
-            signature.append(tuple(value.tensor.shape[1:]))
-    if len(set(rows.values())) != 1:
-        raise ItemInvalid([("inputs", f"inputs disagree on the number of rows: {rows}")])
-    count = next(iter(rows.values()))
-    if count > schema.max_items:
-        raise ItemInvalid([("inputs", f"{count} rows exceed this model's limit of {schema.max_items}")])
-    size = item.ByteSize()
-    if size > schema.max_bytes:
-        raise ItemInvalid([("inputs", f"{size} bytes exceed this model's limit of {schema.max_bytes}")])
-    return count, tuple(signature)
-
-
 def plan(
     items: Sequence[node_pb2.BatchItem], schema: IOSchema
 ) -> tuple[list[Group], dict[int, status_pb2.Status]]:
@@ -138,16 +58,19 @@ def plan(
     groups: dict[tuple[Any, ...], Group] = {}
     errors: dict[int, status_pb2.Status] = {}
     for index, item in enumerate(items):
-        try:
-            rows, signature = check_item(item, schema)
-        except ItemInvalid as exc:
+        checked = check_inputs(item.inputs, schema)
+        if checked.violations:
+            message = "; ".join(f"{where}: {what}" for where, what in checked.violations)
             errors[index] = make_status(
-                grpc.StatusCode.INVALID_ARGUMENT, str(exc), reason="INVALID_INPUT", violations=exc.violations
+                grpc.StatusCode.INVALID_ARGUMENT,
+                message,
+                reason="INVALID_INPUT",
+                violations=checked.violations,
             )
             continue
-        group = groups.setdefault(signature, Group())
+        group = groups.setdefault(checked.signature, Group())
         group.indices.append(index)
-        group.rows.append(rows)
+        group.rows.append(checked.rows)
         for value in item.inputs:
             group.values.setdefault(value.name, []).append(value)
     return list(groups.values()), errors

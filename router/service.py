@@ -16,6 +16,7 @@ import grpc
 from google.rpc import status_pb2
 
 from ferryman.errors import OVERLOADED, expected_wait_s, make_status
+from ferryman.schema_check import check_inputs
 from ferryman.telemetry import current_span, traceparent, tracer
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
 from registry.cache import SnapshotCache
@@ -30,7 +31,7 @@ from router.quota.service import MAX_RENEW_IDS, QuotaUnavailable
 from router.routing import Choice, resolve
 from router.settings import RouterSettings
 from router.shedding import Shedder
-from router.validation import price, token_bound, validate
+from router.validation import price, token_bound
 
 SETTLE_TIMEOUT_S = 1.0
 log = logging.getLogger("ferryman.router")
@@ -124,7 +125,8 @@ class RouterService:
                 f"unknown version {clip(choice.model)}:{clip(choice.version)}",
                 "UNKNOWN_VERSION",
             )
-        rows, violations = validate(request.inputs, version.schema)
+        checked = check_inputs(request.inputs, version.schema)
+        rows, violations = checked.rows, checked.violations
         if violations:
             raise fail(
                 grpc.StatusCode.INVALID_ARGUMENT,

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from ferryman.schema import IOSchema
+from ferryman.schema_check import check_inputs
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2
 from registry.snapshot import RouteRecord
 from router.routing import Choice, bucket, choose, resolve
-from router.validation import price, token_bound, validate
+from router.validation import price, token_bound
 
 CANARY = RouteRecord(model="m", targets=(("1", 90), ("2", 10)), sticky="user", salt="s4lt", fallback="fb")
 ROUTES = {
@@ -111,7 +112,8 @@ def named(name: str, value: np.ndarray | list[str]) -> common_pb2.NamedTensor:
 
 def test_validation_accepts_good_input_and_names_each_problem() -> None:
     good = [named("x", np.zeros((2, 4), np.float32)), named("t", ["ab", "cd"])]
-    assert validate(good, SCHEMA) == (2, [])
+    checked = check_inputs(good, SCHEMA)
+    assert (checked.rows, checked.violations) == (2, [])
     cases = {
         "inputs.x.dtype": [named("x", np.zeros((2, 4), np.int32)), named("t", ["a", "b"])],
         "inputs.x.shape": [named("x", np.zeros((2, 5), np.float32)), named("t", ["a", "b"])],
@@ -120,11 +122,15 @@ def test_validation_accepts_good_input_and_names_each_problem() -> None:
         "inputs.zzz": [*good, named("zzz", np.zeros((2, 4), np.float32))],
     }
     for field, inputs in cases.items():
-        _, violations = validate(inputs, SCHEMA)
+        violations = check_inputs(inputs, SCHEMA).violations
         assert field in [f for f, _ in violations], (field, violations)
-    _, violations = validate([named("x", np.zeros((4, 4), np.float32)), named("t", ["a"] * 4)], SCHEMA)
+    violations = check_inputs(
+        [named("x", np.zeros((4, 4), np.float32)), named("t", ["a"] * 4)], SCHEMA
+    ).violations
     assert any("limit of 3" in d for _, d in violations)
-    _, violations = validate([named("x", np.zeros((2, 4), np.float32)), named("t", ["a"])], SCHEMA)
+    violations = check_inputs(
+        [named("x", np.zeros((2, 4), np.float32)), named("t", ["a"])], SCHEMA
+    ).violations
     assert any("disagree" in d for _, d in violations)
 
 
