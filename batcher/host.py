@@ -27,7 +27,14 @@ class BatcherHost:
     def __init__(self, settings: BatcherSettings, common: CommonSettings, metrics: BatcherMetrics) -> None:
         self.settings = settings
         self._engine = make_engine(common.resolved_database_url())
-        self.directory = ReplicaDirectory(settings, RegistryReader(self._engine), metrics, common.security())
+        self.directory = ReplicaDirectory(
+            settings,
+            RegistryReader(self._engine),
+            metrics,
+            common.security(),
+            refresh_s=common.registry_refresh_s,
+            heartbeat_timeout_s=common.heartbeat_timeout_s,
+        )
         self._dead_letters = DeadLetterSink(
             RegistryWriter(self._engine, actor="batcher"), settings.dead_letters_per_s
         )
@@ -46,7 +53,9 @@ class BatcherHost:
         """Keep replicas fresh from the registry; wait (a while) for the first read."""
         self._refresher = asyncio.create_task(self.directory.run(self._refresher_stop))
         try:
-            await asyncio.wait_for(self.directory.refreshed.wait(), timeout=self.settings.heartbeat_timeout_s)
+            await asyncio.wait_for(
+                self.directory.refreshed.wait(), timeout=self.directory.heartbeat_timeout_s
+            )
         except TimeoutError:
             log.warning("registry not readable yet; starting without replicas")
 

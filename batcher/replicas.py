@@ -89,6 +89,9 @@ class ReplicaDirectory:
         reader: ReplicaSource,
         metrics: BatcherMetrics,
         security: Security,
+        *,
+        refresh_s: float,
+        heartbeat_timeout_s: float,
         clock: Callable[[], float] = time.monotonic,
         choice: ReplicaChoice | None = None,
         connect: NodeConnector | None = None,
@@ -101,6 +104,8 @@ class ReplicaDirectory:
         )
         self._clock = clock
         self._choice = choice or PowerOfTwoChoices()
+        self._refresh_s = refresh_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
         self.replicas: dict[str, Replica] = {}
         self.versions: dict[str, VersionConfig] = {}
         self._revision = -1
@@ -121,7 +126,7 @@ class ReplicaDirectory:
                 for model, row in rows
             }
             self._revision = revision
-        ready = await asyncio.to_thread(self._reader.ready_versions, self._settings.heartbeat_timeout_s)
+        ready = await asyncio.to_thread(self._reader.ready_versions, self.heartbeat_timeout_s)
         serving: dict[tuple[str, str], set[str]] = {}
         for version_key, holders in ready.items():
             for name, address in holders:
@@ -168,7 +173,7 @@ class ReplicaDirectory:
             except Exception as exc:
                 log.warning("registry refresh failed, serving on the last good copy: %s", exc)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self._settings.registry_refresh_s)
+                await asyncio.wait_for(stop.wait(), timeout=self._refresh_s)
 
     def ready(self, version_key: str) -> list[Replica]:
         return [r for r in self.replicas.values() if version_key in r.versions]

@@ -56,8 +56,6 @@ class BatcherSettings(BaseSettings):
     retry_backoff_ms: float = Field(default=5.0, ge=0)
     breaker_threshold: int = Field(default=3, ge=1)
     breaker_cooldown_s: float = Field(default=2.0, gt=0)
-    registry_refresh_s: float = Field(default=0.5, gt=0)
-    heartbeat_timeout_s: float = Field(default=10.0, gt=0)
     """A node whose last heartbeat is older than this gets no batches."""
     dead_letters_per_s: float = Field(default=5.0, gt=0)
     """Rate limit of dead-letter writes (bursts up to this many)."""

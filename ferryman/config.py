@@ -46,6 +46,13 @@ class CommonSettings(BaseSettings):
     tls_server_name: str = ""
     """Name checked in servers' certificates when it differs from the dialled host."""
 
+    registry_refresh_s: float = Field(default=0.5, gt=0)
+    """How often routers, batchers and quota services re-read the registry: key
+    revocations, route changes and node moves apply within this."""
+    heartbeat_timeout_s: float = Field(default=10.0, gt=0)
+    """A node whose last heartbeat is older than this gets no traffic (routers and
+    batchers must agree on it, so it is set once, here)."""
+
     def security(self) -> Security:
         """TLS material and the service token of this process."""
         return load_security(

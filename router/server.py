@@ -57,10 +57,10 @@ async def serve_router(
     async with run_service(spec, common, stop) as rt:
         engine = make_engine(common.resolved_database_url())
         rt.on_close(engine.dispose)
-        cache = SnapshotCache(engine, settings.refresh_s, settings.heartbeat_timeout_s)
+        cache = SnapshotCache(engine, common.registry_refresh_s, common.heartbeat_timeout_s)
         refresher_stop = asyncio.Event()
         refresher = asyncio.create_task(cache.run(refresher_stop))
-        await asyncio.wait_for(cache.loaded.wait(), timeout=settings.heartbeat_timeout_s)
+        await asyncio.wait_for(cache.loaded.wait(), timeout=common.heartbeat_timeout_s)
         quota: QuotaClient
         local_quota: QuotaService | None = None
         if settings.quota_address:
@@ -119,7 +119,7 @@ async def serve_quota(
     async with run_service(spec, common, stop) as rt:
         engine = make_engine(common.resolved_database_url())
         rt.on_close(engine.dispose)
-        cache = SnapshotCache(engine, settings.refresh_s, heartbeat_timeout_s=settings.refresh_s)
+        cache = SnapshotCache(engine, common.registry_refresh_s, common.heartbeat_timeout_s)
         refresher_stop = asyncio.Event()
         refresher = asyncio.create_task(cache.run(refresher_stop))
         await asyncio.wait_for(cache.loaded.wait(), timeout=CACHE_LOAD_TIMEOUT_S)

@@ -26,9 +26,6 @@ class RouterSettings(BaseSettings):
     under the quota service's ``lease_s`` (10 s by default)."""
     quota_timeout_s: float = Field(default=0.5, gt=0)
     """Most of a request's budget a quota call may take."""
-    refresh_s: float = Field(default=0.5, gt=0)
-    """Registry revision checks; key revocations and route changes apply within this."""
-    heartbeat_timeout_s: float = Field(default=10.0, gt=0)
     max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     shed_overload: bool = True
     """Refuse at once requests predicted to miss their deadline: by the recent latency of

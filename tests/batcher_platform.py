@@ -24,6 +24,8 @@ from registry.reader import RegistryReader
 from registry.writer import RegistryWriter, VersionSpec
 
 NODES = ("bn1", "bn2")
+REGISTRY_REFRESH_S = 0.1
+"""Registry re-reads in tests: changes show within a tenth of a second."""
 SLOW_MS = 300
 READY_TIMEOUT_S = 60.0
 
@@ -127,7 +129,7 @@ def run_platform(root: Path) -> Iterator[Platform]:
         max_batch=2,
     )
     register(writer, "echo", "cached", plain, "python", echo.SCHEMA, handler=echo_handler, cacheable=True)
-    common = CommonSettings(data_dir=root, database_url=url)
+    common = CommonSettings(data_dir=root, database_url=url, registry_refresh_s=REGISTRY_REFRESH_S)
 
     nodes = [ServiceThread(node_main(name, common), name) for name in NODES]
     for node in nodes:
@@ -137,7 +139,6 @@ def run_platform(root: Path) -> Iterator[Platform]:
     settings = BatcherSettings(
         listen="127.0.0.1:0",
         metrics_listen=metrics,
-        registry_refresh_s=0.1,
         max_queue_rows=64,
         retry_backoff_ms=20,
         breaker_cooldown_s=0.5,

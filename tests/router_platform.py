@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from batcher_platform import node_main, register, wait_for_replicas
+from batcher_platform import REGISTRY_REFRESH_S, node_main, register, wait_for_replicas
 from harness import ServiceThread
 
 from batcher.server import serve_batcher
@@ -50,7 +50,6 @@ class E2E:
         settings = RouterSettings(
             listen="127.0.0.1:0",
             batchers=self.batcher,
-            refresh_s=0.2,
             metrics_listen=metrics_listen,
             internal_listen=internal_listen,
         )
@@ -131,7 +130,7 @@ def run_e2e(root: Path, registry_url: str = "") -> Iterator[E2E]:
     upgrade(engine)
     writer = RegistryWriter(engine, actor="test")
     keys = seed(writer, root / "artifacts")
-    common = CommonSettings(data_dir=root, database_url=url)
+    common = CommonSettings(data_dir=root, database_url=url, registry_refresh_s=REGISTRY_REFRESH_S)
 
     node_metrics = {name: f"127.0.0.1:{free_port()}" for name in NODES}
     threads = [ServiceThread(node_main(name, common, node_metrics[name]), name) for name in NODES]
@@ -140,7 +139,7 @@ def run_e2e(root: Path, registry_url: str = "") -> Iterator[E2E]:
     wait_for_replicas(RegistryReader(engine), ("rn1",), {"mlp:1", "mlp:2", "minilm:1", "echo:1", "echo:slow"})
     wait_for_replicas(RegistryReader(engine), ("rn2",), {"mlp:1", "mlp:2", "echo:1", "echo:slow"})
     metrics = f"127.0.0.1:{free_port()}"
-    batcher_settings = BatcherSettings(listen="127.0.0.1:0", metrics_listen=metrics, registry_refresh_s=0.1)
+    batcher_settings = BatcherSettings(listen="127.0.0.1:0", metrics_listen=metrics)
     batcher = ServiceThread(
         lambda stop, ready: serve_batcher(batcher_settings, common, stop, ready), "batcher"
     )

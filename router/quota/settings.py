@@ -24,6 +24,4 @@ class QuotaSettings(BaseSettings):
     lease_s: float = Field(default=10.0, gt=0)
     """A reservation ends this long after its last renewal unless settled: callers renew
     the running ones (every lease/3), so a crashed router's slots free within this."""
-    refresh_s: float = Field(default=0.5, gt=0)
-    """How often the policy cache checks the registry's revision."""
     max_message_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)

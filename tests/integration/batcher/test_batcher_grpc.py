@@ -159,7 +159,7 @@ def test_cacheable_version_answers_repeats_from_cache(platform: Platform) -> Non
 
 
 def test_with_coalescing_off_identical_requests_each_run(platform: Platform) -> None:
-    settings = BatcherSettings(listen="127.0.0.1:0", registry_refresh_s=0.1, coalesce=False)
+    settings = BatcherSettings(listen="127.0.0.1:0", coalesce=False)
     batcher = ServiceThread(
         lambda stop, ready: serve_batcher(settings, platform.common, stop, ready), "batcher"
     )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import grpc
 import numpy as np
 import pytest
-from batcher_platform import wait_for_replicas
+from batcher_platform import REGISTRY_REFRESH_S, wait_for_replicas
 from figures import report
 from harness import ServiceThread
 from node_helpers import node_subprocess
@@ -91,13 +91,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     writer.place("echo", "1")
     writer.place("echo", "poison")
     key = writer.create_tenant("acme").plaintext
-    common = CommonSettings(data_dir=root, database_url=url)
-    batcher_settings = BatcherSettings(listen="127.0.0.1:0", registry_refresh_s=0.1, retry_backoff_ms=10)
+    common = CommonSettings(data_dir=root, database_url=url, registry_refresh_s=REGISTRY_REFRESH_S)
+    batcher_settings = BatcherSettings(listen="127.0.0.1:0", retry_backoff_ms=10)
     batcher = ServiceThread(
         lambda stop, ready: serve_batcher(batcher_settings, common, stop, ready), "batcher"
     )
     batcher_address = batcher.start()
-    router_settings = RouterSettings(listen="127.0.0.1:0", batchers=batcher_address, refresh_s=0.2)
+    router_settings = RouterSettings(listen="127.0.0.1:0", batchers=batcher_address)
     router = ServiceThread(
         lambda stop, ready: serve_router(router_settings, QuotaSettings(), common, stop, ready), "router"
     )

@@ -23,8 +23,8 @@ RNG = np.random.default_rng(3)
 
 
 def test_a_router_with_an_in_process_batcher_serves_and_keeps_deadlines(e2e: E2E) -> None:
-    router = RouterSettings(listen="127.0.0.1:0", batchers="", refresh_s=0.2)
-    batcher = BatcherSettings(registry_refresh_s=0.1)
+    router = RouterSettings(listen="127.0.0.1:0", batchers="")
+    batcher = BatcherSettings()
     thread = ServiceThread(
         lambda stop, ready: serve_router_with_batcher(
             router, QuotaSettings(), batcher, e2e.common, stop, ready

@@ -116,6 +116,8 @@ async def rig(**settings: object) -> Rig:
         metrics,
         Security(),
         clock=clock,
+        refresh_s=1.0,
+        heartbeat_timeout_s=10.0,
         choice=PowerOfTwoChoices(random.Random(0)),
         connect=connect,
     )
