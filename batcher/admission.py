@@ -9,24 +9,10 @@ the item's queue is known (its predicted latency and fill). The service turns a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 import grpc
 
-from ferryman.errors import OVERLOADED
-
-
-class Reason(StrEnum):
-    """Why an item was refused (the ErrorInfo reason, and the shed metric's label)."""
-
-    DEADLINE = "DEADLINE"
-    DRAINING = "DRAINING"
-    UNKNOWN_VERSION = "UNKNOWN_VERSION"
-    INVALID_INPUT = "INVALID_INPUT"
-    NO_REPLICA = "NO_REPLICA"
-    TOO_MANY_PARAMETER_SETS = "TOO_MANY_PARAMETER_SETS"
-    OVERLOADED = OVERLOADED
-    QUEUE_FULL = "QUEUE_FULL"
+from ferryman.errors import Reason
 
 
 @dataclass(frozen=True)

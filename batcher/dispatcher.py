@@ -25,12 +25,11 @@ from batcher.node_client import NodeCallError
 from batcher.predictor import LatencyPredictor
 from batcher.replicas import Replica, ReplicaDirectory
 from batcher.settings import BatcherSettings
-from ferryman.errors import make_status, unpack_details
+from ferryman.errors import Reason, make_status, unpack_details
 from ferryman.telemetry import links, tracer
 from ferryman.v1 import batcher_pb2, node_pb2
 from registry.tables import DeadLetter
 
-MODEL_ERROR = "MODEL_ERROR"
 RETRIABLE = frozenset(
     {
         grpc.StatusCode.UNAVAILABLE,
@@ -59,7 +58,9 @@ def owner_of(entries: Sequence[Entry]) -> str:
 
 def is_model_error(status: status_pb2.Status) -> bool:
     info = unpack_details(status).get("ErrorInfo")
-    return status.code == grpc.StatusCode.INTERNAL.value[0] and getattr(info, "reason", "") == MODEL_ERROR
+    return (
+        status.code == grpc.StatusCode.INTERNAL.value[0] and getattr(info, "reason", "") == Reason.MODEL_ERROR
+    )
 
 
 class Dispatcher:
@@ -143,7 +144,9 @@ class Dispatcher:
             ):
                 await self._run(model, version, dict(parameters), list(entries), predictor, replica)
         except Exception as exc:  # a bug here must not strand callers
-            status = make_status(grpc.StatusCode.INTERNAL, f"batcher error: {exc}", reason="BATCHER_ERROR")
+            status = make_status(
+                grpc.StatusCode.INTERNAL, f"batcher error: {exc}", reason=Reason.BATCHER_ERROR
+            )
             for entry in entries:
                 if any(not w.done for w in entry.waiters):
                     self._finish(entry, batcher_pb2.ItemResult(status=status))

@@ -10,7 +10,7 @@ import asyncio
 import grpc
 
 from batcher.service import BatcherService
-from ferryman.errors import make_status
+from ferryman.errors import Reason, make_status
 from ferryman.v1 import batcher_pb2
 
 LOCAL_STREAM = 0
@@ -36,7 +36,9 @@ class LocalBatcher:
             return await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - loop.time()))
         except TimeoutError:
             self._service.cancel(LOCAL_STREAM, item.request_id)
-            status = make_status(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer in time", reason="DEADLINE")
+            status = make_status(
+                grpc.StatusCode.DEADLINE_EXCEEDED, "no answer in time", reason=Reason.DEADLINE
+            )
             return batcher_pb2.ItemResult(request_id=item.request_id, status=status)
         except asyncio.CancelledError:
             self._service.cancel(LOCAL_STREAM, item.request_id)

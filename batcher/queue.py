@@ -18,7 +18,7 @@ from batcher.rate import RateMeter
 from batcher.replicas import ReplicaDirectory
 from batcher.scheduler import DispatchReason, Load, SchedulerConfig, decide
 from batcher.settings import BatcherSettings
-from ferryman.errors import make_status
+from ferryman.errors import Reason, make_status
 from ferryman.v1 import batcher_pb2
 
 
@@ -261,12 +261,12 @@ class VersionQueue:
         status = make_status(
             grpc.StatusCode.DEADLINE_EXCEEDED,
             f"cannot meet the deadline: {left_ms:.1f} ms left, a batch takes {predicted_ms:.1f} ms",
-            reason="DEADLINE_UNMEETABLE",
+            reason=Reason.DEADLINE_UNMEETABLE,
         )
         self._finish(entry, batcher_pb2.ItemResult(status=status))
 
     def _fail_all(self, code: grpc.StatusCode, message: str) -> None:
-        status = make_status(code, message, reason="NO_REPLICA")
+        status = make_status(code, message, reason=Reason.NO_REPLICA)
         entries, self.entries, self._rows = self.entries, [], 0
         self._tenant_rows.clear()
         for entry in entries:

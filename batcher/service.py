@@ -10,7 +10,7 @@ from datetime import timedelta
 import grpc
 from google.rpc import status_pb2
 
-from batcher.admission import QueueLimits, Reason, Refusal, check_item, check_queue
+from batcher.admission import QueueLimits, Refusal, check_item, check_queue
 from batcher.cache import TTLCache
 from batcher.coalescer import coalescing_key, input_digest
 from batcher.dispatcher import Dispatcher
@@ -21,7 +21,7 @@ from batcher.queue import VersionQueue
 from batcher.replicas import ReplicaDirectory, VersionConfig
 from batcher.scheduler import SchedulerConfig
 from batcher.settings import BatcherSettings
-from ferryman.errors import EXPECTED_MS, make_status
+from ferryman.errors import EXPECTED_MS, Reason, make_status
 from ferryman.telemetry import parent_context, tracer
 from ferryman.v1 import batcher_pb2, common_pb2
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any
 
 import grpc
@@ -17,8 +18,45 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 ERROR_DOMAIN = "ferryman.dev"
-OVERLOADED = "OVERLOADED"
-"""ErrorInfo reason of a refusal by predicted latency (the item could not make its deadline)."""
+
+
+class Reason(StrEnum):
+    """Every ErrorInfo reason Ferryman puts on the wire (clients may branch on these)."""
+
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    """Missing, unknown or revoked API key."""
+    UNDECODABLE = "UNDECODABLE"
+    """The request message could not be parsed."""
+    INVALID_REQUEST = "INVALID_REQUEST"
+    """A request field is out of bounds (ids, names, parameters)."""
+    INVALID_INPUT = "INVALID_INPUT"
+    """Inputs do not fit the version's schema (BadRequest lists each violation)."""
+    UNKNOWN_MODEL = "UNKNOWN_MODEL"
+    """No such model, or one this tenant may not see (the two answer alike)."""
+    UNKNOWN_VERSION = "UNKNOWN_VERSION"
+    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+    """Over a hard limit (QuotaFailure + RetryInfo)."""
+    QUOTA_UNAVAILABLE = "QUOTA_UNAVAILABLE"
+    """The quota backend could not be reached and fails closed."""
+    REQUEST_ID_REUSED = "REQUEST_ID_REUSED"
+    """A different request under a request id already used."""
+    OVERLOADED = "OVERLOADED"
+    """Refused by predicted latency: the item could not make its deadline."""
+    QUEUE_FULL = "QUEUE_FULL"
+    TOO_MANY_PARAMETER_SETS = "TOO_MANY_PARAMETER_SETS"
+    DEADLINE = "DEADLINE"
+    """The deadline passed (before arrival, or before an answer came)."""
+    DEADLINE_UNMEETABLE = "DEADLINE_UNMEETABLE"
+    """Failed in the queue, before running: no batch could finish in time."""
+    DRAINING = "DRAINING"
+    NO_REPLICA = "NO_REPLICA"
+    NO_BATCHER = "NO_BATCHER"
+    MODEL_ERROR = "MODEL_ERROR"
+    """The model raised on this input (isolated by bisection, recorded as a dead letter)."""
+    BATCHER_ERROR = "BATCHER_ERROR"
+    INTERNAL = "INTERNAL"
+
+
 EXPECTED_MS = "expected_ms"
 """ErrorInfo metadata of an OVERLOADED refusal: the latency a new item was predicted to have."""
 
@@ -100,7 +138,7 @@ def unpack_details(status: status_pb2.Status) -> dict[str, object]:
 def expected_wait_s(status: status_pb2.Status) -> float | None:
     """The predicted latency an OVERLOADED refusal carries, in seconds; None for anything else."""
     info = unpack_details(status).get("ErrorInfo")
-    if not isinstance(info, error_details_pb2.ErrorInfo) or info.reason != OVERLOADED:
+    if not isinstance(info, error_details_pb2.ErrorInfo) or info.reason != Reason.OVERLOADED:
         return None
     try:
         return float(info.metadata[EXPECTED_MS]) / 1000

@@ -16,7 +16,7 @@ import grpc
 import torch
 from google.rpc import status_pb2
 
-from ferryman.errors import make_status
+from ferryman.errors import Reason, make_status
 from ferryman.schema import IOSchema
 from ferryman.schema_check import check_inputs
 from ferryman.tensors import DataType
@@ -64,7 +64,7 @@ def plan(
             errors[index] = make_status(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 message,
-                reason="INVALID_INPUT",
+                reason=Reason.INVALID_INPUT,
                 violations=checked.violations,
             )
             continue

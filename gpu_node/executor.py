@@ -9,13 +9,11 @@ from dataclasses import dataclass
 import grpc
 import torch
 
-from ferryman.errors import make_status, ok_status
+from ferryman.errors import Reason, make_status, ok_status
 from ferryman.schema import IOSchema
 from ferryman.v1 import common_pb2, node_pb2
 from gpu_node.batch import build_inputs, plan, slice_inputs, split_outputs
 from gpu_node.runtimes.base import BatchInput, Runtime, RuntimeOutput
-
-MODEL_ERROR = "MODEL_ERROR"
 
 
 @dataclass
@@ -66,7 +64,9 @@ def run_batch(
             per_item = split_outputs(result.outputs, group.rows, schema)
         except Exception as exc:  # a model error fails this group; the batcher bisects it
             compute += time.perf_counter() - started
-            status = make_status(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}", reason=MODEL_ERROR)
+            status = make_status(
+                grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}", reason=Reason.MODEL_ERROR
+            )
             for index in group.indices:
                 outcomes[index] = node_pb2.ItemOutcome(request_id=items[index].request_id, status=status)
             continue

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import grpc
 
-from ferryman.errors import make_status
+from ferryman.errors import Reason, make_status
 from ferryman.security import Security, aio_channel
 from ferryman.serving import channel_options
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
@@ -149,10 +149,12 @@ class BatcherPool:
                 break
         if timed_out:
             status = make_status(
-                grpc.StatusCode.DEADLINE_EXCEEDED, "no batcher answered in time", reason="DEADLINE"
+                grpc.StatusCode.DEADLINE_EXCEEDED, "no batcher answered in time", reason=Reason.DEADLINE
             )
         else:
-            status = make_status(grpc.StatusCode.UNAVAILABLE, "no batcher reachable", reason="NO_BATCHER")
+            status = make_status(
+                grpc.StatusCode.UNAVAILABLE, "no batcher reachable", reason=Reason.NO_BATCHER
+            )
         return batcher_pb2.ItemResult(request_id=item.request_id, status=status)
 
     async def close(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 from google.rpc import status_pb2
 
-from ferryman.errors import OVERLOADED, expected_wait_s, make_status
+from ferryman.errors import Reason, expected_wait_s, make_status
 from ferryman.schema_check import check_inputs
 from ferryman.telemetry import current_span, traceparent, tracer
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
@@ -51,7 +51,7 @@ def fail(code: grpc.StatusCode, message: str, reason: str, **details: object) ->
 
 def unknown_model(model: str) -> RequestFailed:
     """Unknown and forbidden models answer alike, so model names do not leak across tenants."""
-    return fail(grpc.StatusCode.NOT_FOUND, f"unknown model {clip(model)!r}", "UNKNOWN_MODEL")
+    return fail(grpc.StatusCode.NOT_FOUND, f"unknown model {clip(model)!r}", Reason.UNKNOWN_MODEL)
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class RouterService:
             raise fail(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "; ".join(f"{f}: {d}" for f, d in bad),
-                "INVALID_REQUEST",
+                Reason.INVALID_REQUEST,
                 violations=bad,
             )
         if not snapshot.may_use(tenant, request.model) or (
@@ -123,7 +123,7 @@ class RouterService:
             raise fail(
                 grpc.StatusCode.NOT_FOUND,
                 f"unknown version {clip(choice.model)}:{clip(choice.version)}",
-                "UNKNOWN_VERSION",
+                Reason.UNKNOWN_VERSION,
             )
         checked = check_inputs(request.inputs, version.schema)
         rows, violations = checked.rows, checked.violations
@@ -131,7 +131,7 @@ class RouterService:
             raise fail(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "; ".join(f"{f}: {d}" for f, d in violations),
-                "INVALID_INPUT",
+                Reason.INVALID_INPUT,
                 violations=violations,
             )
         tokens = token_bound(request.inputs)
@@ -152,7 +152,7 @@ class RouterService:
             raise fail(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 "the deadline passed before the request arrived",
-                "DEADLINE",
+                Reason.DEADLINE,
             )
         request_id = request.request_id or uuid.uuid4().hex
         quota_id = f"{tenant.name}/{request_id}"
@@ -170,7 +170,7 @@ class RouterService:
                     budget_s=min(self._settings.quota_timeout_s, deadline - loop.time()),
                 )
         except QuotaUnavailable as exc:
-            raise fail(grpc.StatusCode.UNAVAILABLE, str(exc), "QUOTA_UNAVAILABLE") from None
+            raise fail(grpc.StatusCode.UNAVAILABLE, str(exc), Reason.QUOTA_UNAVAILABLE) from None
         self._metrics.child(
             self._metrics.quota_decisions, self._metrics.tenant(tenant.name), verdict.decision.value
         ).inc()
@@ -178,14 +178,14 @@ class RouterService:
             raise fail(
                 grpc.StatusCode.ALREADY_EXISTS,
                 f"request_id {clip(request_id)!r} was already used for a different request",
-                "REQUEST_ID_REUSED",
+                Reason.REQUEST_ID_REUSED,
             )
         if verdict.decision == Decision.REJECT:
             raise fail(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 "quota exceeded: "
                 + ", ".join(f"{v.limit} {v.current:g}/{v.maximum:g}" for v in verdict.violations),
-                "QUOTA_EXCEEDED",
+                Reason.QUOTA_EXCEEDED,
                 quota_violations=[
                     (f"{tenant.name}:{v.limit}", f"{v.current:g} of {v.maximum:g} used")
                     for v in verdict.violations
@@ -310,7 +310,7 @@ class RouterService:
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"{admitted.choice.key} is overloaded: expected latency {wait * 1000:.0f} ms "
                 "exceeds this request's deadline",
-                OVERLOADED,
+                Reason.OVERLOADED,
                 retry_after=timedelta(seconds=wait),
             )
         return now

@@ -12,7 +12,7 @@ from google.rpc import status_pb2
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from ferryman.errors import abort, make_status, status_code
+from ferryman.errors import Reason, abort, make_status, status_code
 from ferryman.logs import log_request
 from ferryman.serving import ServicerContext
 from ferryman.telemetry import context_from_metadata, current_span, tracer
@@ -33,7 +33,7 @@ def undecodable(request: Undecodable) -> status_pb2.Status:
     return make_status(
         grpc.StatusCode.INVALID_ARGUMENT,
         f"the request could not be parsed: {request.reason}",
-        reason="UNDECODABLE",
+        reason=Reason.UNDECODABLE,
         violations=[("request", request.reason)],
     )
 
@@ -100,7 +100,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
         tenant = authenticate(self._cache.snapshot, key) if key else None
         if tenant is None:
             reason = "missing API key" if not key else "unknown or revoked API key"
-            status = make_status(grpc.StatusCode.UNAUTHENTICATED, reason, reason="UNAUTHENTICATED")
+            status = make_status(grpc.StatusCode.UNAUTHENTICATED, reason, reason=Reason.UNAUTHENTICATED)
             await abort(context, status)
             raise AssertionError("abort raises")
         return tenant
@@ -151,7 +151,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
             except Exception as exc:  # one request's bug must not end the others' stream
                 log.exception("request %s failed", request.request_id)
                 status = make_status(
-                    grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}", reason="INTERNAL"
+                    grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}", reason=Reason.INTERNAL
                 )
                 answers.put_nowait(
                     inference_pb2.PredictStreamResponse(request_id=request.request_id, error=status)

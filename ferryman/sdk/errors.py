@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 from google.rpc import status_pb2
 
-from ferryman.errors import status_code, unpack_details
+from ferryman.errors import Reason, status_code, unpack_details
 
 
 class FerrymanError(Exception):
@@ -119,7 +119,7 @@ def from_status(status: status_pb2.Status) -> FerrymanError:
         return Unavailable(code, status.message, reason, retry_after)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return DeadlineExceeded(code, status.message, reason)
-    if code == grpc.StatusCode.INTERNAL and reason == "MODEL_ERROR":
+    if code == grpc.StatusCode.INTERNAL and reason == Reason.MODEL_ERROR:
         return ModelError(code, status.message, reason)
     return FerrymanError(code, status.message, reason)
 

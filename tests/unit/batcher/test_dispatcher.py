@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from batcher.breaker import BreakerState
-from batcher.dispatcher import MODEL_ERROR, Dispatcher
+from batcher.dispatcher import Dispatcher
 from batcher.entries import Entry, Waiter
 from batcher.fairness import SlotPolicy
 from batcher.metrics import BatcherMetrics
@@ -19,7 +19,7 @@ from batcher.node_client import NodeCallError, NodeClient
 from batcher.predictor import LatencyPredictor
 from batcher.replicas import PowerOfTwoChoices, ReplicaDirectory
 from batcher.settings import BatcherSettings
-from ferryman.errors import make_status, ok_status
+from ferryman.errors import Reason, make_status, ok_status
 from ferryman.security import Security
 from ferryman.v1 import batcher_pb2, node_pb2
 from registry.tables import DeadLetter, ModelVersion
@@ -46,7 +46,7 @@ class FakeNode:
             raise NodeCallError(self.fail, f"{self.name} says no")
         poisoned = any(i.startswith("poison") for i in ids)
         status = (
-            make_status(grpc.StatusCode.INTERNAL, "ValueError: poison", reason=MODEL_ERROR)
+            make_status(grpc.StatusCode.INTERNAL, "ValueError: poison", reason=Reason.MODEL_ERROR)
             if poisoned
             else ok_status()
         )
