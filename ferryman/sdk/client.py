@@ -57,22 +57,8 @@ def _stream_answer(reply: inference_pb2.PredictStreamResponse) -> Prediction | F
 
 
 class _Endpoint:
-    """What both clients hold: the target's key, defaults and model schemas."""
-
-    def __init__(self, api_key: str, timeout: float, retries: int) -> None:
-        self._metadata = (("authorization", f"Bearer {api_key}"),)
-        self._timeout = timeout
-        self._retries = retries
-        self._models: dict[str, inference_pb2.ModelInfo] = {}
-        self._closed = False
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClientClosed()
-
-
-class Client(_Endpoint):
-    """A blocking client for one Ferryman endpoint."""
+    """What both clients hold: the channel's target and credentials, the key, defaults
+    and model schemas."""
 
     def __init__(
         self,
@@ -86,15 +72,34 @@ class Client(_Endpoint):
     ) -> None:
         """``target`` and ``api_key`` default to FERRYMAN_TARGET and FERRYMAN_API_KEY; ``tls``:
         True to verify the router with the system's CAs, or a CA file's path."""
-        target, api_key = endpoint(target, api_key)
-        super().__init__(api_key, timeout, retries)
-        credentials = channel_credentials(tls, credentials)
+        self._target, api_key = endpoint(target, api_key)
+        self._credentials = channel_credentials(tls, credentials)
+        self._metadata = (("authorization", f"Bearer {api_key}"),)
+        self._timeout = timeout
+        self._retries = retries
+        self._models: dict[str, inference_pb2.ModelInfo] = {}
+        self._closed = False
+        self._stub = inference_pb2_grpc.InferenceStub(self._open_channel())
+
+    def _open_channel(self) -> grpc.Channel | grpc.aio.Channel:
+        """The channel to ``self._target`` (blocking or asyncio, by client)."""
+        raise NotImplementedError
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed()
+
+
+class Client(_Endpoint):
+    """A blocking client for one Ferryman endpoint."""
+
+    def _open_channel(self) -> grpc.Channel:
         self._channel = (
-            grpc.secure_channel(target, credentials, channel_options())
-            if credentials
-            else grpc.insecure_channel(target, channel_options())
+            grpc.secure_channel(self._target, self._credentials, channel_options())
+            if self._credentials
+            else grpc.insecure_channel(self._target, channel_options())
         )
-        self._stub = inference_pb2_grpc.InferenceStub(self._channel)
+        return self._channel
 
     def get_model(self, model: str, *, metadata: Metadata | None = None) -> inference_pb2.ModelInfo:
         self._check_open()
@@ -210,27 +215,13 @@ class Client(_Endpoint):
 class AsyncClient(_Endpoint):
     """An asyncio client for one Ferryman endpoint (same API as Client, awaited)."""
 
-    def __init__(
-        self,
-        target: str | None = None,
-        api_key: str | None = None,
-        *,
-        timeout: float = DEFAULT_TIMEOUT_S,
-        retries: int = DEFAULT_RETRIES,
-        tls: bool | str | Path = False,
-        credentials: grpc.ChannelCredentials | None = None,
-    ) -> None:
-        """``target`` and ``api_key`` default to FERRYMAN_TARGET and FERRYMAN_API_KEY; ``tls``:
-        True to verify the router with the system's CAs, or a CA file's path."""
-        target, api_key = endpoint(target, api_key)
-        super().__init__(api_key, timeout, retries)
-        credentials = channel_credentials(tls, credentials)
+    def _open_channel(self) -> grpc.aio.Channel:
         self._channel = (
-            grpc.aio.secure_channel(target, credentials, channel_options())
-            if credentials
-            else grpc.aio.insecure_channel(target, channel_options())
+            grpc.aio.secure_channel(self._target, self._credentials, channel_options())
+            if self._credentials
+            else grpc.aio.insecure_channel(self._target, channel_options())
         )
-        self._stub = inference_pb2_grpc.InferenceStub(self._channel)
+        return self._channel
 
     async def get_model(self, model: str, *, metadata: Metadata | None = None) -> inference_pb2.ModelInfo:
         self._check_open()
