@@ -14,6 +14,7 @@ from ferryman.v1 import inference_pb2, quota_pb2, quota_pb2_grpc
 from registry.cache import SnapshotCache
 from registry.db import make_engine
 from router.batchers import BatcherPool, BatcherPort
+from router.gateway import Gateway
 from router.handlers import add_inference_servicer
 from router.metrics import RouterMetrics
 from router.quota.client import LocalQuota, QuotaClient, RemoteQuota
@@ -78,7 +79,7 @@ async def serve_router(
         )
         service = RouterService(settings, cache, quota, batchers, metrics)
         renewer = asyncio.create_task(service.renew_leases(refresher_stop))
-        add_inference_servicer(InferenceServicer(settings, cache, service, metrics), rt.server)
+        add_inference_servicer(InferenceServicer(Gateway(settings, cache, service, metrics)), rt.server)
         if local_quota is not None and settings.internal_listen:
             internal = ServiceSpec(
                 name="quota",

@@ -33,7 +33,7 @@ def test_predict_many_answers_each_request_in_order_over_one_stream(e2e: E2E) ->
     for streamed, single in zip(good, singles, strict=True):
         streamed_out, single_out = streamed.outputs["output"], single.outputs["output"]
         assert isinstance(streamed_out, np.ndarray) and isinstance(single_out, np.ndarray)
-        np.testing.assert_allclose(streamed_out, single_out, rtol=1e-5)
+        np.testing.assert_allclose(streamed_out, single_out, rtol=1e-4, atol=1e-5)  # batch-size numerics
 
 
 def test_errors_name_their_request_id(e2e: E2E) -> None:

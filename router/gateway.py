@@ -1,0 +1,220 @@
+"""The Inference API, transport-neutral: authentication, deadlines, the request's root
+span, metrics and logs around ``RouterService``, stream multiplexing, and the model
+catalogue. Front doors (the gRPC servicer today) only convert their wire format to
+these calls and ``RequestFailed`` statuses back."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+
+import grpc
+from google.rpc import status_pb2
+from opentelemetry.context import Context
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from ferryman.errors import Reason, make_status, status_code
+from ferryman.logs import log_request
+from ferryman.telemetry import current_span, tracer
+from ferryman.v1 import inference_pb2
+from registry.cache import SnapshotCache
+from registry.snapshot import TenantRecord
+from router.auth import authenticate
+from router.handlers import Undecodable
+from router.metrics import RouterMetrics
+from router.service import RequestFailed, RouterService, fail, unknown_model
+from router.settings import RouterSettings
+
+log = logging.getLogger("ferryman.router")
+
+
+def undecodable(request: Undecodable) -> status_pb2.Status:
+    return make_status(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"the request could not be parsed: {request.reason}",
+        reason=Reason.UNDECODABLE,
+        violations=[("request", request.reason)],
+    )
+
+
+def own_deadline(request: inference_pb2.PredictRequest, call_deadline: float) -> float:
+    """The request's deadline (event-loop time): its own ``timeout`` if set, within the call's."""
+    if not request.HasField("timeout"):
+        return call_deadline
+    own = asyncio.get_running_loop().time() + request.timeout.ToTimedelta().total_seconds()
+    return min(call_deadline, own)
+
+
+class Gateway:
+    """What every front door calls; failures raise ``RequestFailed`` with the status to send."""
+
+    def __init__(
+        self, settings: RouterSettings, cache: SnapshotCache, service: RouterService, metrics: RouterMetrics
+    ) -> None:
+        self._settings = settings
+        self._cache = cache
+        self._service = service
+        self._metrics = metrics
+        self._tracer = tracer("ferryman.router")
+
+    def tenant(self, key: str | None) -> TenantRecord:
+        """The tenant of a bearer key (None: none was sent)."""
+        tenant = authenticate(self._cache.snapshot, key) if key else None
+        if tenant is None:
+            reason = "missing API key" if not key else "unknown or revoked API key"
+            raise fail(grpc.StatusCode.UNAUTHENTICATED, reason, Reason.UNAUTHENTICATED)
+        return tenant
+
+    def deadline(self, remaining_s: float | None) -> float:
+        """The call's deadline (event-loop time) from the time its caller gave (None: the default)."""
+        budget = self._settings.default_timeout_s if remaining_s is None else remaining_s
+        return asyncio.get_running_loop().time() + budget
+
+    async def predict(
+        self,
+        request: inference_pb2.PredictRequest | Undecodable,
+        tenant: TenantRecord,
+        call_deadline: float,
+        parent: Context,
+    ) -> inference_pb2.PredictResponse:
+        """One request, within its own deadline and the call's."""
+        if isinstance(request, Undecodable):
+            raise RequestFailed(undecodable(request))
+        return await self._predict(request, tenant, own_deadline(request, call_deadline), parent)
+
+    async def _predict(
+        self, request: inference_pb2.PredictRequest, tenant: TenantRecord, deadline: float, parent: Context
+    ) -> inference_pb2.PredictResponse:
+        """RouterService.predict inside the request's root span, measured and logged."""
+        started = time.perf_counter()
+        with current_span(
+            self._tracer,
+            "router.Predict",
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes={"ferryman.tenant": tenant.name, "ferryman.model": request.model},
+        ) as span:
+            try:
+                response = await self._service.predict(request, tenant, deadline)
+            except RequestFailed as failed:
+                code = status_code(failed.status).name
+                elapsed = time.perf_counter() - started
+                self._metrics.observe(tenant.name, request.model, request.version, code, elapsed)
+                span.set_status(Status(StatusCode.ERROR, failed.status.message))
+                span.set_attribute("rpc.grpc.status_code", failed.status.code)
+                log_request(tenant.name, request.model, request.version, request.request_id, code, elapsed)
+                raise
+            elapsed = time.perf_counter() - started
+            span.set_attributes(
+                {
+                    "ferryman.request_id": response.request_id,
+                    "ferryman.version": response.version,
+                    "ferryman.served_model": response.model,
+                    "ferryman.fallback": response.fallback,
+                    "ferryman.coalesced": response.coalesced,
+                    "ferryman.cached": response.cached,
+                    "gen_ai.usage.input_tokens": response.usage.input_tokens,
+                    "gen_ai.usage.output_tokens": response.usage.output_tokens,
+                }
+            )
+            self._metrics.observe(tenant.name, response.model, response.version, "OK", elapsed)
+            log_request(tenant.name, response.model, response.version, response.request_id, "OK", elapsed)
+        return response
+
+    async def predict_stream(
+        self,
+        request_iterator: AsyncIterator[inference_pb2.PredictRequest | Undecodable],
+        tenant: TenantRecord,
+        deadline: float,
+        parent: Context,
+    ) -> AsyncGenerator[inference_pb2.PredictStreamResponse]:
+        """Answer many requests of one call as each is ready; one request's failure is its
+        own answer, never the call's. Close it (``aclose``) when the caller leaves: that
+        cancels the requests still running."""
+        # Every answer task puts exactly one answer; the reader puts None when the requests end.
+        answers: asyncio.Queue[inference_pb2.PredictStreamResponse | None] = asyncio.Queue()
+        running: set[asyncio.Task[None]] = set()
+        started = 0
+
+        async def answer(request: inference_pb2.PredictRequest | Undecodable) -> None:
+            if isinstance(request, Undecodable):
+                answers.put_nowait(inference_pb2.PredictStreamResponse(error=undecodable(request)))
+                return
+            try:
+                response = await self._predict(request, tenant, own_deadline(request, deadline), parent)
+                answers.put_nowait(
+                    inference_pb2.PredictStreamResponse(request_id=response.request_id, response=response)
+                )
+            except RequestFailed as failed:
+                answers.put_nowait(
+                    inference_pb2.PredictStreamResponse(request_id=request.request_id, error=failed.status)
+                )
+            except Exception as exc:  # one request's bug must not end the others' stream
+                log.exception("request %s failed", request.request_id)
+                status = make_status(
+                    grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}", reason=Reason.INTERNAL
+                )
+                answers.put_nowait(
+                    inference_pb2.PredictStreamResponse(request_id=request.request_id, error=status)
+                )
+
+        async def read() -> None:
+            nonlocal started
+            try:
+                async for request in request_iterator:
+                    task = asyncio.create_task(answer(request))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                    started += 1
+            finally:
+                answers.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            sent, reading = 0, True
+            while reading or sent < started:
+                item = await answers.get()
+                if item is None:
+                    reading = False
+                    continue
+                yield item
+                sent += 1
+            reader.result()  # a broken request stream ends the call with its error
+        finally:
+            reader.cancel()
+            for task in running:
+                task.cancel()
+
+    def list_models(self, tenant: TenantRecord) -> inference_pb2.ListModelsResponse:
+        snapshot = self._cache.snapshot
+        visible = [n for n in sorted(snapshot.routes) if snapshot.may_use(tenant, n)]
+        return inference_pb2.ListModelsResponse(models=[self._model_info(n) for n in visible])
+
+    def get_model(self, tenant: TenantRecord, model: str) -> inference_pb2.ModelInfo:
+        snapshot = self._cache.snapshot
+        if model not in snapshot.routes or not snapshot.may_use(tenant, model):
+            raise unknown_model(model)
+        return self._model_info(model)
+
+    def _model_info(self, model: str) -> inference_pb2.ModelInfo:
+        snapshot = self._cache.snapshot
+        route = snapshot.routes[model]
+        weights = dict(route.targets)
+        versions = [
+            inference_pb2.VersionInfo(
+                version=v.version,
+                status=v.status,
+                weight=weights.get(v.version, 0),
+                schema=v.schema.to_proto(),
+            )
+            for key, v in sorted(snapshot.versions.items())
+            if v.model == model and v.status in ("ACTIVE", "DEPRECATED")
+        ]
+        return inference_pb2.ModelInfo(
+            name=model,
+            description=snapshot.descriptions.get(model, ""),
+            versions=versions,
+            fallback=route.fallback,
+        )
