@@ -205,7 +205,7 @@ class Dispatcher:
 
     def _backoff(self, attempt: int) -> float:
         capped = min(attempt, MAX_BACKOFF_DOUBLINGS)
-        return float(self._settings.retry_backoff_ms * (2**capped) / 1000)
+        return float(self._settings.retry_backoff_s * 2**capped)
 
     async def _call(
         self,

@@ -48,7 +48,7 @@ class VersionQueue:
         self._rows = 0
         self._tenant_rows: dict[str, int] = {}
         self.predictor = LatencyPredictor(
-            default_s=settings.default_batch_latency_ms / 1000, smoothing=settings.predictor_smoothing
+            default_s=settings.default_batch_latency_s, smoothing=settings.predictor_smoothing
         )
         self.arrivals = RateMeter(tau_s=settings.rate_window_s)
         self.drained = RateMeter(tau_s=settings.rate_window_s)
@@ -70,7 +70,7 @@ class VersionQueue:
         self.deferred = False
         """The last decision left a free slot to another queue's tenant."""
         self._clock = clock
-        self._retry_wait_s = settings.retry_backoff_ms / 1000
+        self._retry_wait_s = settings.retry_backoff_s
         self._wakeup = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
         self._labels = {"model": self.model, "version": self.version}

@@ -234,12 +234,10 @@ class BatcherService:
             scheduler = SchedulerConfig(
                 max_batch_rows=config.max_batch_size,
                 max_window_s=config.max_queue_delay_s,
-                slack_margin_s=self._settings.slack_margin_ms / 1000,
-                aging_s=self._settings.aging_ms / 1000,
+                slack_margin_s=self._settings.slack_margin_s,
+                aging_s=self._settings.aging_s,
                 headroom=self._settings.headroom,
-                fixed_window_s=(
-                    None if self._settings.fixed_window_ms is None else self._settings.fixed_window_ms / 1000
-                ),
+                fixed_window_s=self._settings.fixed_window_s,
             )
             queue = VersionQueue(
                 key,

@@ -27,15 +27,15 @@ class BatcherSettings(BaseSettings):
     retry_after_max_s: float = Field(default=10.0, gt=0)
 
     # Scheduler
-    slack_margin_ms: float = Field(default=2.0, ge=0)
-    aging_ms: float = Field(default=100.0, gt=0)
+    slack_margin_s: float = Field(default=0.002, ge=0)
+    aging_s: float = Field(default=0.1, gt=0)
     headroom: float = Field(default=1.25, ge=1.0)
-    default_batch_latency_ms: float = Field(default=5.0, gt=0)
+    default_batch_latency_s: float = Field(default=0.005, gt=0)
     """Predicted batch latency before any profile or measurement exists."""
     predictor_smoothing: float = Field(default=0.2, gt=0, le=1)
     rate_window_s: float = Field(default=1.0, gt=0)
     """Time constant of the arrival-rate meter."""
-    fixed_window_ms: float | None = Field(default=None, ge=0)
+    fixed_window_s: float | None = Field(default=None, ge=0)
     """Replace the adaptive window with a fixed one (benchmarks compare the two)."""
 
     fair_active_s: float = Field(default=5.0, gt=0)
@@ -53,7 +53,7 @@ class BatcherSettings(BaseSettings):
     # Dispatch
     max_inflight_per_node: int = Field(default=2, ge=1)
     max_attempts: int = Field(default=3, ge=1)
-    retry_backoff_ms: float = Field(default=5.0, ge=0)
+    retry_backoff_s: float = Field(default=0.005, ge=0)
     breaker_threshold: int = Field(default=3, ge=1)
     breaker_cooldown_s: float = Field(default=2.0, gt=0)
     """A node whose last heartbeat is older than this gets no batches."""

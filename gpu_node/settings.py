@@ -36,11 +36,6 @@ class NodeSettings(BaseSettings):
     """Timed runs per warm-up batch size (the fastest is kept)."""
     profile_smoothing: float = Field(default=0.2, gt=0, le=1)
     """Weight of a live batch in the latency profile's moving average."""
-    artifact_cache_dir: str = ""
-    """Where fetched artifacts go (default: <data dir>/cache)."""
     max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     metrics_listen: str = ""
     """host:port for Prometheus metrics; empty disables the endpoint."""
-
-    def address(self) -> str:
-        return self.advertise or self.listen

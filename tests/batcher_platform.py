@@ -140,7 +140,7 @@ def run_platform(root: Path) -> Iterator[Platform]:
         listen="127.0.0.1:0",
         metrics_listen=metrics,
         max_queue_rows=64,
-        retry_backoff_ms=20,
+        retry_backoff_s=0.02,
         breaker_cooldown_s=0.5,
     )
     batcher = ServiceThread(lambda stop, ready: serve_batcher(settings, common, stop, ready), "batcher")

@@ -104,7 +104,7 @@ def main() -> None:
                 label = "adaptive" if window is None else f"fixed {window:g} ms"
                 batcher_env = dict(env)
                 if window is not None:
-                    batcher_env["FERRYMAN_BATCHER_FIXED_WINDOW_MS"] = str(window)
+                    batcher_env["FERRYMAN_BATCHER_FIXED_WINDOW_S"] = str(window / 1000)
                 address = f"127.0.0.1:{free_port()}"
                 batcher = start(["serve", "batcher", "--listen", address], batcher_env)
                 try:

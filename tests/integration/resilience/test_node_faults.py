@@ -92,7 +92,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     writer.place("echo", "poison")
     key = writer.create_tenant("acme").plaintext
     common = CommonSettings(data_dir=root, database_url=url, registry_refresh_s=REGISTRY_REFRESH_S)
-    batcher_settings = BatcherSettings(listen="127.0.0.1:0", retry_backoff_ms=10)
+    batcher_settings = BatcherSettings(listen="127.0.0.1:0", retry_backoff_s=0.01)
     batcher = ServiceThread(
         lambda stop, ready: serve_batcher(batcher_settings, common, stop, ready), "batcher"
     )

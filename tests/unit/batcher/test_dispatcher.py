@@ -101,7 +101,7 @@ class Letters:
 
 
 async def rig(**settings: object) -> Rig:
-    config = BatcherSettings(retry_backoff_ms=0, **settings)  # type: ignore[arg-type]
+    config = BatcherSettings(retry_backoff_s=0, **settings)  # type: ignore[arg-type]
     nodes = {name: FakeNode(name) for name in NODES}
     by_address = {f"{name}:1": node for name, node in nodes.items()}
 
