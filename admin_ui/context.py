@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ferryman.config import CommonSettings
-from ferryman.security import Security
+from ferryman.kernel.config import CommonSettings
+from ferryman.kernel.security import Security
 from registry.db import make_engine
 from registry.reader import RegistryReader
 from registry.writer import RegistryWriter

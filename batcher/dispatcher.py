@@ -26,7 +26,7 @@ from batcher.predictor import LatencyPredictor
 from batcher.replicas import Replica, ReplicaDirectory
 from batcher.settings import BatcherSettings
 from ferryman.errors import Reason, make_status, unpack_details
-from ferryman.telemetry import links, tracer
+from ferryman.kernel.telemetry import links, tracer
 from ferryman.v1 import batcher_pb2, node_pb2
 from registry.tables import DeadLetter
 

@@ -13,7 +13,7 @@ from batcher.metrics import BatcherMetrics
 from batcher.replicas import ReplicaDirectory
 from batcher.service import BatcherService
 from batcher.settings import BatcherSettings
-from ferryman.config import CommonSettings
+from ferryman.kernel.config import CommonSettings
 from registry.db import make_engine
 from registry.reader import RegistryReader
 from registry.writer import RegistryWriter

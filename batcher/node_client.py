@@ -12,8 +12,8 @@ from typing import Protocol
 
 import grpc
 
-from ferryman.security import Security, aio_channel
-from ferryman.serving import channel_options
+from ferryman.kernel.security import Security, aio_channel
+from ferryman.kernel.serving import channel_options
 from ferryman.v1 import node_pb2, node_pb2_grpc
 
 

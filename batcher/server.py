@@ -9,8 +9,8 @@ from batcher.host import BatcherHost
 from batcher.metrics import BatcherMetrics
 from batcher.servicer import BatcherServicer
 from batcher.settings import BatcherSettings
-from ferryman.config import CommonSettings
-from ferryman.runtime import ServiceSpec, run_service
+from ferryman.kernel.config import CommonSettings
+from ferryman.kernel.runtime import ServiceSpec, run_service
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
 
 BATCHER_SERVICE = batcher_pb2.DESCRIPTOR.services_by_name["Batcher"].full_name

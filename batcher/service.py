@@ -22,7 +22,7 @@ from batcher.replicas import ReplicaDirectory, VersionConfig
 from batcher.scheduler import SchedulerConfig
 from batcher.settings import BatcherSettings
 from ferryman.errors import EXPECTED_MS, Reason, make_status
-from ferryman.telemetry import parent_context, tracer
+from ferryman.kernel.telemetry import parent_context, tracer
 from ferryman.v1 import batcher_pb2, common_pb2
 
 DEFAULT_PRIORITY = common_pb2.PRIORITY_NORMAL

@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator
 
 from batcher.service import BatcherService
-from ferryman.serving import ServicerContext
+from ferryman.kernel.serving import ServicerContext
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
 
 # Longest a Submit stream's reader runs before letting other tasks in.

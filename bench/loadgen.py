@@ -17,8 +17,8 @@ from datetime import timedelta
 import grpc
 import numpy as np
 
-from ferryman.config import CommonSettings
-from ferryman.security import aio_channel
+from ferryman.kernel.config import CommonSettings
+from ferryman.kernel.security import aio_channel
 from ferryman.tensors import encode
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, common_pb2
 

@@ -24,10 +24,10 @@ import numpy as np
 import torch
 
 from ferryman.artifacts import artifact_sha256
-from ferryman.config import CommonSettings
-from ferryman.net import free_port
+from ferryman.kernel.config import CommonSettings
+from ferryman.kernel.net import free_port
+from ferryman.kernel.serving import channel_options
 from ferryman.schema import IOSchema
-from ferryman.serving import channel_options
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, node_pb2, node_pb2_grpc
 from gpu_node.demo import mlp

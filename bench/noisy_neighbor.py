@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from ferryman.bench.neighbors import LightLoad, ferryman_up, flood, goodput, until_served
-from ferryman.net import free_port
+from ferryman.kernel.net import free_port
 from ferryman.sdk.client import AsyncClient
 from registry.db import make_engine
 from registry.writer import RegistryWriter

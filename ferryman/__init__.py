@@ -1,7 +1,8 @@
 """Ferryman: a gRPC-native, multi-tenant inference platform for PyTorch models.
 
 Tenant apps use the SDK from here (``ferryman.Client``, ``ferryman.AsyncClient``);
-every service imports the shared config, telemetry and gRPC helpers from here.
+services build on its kernel (``ferryman.kernel``: settings, serving lifecycle, security,
+telemetry); the CLI (``ferryman.cli``) composes them.
 """
 
 __version__ = "0.1.0"

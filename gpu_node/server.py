@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import torch
 
-from ferryman.config import CommonSettings
-from ferryman.runtime import ServiceSpec, run_service
+from ferryman.kernel.config import CommonSettings
+from ferryman.kernel.runtime import ServiceSpec, run_service
 from ferryman.v1 import node_pb2, node_pb2_grpc
 from gpu_node.loader import resolve_device
 from gpu_node.metrics import NodeMetrics

@@ -15,8 +15,8 @@ from google.rpc import code_pb2
 from grpc_health.v1._async import HealthServicer
 from opentelemetry.trace import SpanKind
 
-from ferryman.serving import NOT_SERVING, SERVING
-from ferryman.telemetry import links, tracer
+from ferryman.kernel.serving import NOT_SERVING, SERVING
+from ferryman.kernel.telemetry import links, tracer
 from ferryman.v1 import node_pb2
 from gpu_node.executor import run_batch
 from gpu_node.loader import LoadError, load_version

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from ferryman.serving import ServicerContext
+from ferryman.kernel.serving import ServicerContext
 from ferryman.v1 import node_pb2, node_pb2_grpc
 from gpu_node.service import NodeRefusal, NodeService
 

@@ -15,8 +15,8 @@ from typing import Protocol
 import grpc
 
 from ferryman.errors import Reason, make_status
-from ferryman.security import Security, aio_channel
-from ferryman.serving import channel_options
+from ferryman.kernel.security import Security, aio_channel
+from ferryman.kernel.serving import channel_options
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
 
 log = logging.getLogger("ferryman.router.batchers")

@@ -16,8 +16,8 @@ from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ferryman.errors import Reason, make_status, status_code
-from ferryman.logs import log_request
-from ferryman.telemetry import current_span, tracer
+from ferryman.kernel.logs import log_request
+from ferryman.kernel.telemetry import current_span, tracer
 from ferryman.v1 import inference_pb2
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord

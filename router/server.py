@@ -7,9 +7,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from ferryman.config import CommonSettings
-from ferryman.runtime import ServiceRuntime, ServiceSpec, run_service
-from ferryman.security import aio_channel
+from ferryman.kernel.config import CommonSettings
+from ferryman.kernel.runtime import ServiceRuntime, ServiceSpec, run_service
+from ferryman.kernel.security import aio_channel
 from ferryman.v1 import inference_pb2, quota_pb2, quota_pb2_grpc
 from registry.cache import SnapshotCache
 from registry.db import make_engine

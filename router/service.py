@@ -16,8 +16,8 @@ import grpc
 from google.rpc import status_pb2
 
 from ferryman.errors import Reason, expected_wait_s, make_status
+from ferryman.kernel.telemetry import current_span, traceparent, tracer
 from ferryman.schema_check import check_inputs
-from ferryman.telemetry import current_span, traceparent, tracer
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord, VersionRecord

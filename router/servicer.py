@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from ferryman.errors import abort
-from ferryman.serving import ServicerContext
-from ferryman.telemetry import context_from_metadata
+from ferryman.kernel.serving import ServicerContext
+from ferryman.kernel.telemetry import context_from_metadata
 from ferryman.v1 import inference_pb2, inference_pb2_grpc
 from registry.snapshot import TenantRecord
 from router.auth import bearer_key

@@ -13,8 +13,8 @@ from harness import ServiceThread
 
 from batcher.server import serve_batcher
 from batcher.settings import BatcherSettings
-from ferryman.config import CommonSettings
-from ferryman.net import free_port
+from ferryman.kernel.config import CommonSettings
+from ferryman.kernel.net import free_port
 from gpu_node.demo import echo, minilm, mlp
 from registry.db import make_engine
 from registry.migrate import upgrade

@@ -8,7 +8,7 @@ import grpc
 import streamlit as st
 
 from admin_ui.context import Console
-from ferryman.security import Security, sync_channel
+from ferryman.kernel.security import Security, sync_channel
 from ferryman.v1 import node_pb2, node_pb2_grpc
 from registry.snapshot import heartbeat_age_s
 from registry.validation import RegistryError

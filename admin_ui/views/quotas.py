@@ -6,7 +6,7 @@ import grpc
 import streamlit as st
 
 from admin_ui.context import Console
-from ferryman.security import sync_channel
+from ferryman.kernel.security import sync_channel
 from ferryman.v1 import quota_pb2, quota_pb2_grpc
 from registry.validation import RegistryError
 from registry.writer import QuotaLimits

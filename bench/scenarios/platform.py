@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ferryman.cli.up import Platform, is_serving
-from ferryman.net import free_port
+from ferryman.kernel.net import free_port
 from gpu_node.demo.build import build_demo_artifacts
 from registry.db import make_engine
 from registry.migrate import upgrade

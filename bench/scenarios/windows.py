@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 
 from bench.loadgen import RunResult, make_inputs_factory, open_loop
-from ferryman.net import free_port
+from ferryman.kernel.net import free_port
 from gpu_node.demo import mlp
 from registry.db import make_engine
 from registry.migrate import upgrade

@@ -10,8 +10,8 @@ from batcher.host import BatcherHost
 from batcher.local import LocalBatcher
 from batcher.metrics import BatcherMetrics
 from batcher.settings import BatcherSettings
-from ferryman.config import CommonSettings
-from ferryman.metrics_http import serve_metrics
+from ferryman.kernel.config import CommonSettings
+from ferryman.kernel.metrics_http import serve_metrics
 from router.quota.settings import QuotaSettings
 from router.server import serve_router
 from router.settings import RouterSettings

@@ -6,7 +6,7 @@ from functools import cache
 
 from sqlalchemy import Engine
 
-from ferryman.config import CommonSettings
+from ferryman.kernel.config import CommonSettings
 from registry.db import make_engine
 from registry.migrate import current_revision, head_revision
 

@@ -10,7 +10,7 @@ import uvloop
 
 from ferryman.cli.context import settings
 from ferryman.cli.output import fail
-from ferryman.logs import configure_logging
+from ferryman.kernel.logs import configure_logging
 
 serve_app = typer.Typer(help="Run one service (the Kubernetes path).", no_args_is_help=True)
 

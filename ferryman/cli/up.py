@@ -26,9 +26,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from admin_ui.auth import PASSWORD_ENV
 from ferryman.cli.context import engine, settings
 from ferryman.cli.output import console, fail
-from ferryman.config import CommonSettings
-from ferryman.net import check_listenable, free_port
-from ferryman.security import Security, sync_channel
+from ferryman.kernel.config import CommonSettings
+from ferryman.kernel.net import check_listenable, free_port
+from ferryman.kernel.security import Security, sync_channel
 from registry.keys import NewKey
 from registry.reader import RegistryReader
 from registry.writer import RegistryWriter

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import grpc
 
-from ferryman.serving import ServicerContext
+from ferryman.kernel.serving import ServicerContext
 from ferryman.v1 import quota_pb2, quota_pb2_grpc
 from router.quota.policy import Decision, Verdict
 from router.quota.service import InvalidQuotaCall, QuotaService, QuotaUnavailable
@@ -33,7 +33,7 @@ def verdict_to_proto(verdict: Verdict) -> quota_pb2.ReserveResponse:
 
 
 class QuotaServicer(quota_pb2_grpc.QuotaServicer):
-    """Reached only by services holding the service token (ferryman.security); it still
+    """Reached only by services holding the service token (ferryman.kernel.security); it still
     refuses out-of-bounds calls (negative or unbounded charges) with INVALID_ARGUMENT."""
 
     def __init__(self, service: QuotaService) -> None:

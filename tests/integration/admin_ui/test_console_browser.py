@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from services import unavailable
 
-from ferryman.net import free_port
+from ferryman.kernel.net import free_port
 from registry.db import make_engine
 from registry.migrate import upgrade
 from registry.tables import DeadLetter

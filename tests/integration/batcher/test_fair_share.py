@@ -10,7 +10,7 @@ import asyncio
 from pathlib import Path
 
 from ferryman.bench.neighbors import LightLoad, ferryman_up, flood, goodput, until_served
-from ferryman.net import free_port
+from ferryman.kernel.net import free_port
 from ferryman.sdk.client import AsyncClient
 from registry.db import make_engine
 from registry.writer import RegistryWriter

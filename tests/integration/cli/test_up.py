@@ -15,7 +15,7 @@ import grpc
 from metrics_scrape import scrape
 
 from ferryman.bench.neighbors import ferryman_up
-from ferryman.net import free_port
+from ferryman.kernel.net import free_port
 
 
 def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path) -> None:

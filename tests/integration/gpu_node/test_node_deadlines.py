@@ -16,8 +16,8 @@ from internal import internal_channel
 from metrics_scrape import sample
 from node_helpers import node_settings, spec
 
-from ferryman.config import CommonSettings
-from ferryman.net import free_port
+from ferryman.kernel.config import CommonSettings
+from ferryman.kernel.net import free_port
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, node_pb2, node_pb2_grpc
 from gpu_node.demo import echo

@@ -21,8 +21,8 @@ from node_helpers import node_subprocess
 
 from batcher.server import serve_batcher
 from batcher.settings import BatcherSettings
-from ferryman.config import CommonSettings
-from ferryman.net import free_port
+from ferryman.kernel.config import CommonSettings
+from ferryman.kernel.net import free_port
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from gpu_node.demo import echo

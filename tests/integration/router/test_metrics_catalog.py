@@ -10,7 +10,7 @@ import numpy as np
 from metrics_scrape import scrape
 from router_platform import E2E
 
-from ferryman.metrics_catalog import CATALOG, family
+from ferryman.kernel.metrics_catalog import CATALOG, family
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from gpu_node.demo import echo

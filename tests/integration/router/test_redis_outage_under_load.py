@@ -15,7 +15,7 @@ from figures import report
 from router_platform import E2E
 from services import start_redis, wait_for_redis
 
-from ferryman.net import free_port
+from ferryman.kernel.net import free_port
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from gpu_node.demo import echo

@@ -21,7 +21,7 @@ from router_platform import E2E, MINILM_PRICE_PER_1K_TOKENS
 from services import start_redis, wait_for_redis
 
 from ferryman.cli.up import is_serving
-from ferryman.net import free_port
+from ferryman.kernel.net import free_port
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from gpu_node.demo import echo

@@ -14,8 +14,8 @@ from node_helpers import node_settings
 
 import ferryman
 from ferryman.cli.certs import LocalPki, local_pki
-from ferryman.config import CommonSettings
-from ferryman.security import sync_channel
+from ferryman.kernel.config import CommonSettings
+from ferryman.kernel.security import sync_channel
 from ferryman.v1 import node_pb2, node_pb2_grpc
 from gpu_node.server import serve_node
 from registry.db import make_engine

@@ -20,7 +20,7 @@ from batcher.predictor import LatencyPredictor
 from batcher.replicas import PowerOfTwoChoices, ReplicaDirectory
 from batcher.settings import BatcherSettings
 from ferryman.errors import Reason, make_status, ok_status
-from ferryman.security import Security
+from ferryman.kernel.security import Security
 from ferryman.v1 import batcher_pb2, node_pb2
 from registry.tables import DeadLetter, ModelVersion
 

@@ -7,7 +7,7 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from ferryman.security import TOKEN_FILE, shared_token
+from ferryman.kernel.security import TOKEN_FILE, shared_token
 
 PROCESSES = 16
 

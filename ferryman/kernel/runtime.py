@@ -26,13 +26,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from ferryman.config import CommonSettings
-from ferryman.metrics_http import serve_metrics
-from ferryman.security import Security, ServiceTokenInterceptor, bind
-from ferryman.serving import NOT_SERVING, SERVING, create_server, set_health
-from ferryman.telemetry import setup_tracing
+from ferryman.kernel.config import CommonSettings
+from ferryman.kernel.metrics_http import serve_metrics
+from ferryman.kernel.security import Security, ServiceTokenInterceptor, bind
+from ferryman.kernel.serving import NOT_SERVING, SERVING, create_server, set_health
+from ferryman.kernel.telemetry import setup_tracing
 
-log = logging.getLogger("ferryman.runtime")
+log = logging.getLogger("ferryman.kernel.runtime")
 
 Closer = Callable[[], Awaitable[Any] | None]
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-log = logging.getLogger("ferryman.security")
+log = logging.getLogger("ferryman.kernel.security")
 
 TOKEN_HEADER = "x-ferryman-service-token"
 TOKEN_FILE = "service-token"

@@ -12,7 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
-from ferryman.security import NO_REUSEPORT
+from ferryman.kernel.security import NO_REUSEPORT
 
 # Servicer methods take the request/response-typed context; our shells need no more than Any.
 ServicerContext = grpc.aio.ServicerContext[Any, Any]
@@ -38,7 +38,7 @@ def create_server(
 
     Reflection lists exactly ``service_names`` (and health): a server hosting internal
     and public services on different ports lists each port's own. The caller registers
-    its own servicers, binds a port (``ferryman.security.bind``) and starts it.
+    its own servicers, binds a port (``ferryman.kernel.security.bind``) and starts it.
     """
     server = grpc.aio.server(
         options=[*channel_options(max_message_bytes), NO_REUSEPORT], interceptors=list(interceptors)

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ferryman.security import Security, load_security
+from ferryman.kernel.security import Security, load_security
 
 
 def default_data_dir() -> Path:
