@@ -28,6 +28,7 @@ NODES = ("rn1", "rn2")
 ECHO_HANDLER = "gpu_node.demo.echo:EchoHandler"
 SLOW_MS = 300
 MINILM_PRICE_PER_1K_TOKENS = 1.0
+DEFAULT_QUOTA_TIMEOUT_S = RouterSettings.model_fields["quota_timeout_s"].default
 
 
 @dataclass
@@ -44,10 +45,15 @@ class E2E:
     node_metrics: list[str] = field(default_factory=list)
 
     def start_router(
-        self, quota: QuotaSettings, metrics_listen: str = "", internal_listen: str = ""
+        self,
+        quota: QuotaSettings,
+        metrics_listen: str = "",
+        internal_listen: str = "",
+        quota_timeout_s: float = DEFAULT_QUOTA_TIMEOUT_S,
     ) -> tuple[str, ServiceThread]:
         """Another router on the same platform (for multi-router quota tests)."""
         settings = RouterSettings(
+            quota_timeout_s=quota_timeout_s,
             listen="127.0.0.1:0",
             batchers=self.batcher,
             metrics_listen=metrics_listen,
