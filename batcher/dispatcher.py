@@ -184,7 +184,7 @@ class Dispatcher:
                 waits += 1
                 continue
             response = await self._call(
-                replica, model, version, parameters, entries, (rows, owner), remaining, predictor
+                replica, model, version, parameters, entries, rows, owner, remaining, predictor
             )
             if response is not None:
                 await self._settle(model, version, parameters, entries, response, predictor)
@@ -214,7 +214,8 @@ class Dispatcher:
         version: str,
         parameters: dict[str, str],
         entries: list[Entry],
-        claim: tuple[int, str],
+        rows: int,
+        owner: str,
         budget_s: float,
         predictor: LatencyPredictor,
     ) -> node_pb2.InferBatchResponse | None:
@@ -247,7 +248,7 @@ class Dispatcher:
                 return _SETTLED
             return None
         finally:
-            self._release(replica, *claim)
+            self._release(replica, rows, owner)
         replica.breaker.on_success()
         self._directory.record_breaker(replica)
         compute = response.compute.seconds + response.compute.nanos * 1e-9

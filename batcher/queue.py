@@ -16,7 +16,7 @@ from batcher.metrics import BatcherMetrics
 from batcher.predictor import LatencyPredictor
 from batcher.rate import RateMeter
 from batcher.replicas import ReplicaDirectory
-from batcher.scheduler import DispatchReason, Load, SchedulerConfig, decide
+from batcher.scheduler import DispatchReason, Load, SchedulerConfig, decide, row_cost
 from batcher.settings import BatcherSettings
 from ferryman.errors import Reason, make_status
 from ferryman.v1 import batcher_pb2
@@ -208,11 +208,6 @@ class VersionQueue:
         self.deferred = bool(behind & self._tenant_rows.keys())
         return self._fair.view(blocked | behind), policy
 
-    def row_cost(self) -> float:
-        """Predicted compute seconds per row at full batches (the fair-share cost unit)."""
-        full = self.config.max_batch_rows
-        return self.predictor.predict(full) / full
-
     def _dispatch(
         self, batch: list[Entry], reason: DispatchReason | None, now: float, policy: SlotPolicy
     ) -> bool:
@@ -223,7 +218,7 @@ class VersionQueue:
         if replica is None:
             return False
         costs: dict[str, float] = {}
-        per_row = self.row_cost()
+        per_row = row_cost(self.predictor, self.config.max_batch_rows)
         for entry in batch:
             costs[entry.tenant] = costs.get(entry.tenant, 0.0) + entry.rows * per_row
         self._fair.charge(costs, now)

@@ -91,6 +91,12 @@ class Decision:
     window_s: float = 0.0
 
 
+def row_cost(predictor: LatencyPredictor, max_batch_rows: int) -> float:
+    """Predicted compute seconds per row at full batches: the fair-share cost unit (what a
+    row will cost the node, batched as it will be)."""
+    return predictor.predict(max_batch_rows) / max_batch_rows
+
+
 def target_batch_rows(
     predictor: LatencyPredictor, arrival_rate: float, replicas: int, max_rows: int, headroom: float
 ) -> int:
@@ -130,9 +136,7 @@ def decide(
     expire_at = min(items[i].deadline - predictor.predict(items[i].rows) for i in live)
 
     view = fair or FairView()
-    # A row's cost at full batches: what the work will cost the node, batched as it will be.
-    row_cost = predictor.predict(config.max_batch_rows) / config.max_batch_rows
-    ordered = fair_order(items, live, now, config.aging_s, row_cost, view)
+    ordered = fair_order(items, live, now, config.aging_s, row_cost(predictor, config.max_batch_rows), view)
     batch: list[int] = []
     rows = 0
     earliest = float("inf")

@@ -39,6 +39,6 @@ async def serve_batcher(
         await host.start()
         await rt.serve(on_ready)
         await host.drain()
-        await rt.server.stop(grace=1.0)
+        await rt.stop_serving()
         await host.stop()
     return 0

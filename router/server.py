@@ -94,7 +94,7 @@ async def serve_router(
             rt.on_close(internal_rt.close)
             log.info("in-process quota served to services on port %d", internal_rt.port)
         await rt.serve(on_ready)
-        await rt.server.stop(grace=spec.grace_s)
+        await rt.stop_serving()
         refresher_stop.set()
         await renewer
         await service.close()
@@ -127,7 +127,7 @@ async def serve_quota(
         service = QuotaService(settings, make_backend(settings), lambda: cache.snapshot)
         quota_pb2_grpc.add_QuotaServicer_to_server(QuotaServicer(service), rt.server)
         await rt.serve(on_ready)
-        await rt.server.stop(grace=spec.grace_s)
+        await rt.stop_serving()
         refresher_stop.set()
         await refresher
     return 0

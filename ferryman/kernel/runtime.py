@@ -11,6 +11,7 @@ servicers, and says what to do between "stop requested" and "server stopped":
         rt.on_close(engine.dispose)
         await rt.serve(on_ready)        # returns once stop is requested (NOT_SERVING by then)
         await service.drain()
+        await rt.stop_serving()         # optional: before releasing what calls still use
     # server stopped, metrics endpoint shut, closers run
 """
 
@@ -67,6 +68,7 @@ class ServiceRuntime:
         self.port = bind(self.server, spec.listen, security, internal=spec.internal)
         self.address = f"{spec.listen.rsplit(':', 1)[0]}:{self.port}"
         self._started = False
+        self._stopped = False
         self._closers: list[Closer] = []
 
     def on_close(self, closer: Closer) -> None:
@@ -91,8 +93,15 @@ class ServiceRuntime:
         # Every service name at once (per-version names on nodes too), and for good.
         await self.health.enter_graceful_shutdown()
 
+    async def stop_serving(self) -> None:
+        """Stop the server (in-flight calls get the spec's grace); once, whoever asks first:
+        a service that must stop taking calls before it releases its parts calls this."""
+        if not self._stopped:
+            self._stopped = True
+            await self.server.stop(grace=self.spec.grace_s)
+
     async def close(self) -> None:
-        await self.server.stop(grace=self.spec.grace_s)
+        await self.stop_serving()
         for closer in reversed(self._closers):
             result = closer()
             if result is not None:
