@@ -11,7 +11,7 @@ import torch
 
 from ferryman.errors import make_status
 from ferryman.sdk import errors
-from ferryman.sdk.calls import endpoint, priority_level, retry_delay
+from ferryman.sdk.calls import call_metadata, call_timeout, endpoint, priority_level, retry_delay
 from ferryman.sdk.convert import from_outputs, to_inputs
 from ferryman.tensors import decode
 from ferryman.v1 import common_pb2, inference_pb2
@@ -114,3 +114,20 @@ def test_target_and_key_come_from_the_environment_like_the_cli(monkeypatch: pyte
     monkeypatch.setenv("FERRYMAN_TARGET", "router:7001")
     assert endpoint(None, None) == ("router:7001", "env-key")
     assert endpoint("other:1", "given") == ("other:1", "given")
+
+
+def test_call_metadata_cannot_replace_the_key() -> None:
+    base = (("authorization", "Bearer fm_real"),)
+    extra = [("Authorization", "Bearer fm_forged"), ("traceparent", "00-abc-def-01")]
+    assert call_metadata(base, extra) == [
+        ("authorization", "Bearer fm_real"),
+        ("traceparent", "00-abc-def-01"),
+    ]
+    assert call_metadata(base, None) == list(base)
+
+
+def test_call_timeout_zero_means_now_and_negative_is_refused() -> None:
+    assert call_timeout(None, 30.0) == 30.0
+    assert call_timeout(0, 30.0) == 0
+    with pytest.raises(ValueError):
+        call_timeout(-1, 30.0)
