@@ -12,6 +12,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def cannot_listen(listen: str, detail: str = "") -> OSError:
+    """The one error for an address a server cannot bind (held by another process, or not local)."""
+    suffix = f" ({detail})" if detail else ""
+    return OSError(f"cannot listen on {listen}: the address is in use or not local{suffix}")
+
+
 def check_listenable(listen: str) -> None:
     """Raise OSError with a clear message when ``host:port`` cannot be bound now (held by
     another process, or not a local address)."""
@@ -22,4 +28,4 @@ def check_listenable(listen: str) -> None:
         try:
             sock.bind((host.strip("[]") or "0.0.0.0", int(port)))
         except (OSError, ValueError) as exc:
-            raise OSError(f"cannot listen on {listen}: the address is in use or not local ({exc})") from None
+            raise cannot_listen(listen, str(exc)) from None

@@ -33,7 +33,7 @@ from ferryman.kernel.security import Security, ServiceTokenInterceptor, bind
 from ferryman.kernel.serving import NOT_SERVING, SERVING, create_server, set_health
 from ferryman.kernel.telemetry import setup_tracing
 
-log = logging.getLogger("ferryman.kernel.runtime")
+log = logging.getLogger("ferryman.runtime")
 
 Closer = Callable[[], Awaitable[Any] | None]
 

@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-log = logging.getLogger("ferryman.kernel.security")
+from ferryman.kernel.net import cannot_listen
+
+log = logging.getLogger("ferryman.security")
 
 TOKEN_HEADER = "x-ferryman-service-token"
 TOKEN_FILE = "service-token"
@@ -185,9 +187,9 @@ def bind(server: grpc.aio.Server, listen: str, security: Security, internal: boo
             else server.add_insecure_port(listen)
         )
     except RuntimeError as exc:
-        raise OSError(f"cannot listen on {listen}: the address is in use or not local ({exc})") from None
+        raise cannot_listen(listen, str(exc)) from None
     if port == 0:
-        raise OSError(f"cannot listen on {listen}: the address is in use or not local")
+        raise cannot_listen(listen)
     return port
 
 
