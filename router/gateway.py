@@ -1,7 +1,7 @@
 """The Inference API, transport-neutral: authentication, deadlines, the request's root
 span, metrics and logs around ``RouterService``, stream multiplexing, and the model
-catalogue. Front doors (the gRPC servicer today) only convert their wire format to
-these calls and ``RequestFailed`` statuses back."""
+catalogue. Front doors (ferryman.v1 and OIP over gRPC, OIP REST and OpenAI over HTTP) only
+convert their wire format to these calls, and ``RequestFailed`` statuses back."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
+from enum import StrEnum
 
 import grpc
 from google.rpc import status_pb2
@@ -20,14 +22,36 @@ from ferryman.kernel.logs import log_request
 from ferryman.kernel.telemetry import current_span, tracer
 from ferryman.v1 import inference_pb2
 from registry.cache import SnapshotCache
-from registry.snapshot import TenantRecord
+from registry.snapshot import TenantRecord, VersionRecord
 from router.auth import authenticate
+from router.bounds import clip
 from router.handlers import Undecodable
 from router.metrics import RouterMetrics
 from router.service import RequestFailed, RouterService, fail, unknown_model
 from router.settings import RouterSettings
+from router.statistics import Statistics, VersionStats
 
 log = logging.getLogger("ferryman.router")
+
+
+class Protocol(StrEnum):
+    """The front door a request came through (metrics label, span attribute, log field)."""
+
+    FERRYMAN = "ferryman"
+    OIP_GRPC = "oip-grpc"
+    OIP_REST = "oip-rest"
+    OPENAI = "openai"
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A stream request its door could not convert: answered with ``status``, never run."""
+
+    request_id: str
+    status: status_pb2.Status
+
+
+StreamItem = inference_pb2.PredictRequest | Undecodable | Rejected
 
 
 def undecodable(request: Undecodable) -> status_pb2.Status:
@@ -58,6 +82,7 @@ class Gateway:
         self._service = service
         self._metrics = metrics
         self._tracer = tracer("ferryman.router")
+        self._statistics = Statistics()
 
     def tenant(self, key: str | None) -> TenantRecord:
         """The tenant of a bearer key (None: none was sent)."""
@@ -78,14 +103,20 @@ class Gateway:
         tenant: TenantRecord,
         call_deadline: float,
         parent: Context,
+        protocol: Protocol = Protocol.FERRYMAN,
     ) -> inference_pb2.PredictResponse:
         """One request, within its own deadline and the call's."""
         if isinstance(request, Undecodable):
             raise RequestFailed(undecodable(request))
-        return await self._predict(request, tenant, own_deadline(request, call_deadline), parent)
+        return await self._predict(request, tenant, own_deadline(request, call_deadline), parent, protocol)
 
     async def _predict(
-        self, request: inference_pb2.PredictRequest, tenant: TenantRecord, deadline: float, parent: Context
+        self,
+        request: inference_pb2.PredictRequest,
+        tenant: TenantRecord,
+        deadline: float,
+        parent: Context,
+        protocol: Protocol,
     ) -> inference_pb2.PredictResponse:
         """RouterService.predict inside the request's root span, measured and logged."""
         started = time.perf_counter()
@@ -94,14 +125,20 @@ class Gateway:
             "router.Predict",
             context=parent,
             kind=SpanKind.SERVER,
-            attributes={"ferryman.tenant": tenant.name, "ferryman.model": request.model},
+            attributes={
+                "ferryman.tenant": tenant.name,
+                "ferryman.model": request.model,
+                "ferryman.protocol": protocol.value,
+            },
         ) as span:
             try:
                 response = await self._service.predict(request, tenant, deadline)
             except RequestFailed as failed:
                 code = status_code(failed.status).name
                 elapsed = time.perf_counter() - started
-                self._metrics.observe(tenant.name, request.model, request.version, code, elapsed)
+                self._metrics.observe(tenant.name, request.model, request.version, code, protocol, elapsed)
+                if request.model in self._cache.snapshot.routes:
+                    self._statistics.failed(tenant.name, request.model, request.version, elapsed)
                 span.set_status(Status(StatusCode.ERROR, failed.status.message))
                 span.set_attribute("rpc.grpc.status_code", failed.status.code)
                 log_request(tenant.name, request.model, request.version, request.request_id, code, elapsed)
@@ -119,16 +156,18 @@ class Gateway:
                     "gen_ai.usage.output_tokens": response.usage.output_tokens,
                 }
             )
-            self._metrics.observe(tenant.name, response.model, response.version, "OK", elapsed)
+            self._metrics.observe(tenant.name, response.model, response.version, "OK", protocol, elapsed)
+            self._statistics.answered(tenant.name, response, elapsed)
             log_request(tenant.name, response.model, response.version, response.request_id, "OK", elapsed)
         return response
 
     async def predict_stream(
         self,
-        request_iterator: AsyncIterator[inference_pb2.PredictRequest | Undecodable],
+        request_iterator: AsyncIterator[StreamItem],
         tenant: TenantRecord,
         deadline: float,
         parent: Context,
+        protocol: Protocol = Protocol.FERRYMAN,
     ) -> AsyncGenerator[inference_pb2.PredictStreamResponse]:
         """Answer many requests of one call as each is ready; one request's failure is its
         own answer, never the call's. Close it (``aclose``) when the caller leaves: that
@@ -138,12 +177,18 @@ class Gateway:
         running: set[asyncio.Task[None]] = set()
         started = 0
 
-        async def answer(request: inference_pb2.PredictRequest | Undecodable) -> None:
+        async def answer(request: StreamItem) -> None:
             if isinstance(request, Undecodable):
                 answers.put_nowait(inference_pb2.PredictStreamResponse(error=undecodable(request)))
                 return
+            if isinstance(request, Rejected):
+                answers.put_nowait(
+                    inference_pb2.PredictStreamResponse(request_id=request.request_id, error=request.status)
+                )
+                return
             try:
-                response = await self._predict(request, tenant, own_deadline(request, deadline), parent)
+                own = own_deadline(request, deadline)
+                response = await self._predict(request, tenant, own, parent, protocol)
                 answers.put_nowait(
                     inference_pb2.PredictStreamResponse(request_id=response.request_id, response=response)
                 )
@@ -193,10 +238,49 @@ class Gateway:
         return inference_pb2.ListModelsResponse(models=[self._model_info(n) for n in visible])
 
     def get_model(self, tenant: TenantRecord, model: str) -> inference_pb2.ModelInfo:
+        """A model the tenant may use (unknown and forbidden ones raise alike)."""
         snapshot = self._cache.snapshot
         if model not in snapshot.routes or not snapshot.may_use(tenant, model):
             raise unknown_model(model)
         return self._model_info(model)
+
+    def version(self, tenant: TenantRecord, model: str, version: str = "") -> VersionRecord:
+        """A visible version of a model the tenant may use; empty ``version``: the one the
+        route sends most traffic to."""
+        info = self.get_model(tenant, model)
+        if not version:
+            weighted = max(info.versions, key=lambda v: v.weight, default=None)
+            version = weighted.version if weighted is not None else ""
+        record = self._cache.snapshot.versions.get(f"{model}:{version}")
+        if record is None or record.status not in ("ACTIVE", "DEPRECATED"):
+            raise fail(
+                grpc.StatusCode.NOT_FOUND,
+                f"unknown version {clip(model)}:{clip(version)}",
+                Reason.UNKNOWN_VERSION,
+            )
+        return record
+
+    def ready(self, tenant: TenantRecord, model: str, version: str = "") -> bool:
+        """Whether a replica serves the version (empty: any version the route sends traffic to)."""
+        info = self.get_model(tenant, model)
+        if version:
+            return self._cache.is_ready(model, self.version(tenant, model, version).version)
+        return any(self._cache.is_ready(model, v.version) for v in info.versions if v.weight > 0)
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The largest request a door accepts."""
+        return self._settings.max_message_bytes
+
+    @property
+    def serving(self) -> bool:
+        """The registry was read: requests can be routed."""
+        return self._cache.loaded.is_set()
+
+    def statistics(self, tenant: TenantRecord, model: str) -> dict[str, VersionStats]:
+        """The tenant's own request statistics of a model it may use, by version."""
+        self.get_model(tenant, model)
+        return self._statistics.of(tenant.name, model)
 
     def _model_info(self, model: str) -> inference_pb2.ModelInfo:
         snapshot = self._cache.snapshot

@@ -20,7 +20,7 @@ class RouterMetrics:
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._max_tenants = max_tenant_labels
         self._tenants: set[str] = set()
-        labels = ["tenant", "model", "version", "code"]
+        labels = ["tenant", "model", "version", "code", "protocol"]
         self.requests = Counter(
             "ferryman_requests", "Requests answered, by outcome.", labels, registry=self.registry
         )
@@ -78,8 +78,11 @@ class RouterMetrics:
             found = self._children[key] = metric.labels(*values)
         return found
 
-    def observe(self, tenant: str, model: str, version: str, code: str, seconds: float) -> None:
-        values = (self.tenant(tenant), model, version or "-", code)
+    def observe(
+        self, tenant: str, model: str, version: str, code: str, protocol: str, seconds: float
+    ) -> None:
+        """One answered request; ``protocol`` names the front door it came through."""
+        values = (self.tenant(tenant), model, version or "-", code, protocol)
         self.child(self.requests, *values).inc()
         self.child(self.latency, *values).observe(seconds)
 

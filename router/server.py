@@ -16,7 +16,10 @@ from registry.db import make_engine
 from router.batchers import BatcherPool, BatcherPort
 from router.gateway import Gateway
 from router.handlers import add_inference_servicer
+from router.http.server import HttpDoor
 from router.metrics import RouterMetrics
+from router.oip.servicer import SERVICE as OIP_SERVICE
+from router.oip.servicer import OipServicer, add_oip_servicer
 from router.quota.client import LocalQuota, QuotaClient, RemoteQuota
 from router.quota.service import QuotaService, make_backend
 from router.quota.servicer import QuotaServicer
@@ -48,7 +51,7 @@ async def serve_router(
     spec = ServiceSpec(
         name="router",
         listen=settings.listen,
-        services=[INFERENCE],
+        services=[INFERENCE, OIP_SERVICE],
         max_message_bytes=settings.max_message_bytes,
         internal=False,
         metrics_listen=settings.metrics_listen,
@@ -79,7 +82,14 @@ async def serve_router(
         )
         service = RouterService(settings, cache, quota, batchers, metrics)
         renewer = asyncio.create_task(service.renew_leases(refresher_stop))
-        add_inference_servicer(InferenceServicer(Gateway(settings, cache, service, metrics)), rt.server)
+        gateway = Gateway(settings, cache, service, metrics)
+        add_inference_servicer(InferenceServicer(gateway), rt.server)
+        add_oip_servicer(OipServicer(gateway), rt.server)
+        if settings.http_listen:
+            http = HttpDoor(gateway, settings.http_listen, common.tls_cert, common.tls_key)
+            await http.start()
+            rt.on_close(http.close)
+            log.info("HTTP doors (OIP REST /v2, OpenAI /v1) listening on %s", http.address)
         if local_quota is not None and settings.internal_listen:
             internal = ServiceSpec(
                 name="quota",

@@ -11,6 +11,9 @@ class RouterSettings(BaseSettings):
 
     listen: str = "127.0.0.1:7001"
     metrics_listen: str = ""
+    http_listen: str = ""
+    """host:port of the HTTP doors (OIP v2 REST on /v2, OpenAI-compatible on /v1, the OpenAPI
+    document on /openapi.json); empty serves none. TLS settings apply to it too."""
     batchers: str = "127.0.0.1:7003"
     """Comma-separated batcher addresses; each model goes to one by rendezvous hashing."""
     quota_address: str = ""

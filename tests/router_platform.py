@@ -43,6 +43,8 @@ class E2E:
     writer: RegistryWriter
     threads: list[ServiceThread] = field(default_factory=list)
     node_metrics: list[str] = field(default_factory=list)
+    http: str = ""
+    """Base URL of the first router's HTTP doors."""
 
     def start_router(
         self,
@@ -50,11 +52,13 @@ class E2E:
         metrics_listen: str = "",
         internal_listen: str = "",
         quota_timeout_s: float = DEFAULT_QUOTA_TIMEOUT_S,
+        http_listen: str = "",
     ) -> tuple[str, ServiceThread]:
         """Another router on the same platform (for multi-router quota tests)."""
         settings = RouterSettings(
             quota_timeout_s=quota_timeout_s,
             listen="127.0.0.1:0",
+            http_listen=http_listen,
             batchers=self.batcher,
             metrics_listen=metrics_listen,
             internal_listen=internal_listen,
@@ -165,7 +169,9 @@ def run_e2e(root: Path, registry_url: str = "") -> Iterator[E2E]:
         threads=threads,
         node_metrics=[f"http://{a}/metrics" for a in node_metrics.values()],
     )
-    platform.router, _ = platform.start_router(QuotaSettings(), router_metrics)
+    http = f"127.0.0.1:{free_port()}"
+    platform.router, _ = platform.start_router(QuotaSettings(), router_metrics, http_listen=http)
+    platform.http = f"http://{http}"
     try:
         yield platform
     finally:

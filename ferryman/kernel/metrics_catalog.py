@@ -5,8 +5,8 @@ from __future__ import annotations
 
 CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     # router
-    "ferryman_requests": ("counter", ("tenant", "model", "version", "code")),
-    "ferryman_request_latency_seconds": ("histogram", ("tenant", "model", "version", "code")),
+    "ferryman_requests": ("counter", ("tenant", "model", "version", "code", "protocol")),
+    "ferryman_request_latency_seconds": ("histogram", ("tenant", "model", "version", "code", "protocol")),
     "ferryman_quota_decisions": ("counter", ("tenant", "decision")),
     "ferryman_fallbacks": ("counter", ("tenant", "model")),
     "ferryman_tokens": ("counter", ("tenant", "model", "direction")),

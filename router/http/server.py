@@ -1,0 +1,124 @@
+"""The router's HTTP port: OIP v2 REST (``/v2``) and the OpenAI-compatible API (``/v1``),
+one FastAPI app under uvicorn in the router's own event loop, over the same gateway as
+the gRPC doors. Failures become each API's error body (router/http/errors.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Generator
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+
+from ferryman.kernel.net import cannot_listen
+from router.gateway import Gateway
+from router.http import errors, oip_rest, openai
+from router.http.caller import JSON, invalid_request
+from router.service import RequestFailed
+
+OPENAI_PREFIX = "/v1/"
+START_TIMEOUT_S = 10.0
+START_POLL_S = 0.01
+
+
+def failure_response(request: Request, status: Any) -> Response:
+    body = (
+        errors.openai_body(status) if request.url.path.startswith(OPENAI_PREFIX) else errors.oip_body(status)
+    )
+    return JSON(body, status_code=errors.http_status(status), headers=errors.headers(status))
+
+
+def build_app(gateway: Gateway) -> FastAPI:
+    """The HTTP doors' app: every route takes a ``Caller`` built by the ``caller`` dependency."""
+    app = FastAPI(
+        title="Ferryman",
+        summary="Open Inference Protocol v2 REST and an OpenAI-compatible API over Ferryman's router.",
+        version="1",
+        docs_url=None,  # the Swagger UI loads its assets from a CDN; the document is enough
+        redoc_url=None,
+        default_response_class=JSON,
+    )
+    app.state.gateway = gateway
+
+    @app.exception_handler(RequestFailed)
+    async def request_failed(request: Request, exc: RequestFailed) -> Response:
+        return failure_response(request, exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        return failure_response(request, invalid_request(exc.errors(), skip=1).status)
+
+    app.include_router(oip_rest.router)
+    app.include_router(openai.router)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(
+                title=app.title, version=app.version, summary=app.summary, routes=app.routes
+            )
+            schemas = document.setdefault("components", {}).setdefault("schemas", {})
+            body = oip_rest.InferenceRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+            schemas.update(body.pop("$defs", {}))
+            schemas["InferenceRequest"] = body
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers: the router's runtime owns SIGTERM/SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None]:
+        yield
+
+
+class HttpDoor:
+    """The app served on ``listen`` until ``close``."""
+
+    def __init__(self, gateway: Gateway, listen: str, certfile: str = "", keyfile: str = "") -> None:
+        host, _, port = listen.rpartition(":")
+        self._socket = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET)
+        # One server per port (no SO_REUSEPORT); a port in TIME_WAIT is free.
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._socket.bind((host.strip("[]"), int(port)))
+        except OSError as exc:
+            self._socket.close()
+            raise cannot_listen(listen, str(exc)) from None
+        self.port = int(self._socket.getsockname()[1])
+        self.address = f"{host}:{self.port}"
+        config = uvicorn.Config(
+            build_app(gateway),
+            lifespan="off",
+            access_log=False,
+            log_level="warning",
+            http="httptools",
+            ssl_certfile=certfile or None,
+            ssl_keyfile=keyfile or None,
+            timeout_graceful_shutdown=2,
+        )
+        self._server = _Server(config)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._server.serve(sockets=[self._socket]))
+        # uvicorn sets a flag, not an event, once it accepts connections.
+        async with asyncio.timeout(START_TIMEOUT_S):
+            while not self._server.started and not self._task.done():  # noqa: ASYNC110
+                await asyncio.sleep(START_POLL_S)
+        if self._task.done():
+            self._task.result()  # uvicorn failed to start: say why
+
+    async def close(self) -> None:
+        self._server.should_exit = True
+        if self._task is not None:
+            await self._task
+        self._socket.close()
