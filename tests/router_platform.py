@@ -28,6 +28,8 @@ NODES = ("rn1", "rn2")
 ECHO_HANDLER = "gpu_node.demo.echo:EchoHandler"
 SLOW_MS = 300
 MINILM_PRICE_PER_1K_TOKENS = 1.0
+EMBED = "embed"
+EMBED_VERSIONS = ("a", "b")
 DEFAULT_QUOTA_TIMEOUT_S = RouterSettings.model_fields["quota_timeout_s"].default
 
 
@@ -77,19 +79,23 @@ def seed(writer: RegistryWriter, fx: Path) -> dict[str, str]:
     register(writer, "mlp", "1", mlp_path, "torch_export", mlp.SCHEMA, max_batch=64, delay_ms=5)
     register(writer, "mlp", "2", mlp_path, "torch_export", mlp.SCHEMA, max_batch=64, delay_ms=5)
     writer.set_route("mlp", {"1": 90, "2": 10}, sticky="user")
-    register(
-        writer,
-        "minilm",
-        "1",
-        minilm.build_artifact(fx / "minilm"),
-        "python",
-        minilm.SCHEMA,
-        handler="gpu_node.demo.minilm:MiniLMHandler",
-        max_batch=16,
-        nodes=("rn1",),
-        price_per_1k_tokens=MINILM_PRICE_PER_1K_TOKENS,
-    )
+    minilm_path = minilm.build_artifact(fx / "minilm")
+    for model, version in (("minilm", "1"), *((EMBED, v) for v in EMBED_VERSIONS)):
+        register(
+            writer,
+            model,
+            version,
+            minilm_path,
+            "python",
+            minilm.SCHEMA,
+            handler="gpu_node.demo.minilm:MiniLMHandler",
+            max_batch=16,
+            nodes=("rn1",),
+            price_per_1k_tokens=MINILM_PRICE_PER_1K_TOKENS,
+        )
     writer.set_route("minilm", {"1": 100})
+    # Two versions of one text model, sticky per user: routing through every front door.
+    writer.set_route(EMBED, dict.fromkeys(EMBED_VERSIONS, 50), sticky="user")
     plain = echo.write_config(fx / "echo.json")
     register(
         writer, "echo", "1", plain, "python", echo.SCHEMA, handler=ECHO_HANDLER, max_batch=64, delay_ms=2
@@ -146,7 +152,11 @@ def run_e2e(root: Path, registry_url: str = "") -> Iterator[E2E]:
     threads = [ServiceThread(node_main(name, common, node_metrics[name]), name) for name in NODES]
     for thread in threads:
         thread.start()
-    wait_for_replicas(RegistryReader(engine), ("rn1",), {"mlp:1", "mlp:2", "minilm:1", "echo:1", "echo:slow"})
+    wait_for_replicas(
+        RegistryReader(engine),
+        ("rn1",),
+        {"mlp:1", "mlp:2", "minilm:1", "echo:1", "echo:slow", *(f"{EMBED}:{v}" for v in EMBED_VERSIONS)},
+    )
     wait_for_replicas(RegistryReader(engine), ("rn2",), {"mlp:1", "mlp:2", "echo:1", "echo:slow"})
     metrics = f"127.0.0.1:{free_port()}"
     batcher_settings = BatcherSettings(listen="127.0.0.1:0", metrics_listen=metrics)

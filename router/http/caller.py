@@ -16,6 +16,7 @@ from opentelemetry.context import Context
 
 from ferryman.errors import Reason
 from ferryman.kernel.telemetry import context_from_metadata
+from ferryman.v1 import inference_pb2
 from registry.snapshot import TenantRecord
 from router.gateway import Gateway
 from router.service import RequestFailed, fail
@@ -114,6 +115,17 @@ def too_large(limit: int) -> RequestFailed:
         Reason.INVALID_REQUEST,
         violations=[("body", f"larger than {limit} bytes")],
     )
+
+
+def answer_headers(response: inference_pb2.PredictResponse) -> dict[str, str]:
+    """What every HTTP answer says of itself beside its body: which request and version it
+    is (the OpenAI body has no place for either), and whether it was shared."""
+    return {
+        "x-request-id": response.request_id,
+        "x-ferryman-model": response.model,
+        "x-ferryman-version": response.version,
+        "x-ferryman-coalesced": str(response.coalesced).lower(),
+    }
 
 
 def gateway_of(request: Request) -> Gateway:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ferryman.v1 import common_pb2, inference_pb2
 from router.bounds import MAX_NAME_CHARS, MAX_PARAMETERS, MAX_REQUEST_ID_CHARS
 from router.gateway import Protocol
-from router.http.caller import JSON, Authenticated, gateway_of, invalid_request, read_body
+from router.http.caller import JSON, Authenticated, answer_headers, gateway_of, invalid_request, read_body
 from router.oip import convert
 from router.oip.servicer import SERVER_VERSION
 from router.oip.tensors import (
@@ -200,12 +200,12 @@ def answer(request: InferenceRequest, response: inference_pb2.PredictResponse) -
         "outputs": outputs,
     }
     if not parts:
-        return JSON(body)
+        return JSON(body, headers=answer_headers(response))
     header = JSON(body).body
     return Response(
         b"".join([header, *parts]),
         media_type="application/octet-stream",
-        headers={HEADER_LENGTH: str(len(header))},
+        headers={HEADER_LENGTH: str(len(header)), **answer_headers(response)},
     )
 
 

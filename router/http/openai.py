@@ -17,7 +17,7 @@ from ferryman.tensors import decode
 from ferryman.v1 import common_pb2, inference_pb2
 from router.bounds import MAX_NAME_CHARS, MAX_REQUEST_ID_CHARS, MAX_USER_CHARS
 from router.gateway import Protocol
-from router.http.caller import JSON, Authenticated
+from router.http.caller import JSON, Authenticated, answer_headers
 from router.oip.tensors import MAX_TEXT_ELEMENTS
 from router.service import fail
 
@@ -142,5 +142,6 @@ async def embeddings(
             "data": [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(encoded)],
             "model": response.model,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }
+        },
+        headers=answer_headers(response),
     )

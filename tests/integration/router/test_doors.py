@@ -1,0 +1,179 @@
+"""One suite over every front door (ferryman.v1, OIP gRPC, OIP REST JSON and binary,
+OpenAI): the same answers, quotas, idempotency, sticky routing, coalescing, trace context,
+metrics and refusals, whichever door a request comes through."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import numpy as np
+import pytest
+from doors import DOOR_NAMES, Answer, Door, Native, Outcome, Refusal, every_door
+from metrics_scrape import sample
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from router_platform import E2E, EMBED, EMBED_VERSIONS
+
+from ferryman.v1 import inference_pb2, inference_pb2_grpc
+from gpu_node.demo import echo
+from registry.writer import QuotaLimits
+
+TEXTS = ["a rose is a rose", "is a rose"]
+PROTOCOL = {
+    "ferryman": "ferryman",
+    "oip-grpc": "oip-grpc",
+    "oip-rest-json": "oip-rest",
+    "oip-rest-binary": "oip-rest",
+    "openai": "openai",
+}
+TENSOR_DOORS = [name for name in DOOR_NAMES if name != "openai"]
+KEY_WAIT_S = 10.0
+SPAN_WAIT_S = 5.0
+USERS = 24
+
+
+@pytest.fixture(params=DOOR_NAMES)
+def door(request: pytest.FixtureRequest, e2e: E2E) -> Door:
+    return {d.name: d for d in every_door(e2e.router, e2e.http)}[request.param]
+
+
+@pytest.fixture(params=TENSOR_DOORS)
+def tensor_door(request: pytest.FixtureRequest, e2e: E2E) -> Door:
+    return {d.name: d for d in every_door(e2e.router, e2e.http)}[request.param]
+
+
+def answered(outcome: Outcome) -> Answer:
+    assert isinstance(outcome, Answer), f"refused: {outcome}"
+    return outcome
+
+
+def refused(outcome: Outcome) -> Refusal:
+    assert isinstance(outcome, Refusal), "answered where a refusal was due"
+    return outcome
+
+
+def new_tenant(e2e: E2E, prefix: str, limits: QuotaLimits | None = None) -> str:
+    """A fresh tenant's key, once the router's registry snapshot knows it."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    key = e2e.writer.create_tenant(name).plaintext
+    if limits is not None:
+        e2e.writer.set_quota(name, limits)
+    stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(e2e.router))
+    deadline = time.monotonic() + KEY_WAIT_S
+    while True:
+        try:
+            stub.ListModels(inference_pb2.ListModelsRequest(), metadata=[("authorization", f"Bearer {key}")])
+            time.sleep(0.3)  # the quota policy rides the same snapshot; one more refresh for it
+            return key
+        except grpc.RpcError:
+            assert time.monotonic() < deadline, "the router never learnt the new key"
+            time.sleep(0.05)
+
+
+def test_every_door_gives_the_native_answer(door: Door, e2e: E2E) -> None:
+    key = e2e.keys["acme"]
+    before = sample(e2e.router_metrics, "ferryman_requests_total", **labels(door, EMBED))
+    native = answered(Native(e2e.router).predict(key, EMBED, {"text": TEXTS}, user="same-user"))
+    got = answered(door.predict(key, EMBED, {"text": TEXTS}, user="same-user"))
+    assert got.version == native.version, "the same user lands on the same version through every door"
+    np.testing.assert_allclose(got.outputs["embedding"], native.outputs["embedding"], rtol=1e-5, atol=1e-6)
+    assert got.outputs["embedding"].shape == (2, 384)
+    after = sample(e2e.router_metrics, "ferryman_requests_total", **labels(door, EMBED, native.version))
+    assert after >= before + 1, "requests are counted under the door's protocol"
+    if door.tensors:
+        x = np.random.default_rng(3).standard_normal((3, 512), dtype=np.float32)
+        want = answered(Native(e2e.router).predict(key, "mlp", {"input": x}, version="1"))
+        mlp = answered(door.predict(key, "mlp", {"input": x}, version="1"))
+        assert mlp.version == "1"
+        np.testing.assert_allclose(mlp.outputs["output"], want.outputs["output"], rtol=1e-5, atol=1e-6)
+
+
+def labels(door: Door, model: str, version: str = "") -> dict[str, str]:
+    found = {"tenant": "acme", "model": model, "code": "OK", "protocol": PROTOCOL[door.name]}
+    return {**found, "version": version} if version else found
+
+
+def test_hard_quota_and_idempotency_through_every_door(door: Door, e2e: E2E) -> None:
+    key = new_tenant(e2e, f"q-{door.name}", QuotaLimits(rpm=2))
+    first = answered(door.predict(key, EMBED, {"text": TEXTS}, request_id="r1"))
+    again = answered(door.predict(key, EMBED, {"text": TEXTS}, request_id="r1"))
+    assert again.request_id == first.request_id == "r1", "a retry under the same id is the same request"
+    np.testing.assert_array_equal(again.outputs["embedding"], first.outputs["embedding"])
+    answered(door.predict(key, EMBED, {"text": TEXTS}, request_id="r2"))
+    over = refused(door.predict(key, EMBED, {"text": TEXTS}, request_id="r3"))
+    assert over.code == "RESOURCE_EXHAUSTED", "the retry of r1 was not charged: r3 is the third request"
+    assert over.retry_after_s is not None and over.retry_after_s > 0
+
+
+def test_sticky_user_routing_is_the_same_through_every_door(door: Door, e2e: E2E) -> None:
+    key = e2e.keys["acme"]
+    native = Native(e2e.router)
+    seen = set()
+    for i in range(USERS):
+        user = f"user-{i}"
+        want = answered(native.predict(key, EMBED, {"text": ["hi"]}, user=user)).version
+        assert answered(door.predict(key, EMBED, {"text": ["hi"]}, user=user)).version == want
+        seen.add(want)
+    assert seen == set(EMBED_VERSIONS), "both versions of the 50/50 route serve some users"
+
+
+def test_identical_requests_coalesce_through_every_tensor_door(tensor_door: Door, e2e: E2E) -> None:
+    x = np.full((1, echo.WIDTH), 7.0, np.float32)
+    parameters = {"delay_ms": "200", "case": uuid.uuid4().hex}
+    with ThreadPoolExecutor(6) as pool:
+        outcomes = list(
+            pool.map(
+                lambda _: tensor_door.predict(e2e.keys["acme"], "echo", {"input": x}, parameters=parameters),
+                range(6),
+            )
+        )
+    answers = [answered(o) for o in outcomes]
+    assert all(np.array_equal(a.outputs["output"], x * 2) for a in answers)
+    assert any(a.coalesced for a in answers), "identical in-flight requests share one execution"
+
+
+@pytest.fixture
+def spans(e2e: E2E) -> Iterator[InMemorySpanExporter]:
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider)
+    exporter = InMemorySpanExporter()
+    processor = SimpleSpanProcessor(exporter)
+    provider.add_span_processor(processor)
+    yield exporter
+    processor.shutdown()
+
+
+def test_trace_context_follows_every_door(door: Door, e2e: E2E, spans: InMemorySpanExporter) -> None:
+    trace_id = uuid.uuid4().hex
+    parent = f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"
+    answered(door.predict(e2e.keys["acme"], EMBED, {"text": ["traced"]}, traceparent=parent))
+    deadline = time.monotonic() + SPAN_WAIT_S
+    while True:
+        roots = [
+            s
+            for s in spans.get_finished_spans()
+            if s.name == "router.Predict" and s.context.trace_id == int(trace_id, 16)
+        ]
+        if roots or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    assert len(roots) == 1, "the request's root span joins the caller's trace"
+    assert dict(roots[0].attributes or {})["ferryman.protocol"] == PROTOCOL[door.name]
+
+
+def test_refusals_keep_their_codes_through_every_door(door: Door, e2e: E2E) -> None:
+    key = e2e.keys["acme"]
+    assert refused(door.predict("fm_not-a-key", EMBED, {"text": TEXTS})).code == "UNAUTHENTICATED"
+    assert refused(door.predict(key, "no-such-model", {"text": TEXTS})).code == "NOT_FOUND"
+    # A private model of another tenant answers exactly like an unknown one.
+    assert refused(door.predict(key, "secret", {"text": TEXTS})).code == "NOT_FOUND"
+    assert refused(door.predict(key, EMBED, {"text": ["x" * 5000]})).code == "INVALID_ARGUMENT"
+    if door.tensors:
+        bad = np.zeros((1, 3), np.float32)
+        assert refused(door.predict(key, "mlp", {"input": bad})).code == "INVALID_ARGUMENT"
