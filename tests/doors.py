@@ -14,7 +14,9 @@ from typing import Any
 
 import grpc
 import numpy as np
+from grpc_status import rpc_status
 
+from ferryman.errors import unpack_details
 from ferryman.oip.v2 import grpc_predict_v2_pb2 as oip
 from ferryman.oip.v2 import grpc_predict_v2_pb2_grpc as oip_grpc
 from ferryman.tensors import decode, encode
@@ -78,9 +80,6 @@ def named(inputs: Inputs) -> list[common_pb2.NamedTensor]:
 
 
 def grpc_refusal(error: grpc.RpcError) -> Refusal:
-    from ferryman.errors import unpack_details
-    from grpc_status import rpc_status
-
     status = rpc_status.from_call(error)  # type: ignore[arg-type]
     retry = unpack_details(status).get("RetryInfo") if status else None
     delay = retry.retry_delay.ToTimedelta().total_seconds() if retry is not None else None  # type: ignore[attr-defined]
