@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# The real clients the front-door tests drive (tritonclient, openai) live in their own venv.
+CLIENTS := $(VENV)/clients
+CLIENTS_STAMP := $(CLIENTS)/.installed-stamp
 # torch comes from the CPU build on local disk; every later install is held to it.
 PIP_INSTALL := $(BIN)/pip install --quiet --constraint constraints.txt
 
@@ -17,6 +20,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP_INSTALL) --editable '.[server,dev]'
 	touch $(STAMP)
 
+$(CLIENTS_STAMP): tests/clients-requirements.txt
+	$(PYTHON) -m venv $(CLIENTS)
+	$(CLIENTS)/bin/pip install --quiet --requirement tests/clients-requirements.txt
+	touch $(CLIENTS_STAMP)
+
 install: $(STAMP)
 
 up: install
@@ -28,7 +36,7 @@ lint: install
 	$(BIN)/mypy .
 	$(BIN)/python -m ferryman.protogen --check
 
-test: lint
+test: lint $(CLIENTS_STAMP)
 	$(BIN)/python -m pytest tests
 
 protos: install

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
 from batcher_platform import REGISTRY_REFRESH_S, node_main, register, wait_for_replicas
 from harness import ServiceThread
 
@@ -15,6 +17,7 @@ from batcher.server import serve_batcher
 from batcher.settings import BatcherSettings
 from ferryman.kernel.config import CommonSettings
 from ferryman.kernel.net import free_port
+from ferryman.v1 import inference_pb2, inference_pb2_grpc
 from gpu_node.demo import echo, minilm, mlp
 from registry.db import make_engine
 from registry.migrate import upgrade
@@ -28,6 +31,7 @@ NODES = ("rn1", "rn2")
 ECHO_HANDLER = "gpu_node.demo.echo:EchoHandler"
 SLOW_MS = 300
 MINILM_PRICE_PER_1K_TOKENS = 1.0
+KEY_WAIT_S = 10.0
 EMBED = "embed"
 EMBED_VERSIONS = ("a", "b")
 DEFAULT_QUOTA_TIMEOUT_S = RouterSettings.model_fields["quota_timeout_s"].default
@@ -71,6 +75,25 @@ class E2E:
         address = thread.start()
         self.threads.append(thread)
         return address, thread
+
+    def new_tenant(self, prefix: str, limits: QuotaLimits | None = None) -> str:
+        """A fresh tenant's key, once the first router's registry snapshot knows it."""
+        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        key = self.writer.create_tenant(name).plaintext
+        if limits is not None:
+            self.writer.set_quota(name, limits)
+        stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(self.router))
+        deadline = time.monotonic() + KEY_WAIT_S
+        while True:
+            try:
+                stub.ListModels(
+                    inference_pb2.ListModelsRequest(), metadata=[("authorization", f"Bearer {key}")]
+                )
+                time.sleep(REGISTRY_REFRESH_S * 3)  # the quota policy: a later write, a later refresh
+                return key
+            except grpc.RpcError:
+                assert time.monotonic() < deadline, "the router never learnt the new key"
+                time.sleep(REGISTRY_REFRESH_S / 2)
 
 
 def seed(writer: RegistryWriter, fx: Path) -> dict[str, str]:

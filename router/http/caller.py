@@ -13,6 +13,7 @@ import orjson
 from fastapi import Depends, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from opentelemetry.context import Context
+from pydantic import BaseModel, ValidationError
 
 from ferryman.errors import Reason
 from ferryman.kernel.telemetry import context_from_metadata
@@ -115,6 +116,29 @@ def too_large(limit: int) -> RequestFailed:
         Reason.INVALID_REQUEST,
         violations=[("body", f"larger than {limit} bytes")],
     )
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_json(model: type[M], body: bytes) -> M:
+    """A body read by ``read_body`` as ``model``: JSON whatever its Content-Type (``curl -d``
+    sends a form type), every problem a named field."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise invalid_request(exc.errors()) from None
+
+
+def json_body(schema: str) -> dict[str, Any]:
+    """OpenAPI for a route that reads its body itself: a JSON body of ``schema``, which the
+    app adds to the document's components (router/http/server.py)."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
+        }
+    }
 
 
 def answer_headers(response: inference_pb2.PredictResponse) -> dict[str, str]:

@@ -8,12 +8,20 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
 from google.protobuf.message import Message
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from ferryman.v1 import common_pb2, inference_pb2
 from router.bounds import MAX_NAME_CHARS, MAX_PARAMETERS, MAX_REQUEST_ID_CHARS
 from router.gateway import Protocol
-from router.http.caller import JSON, Authenticated, answer_headers, gateway_of, invalid_request, read_body
+from router.http.caller import (
+    JSON,
+    Authenticated,
+    answer_headers,
+    gateway_of,
+    json_body,
+    parse_json,
+    read_body,
+)
 from router.oip import convert
 from router.oip.servicer import SERVER_VERSION
 from router.oip.tensors import (
@@ -150,10 +158,7 @@ def parse(body: bytes, header_length: int | None) -> tuple[InferenceRequest, lis
     split = len(body) if header_length is None else header_length
     if not 0 <= split <= len(body):
         raise TensorProblem(HEADER_LENGTH, f"{split} is not within the body's {len(body)} bytes")
-    try:
-        request = InferenceRequest.model_validate_json(body[:split])
-    except ValidationError as exc:
-        raise invalid_request(exc.errors()) from None
+    request = parse_json(InferenceRequest, body[:split])
     binary, offset = memoryview(body)[split:], 0
     inputs = []
     for i, tensor in enumerate(request.inputs):
@@ -209,18 +214,10 @@ def answer(request: InferenceRequest, response: inference_pb2.PredictResponse) -
     )
 
 
-INFER_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {"schema": {"$ref": "#/components/schemas/InferenceRequest"}},
-            "application/octet-stream": {
-                "schema": {"type": "string", "format": "binary"},
-                "description": f"The binary tensor extension: {HEADER_LENGTH} bytes of JSON, "
-                "then the inputs' data.",
-            },
-        },
-    }
+INFER_BODY = json_body("InferenceRequest")
+INFER_BODY["requestBody"]["content"]["application/octet-stream"] = {
+    "schema": {"type": "string", "format": "binary"},
+    "description": f"The binary tensor extension: {HEADER_LENGTH} bytes of JSON, then the inputs' data.",
 }
 """The infer routes read their body themselves (JSON or binary); this documents it."""
 

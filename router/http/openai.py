@@ -17,7 +17,7 @@ from ferryman.tensors import decode
 from ferryman.v1 import common_pb2, inference_pb2
 from router.bounds import MAX_NAME_CHARS, MAX_REQUEST_ID_CHARS, MAX_USER_CHARS
 from router.gateway import Protocol
-from router.http.caller import JSON, Authenticated, answer_headers
+from router.http.caller import JSON, Authenticated, answer_headers, json_body, parse_json, read_body
 from router.oip.tensors import MAX_TEXT_ELEMENTS
 from router.service import fail
 
@@ -99,14 +99,17 @@ def texts(request: EmbeddingRequest) -> list[str]:
 
 
 @router.post(
-    "/embeddings", summary="Embeddings of texts, by a model that takes text.", response_model=EmbeddingList
+    "/embeddings",
+    summary="Embeddings of texts, by a model that takes text.",
+    response_model=EmbeddingList,
+    openapi_extra=json_body("EmbeddingRequest"),
 )
 async def embeddings(
     caller: Authenticated,
-    request: EmbeddingRequest,
     idempotency_key: Annotated[str, Header(max_length=MAX_REQUEST_ID_CHARS)] = "",
 ) -> Response:
     gateway = caller.gateway
+    request = parse_json(EmbeddingRequest, await read_body(caller.request, gateway.max_message_bytes))
     schema = gateway.version(caller.tenant, request.model).schema
     text_inputs = [spec for spec in schema.inputs if spec.text]
     if len(schema.inputs) != 1 or not text_inputs or len(schema.outputs) != 1:

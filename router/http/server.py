@@ -22,6 +22,9 @@ from router.http.caller import JSON, invalid_request
 from router.service import RequestFailed
 
 OPENAI_PREFIX = "/v1/"
+BODIES = (oip_rest.InferenceRequest, openai.EmbeddingRequest)
+"""Bodies that routes read themselves (bounded, JSON whatever the Content-Type); the
+OpenAPI document gets their schemas here."""
 START_TIMEOUT_S = 10.0
 START_POLL_S = 0.01
 
@@ -62,9 +65,10 @@ def build_app(gateway: Gateway) -> FastAPI:
                 title=app.title, version=app.version, summary=app.summary, routes=app.routes
             )
             schemas = document.setdefault("components", {}).setdefault("schemas", {})
-            body = oip_rest.InferenceRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-            schemas.update(body.pop("$defs", {}))
-            schemas["InferenceRequest"] = body
+            for model in BODIES:
+                body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                schemas.update(body.pop("$defs", {}))
+                schemas[model.__name__] = body
             app.openapi_schema = document
         return app.openapi_schema
 

@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-import grpc
 import numpy as np
 import pytest
 from doors import DOOR_NAMES, Answer, Door, Native, Outcome, Refusal, every_door
@@ -20,7 +19,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from router_platform import E2E, EMBED, EMBED_VERSIONS
 
-from ferryman.v1 import inference_pb2, inference_pb2_grpc
 from gpu_node.demo import echo
 from registry.writer import QuotaLimits
 
@@ -33,7 +31,6 @@ PROTOCOL = {
     "openai": "openai",
 }
 TENSOR_DOORS = [name for name in DOOR_NAMES if name != "openai"]
-KEY_WAIT_S = 10.0
 SPAN_WAIT_S = 5.0
 USERS = 24
 
@@ -56,24 +53,6 @@ def answered(outcome: Outcome) -> Answer:
 def refused(outcome: Outcome) -> Refusal:
     assert isinstance(outcome, Refusal), "answered where a refusal was due"
     return outcome
-
-
-def new_tenant(e2e: E2E, prefix: str, limits: QuotaLimits | None = None) -> str:
-    """A fresh tenant's key, once the router's registry snapshot knows it."""
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    key = e2e.writer.create_tenant(name).plaintext
-    if limits is not None:
-        e2e.writer.set_quota(name, limits)
-    stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(e2e.router))
-    deadline = time.monotonic() + KEY_WAIT_S
-    while True:
-        try:
-            stub.ListModels(inference_pb2.ListModelsRequest(), metadata=[("authorization", f"Bearer {key}")])
-            time.sleep(0.3)  # the quota policy rides the same snapshot; one more refresh for it
-            return key
-        except grpc.RpcError:
-            assert time.monotonic() < deadline, "the router never learnt the new key"
-            time.sleep(0.05)
 
 
 def test_every_door_gives_the_native_answer(door: Door, e2e: E2E) -> None:
@@ -100,7 +79,7 @@ def labels(door: Door, model: str, version: str = "") -> dict[str, str]:
 
 
 def test_hard_quota_and_idempotency_through_every_door(door: Door, e2e: E2E) -> None:
-    key = new_tenant(e2e, f"q-{door.name}", QuotaLimits(rpm=2))
+    key = e2e.new_tenant(f"q-{door.name}", QuotaLimits(rpm=2))
     first = answered(door.predict(key, EMBED, {"text": TEXTS}, request_id="r1"))
     again = answered(door.predict(key, EMBED, {"text": TEXTS}, request_id="r1"))
     assert again.request_id == first.request_id == "r1", "a retry under the same id is the same request"
