@@ -1,0 +1,61 @@
+"""OIP request parameters -> the neutral request, and the catalogue as OIP messages (no sockets)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ferryman.schema import IOSchema
+from ferryman.v1 import inference_pb2
+from registry.snapshot import VersionRecord
+from router.oip.convert import config, metadata, predict_request
+from router.service import RequestFailed
+
+SCHEMA = IOSchema.model_validate(
+    {
+        "inputs": [{"name": "input", "dtype": "FP32", "shape": [512]}, {"name": "text", "text": True}],
+        "outputs": [{"name": "output", "dtype": "FP32", "shape": [10]}],
+        "max_items": 128,
+    }
+)
+RECORD = VersionRecord("mlp", "1", "ACTIVE", SCHEMA, 64, 0.0, 0.0)
+
+
+def test_steering_parameters_are_not_model_parameters() -> None:
+    request = predict_request(
+        "mlp",
+        "2",
+        "id-1",
+        {"timeout": 250_000, "user": "alice", "binary_data_output": True, "temperature": 0.5, "fast": True},
+        [],
+    )
+    assert request.request_id == "id-1" and request.model == "mlp" and request.version == "2"
+    assert request.timeout.ToMicroseconds() == 250_000
+    assert request.user == "alice"
+    assert dict(request.parameters) == {"temperature": "0.5", "fast": "true"}
+
+
+@pytest.mark.parametrize("timeout", [-1, "soon", True, 1.5])
+def test_a_timeout_must_be_non_negative_microseconds(timeout: object) -> None:
+    with pytest.raises(RequestFailed, match="timeout"):
+        predict_request("mlp", "", "", {"timeout": timeout}, [])  # type: ignore[dict-item]
+
+
+def test_an_empty_id_gets_a_fresh_one() -> None:
+    first, second = (predict_request("mlp", "", "", {}, []) for _ in range(2))
+    assert first.request_id and second.request_id and first.request_id != second.request_id
+
+
+def test_metadata_and_config_describe_items_the_triton_way() -> None:
+    info = inference_pb2.ModelInfo(name="mlp", versions=[inference_pb2.VersionInfo(version="1", weight=100)])
+    meta = metadata(info, RECORD)
+    assert [(t.name, t.datatype, list(t.shape)) for t in meta.inputs] == [
+        ("input", "FP32", [-1, 512]),
+        ("text", "BYTES", [-1]),
+    ]
+    assert list(meta.versions) == ["1"]
+    cfg = config(RECORD)
+    assert cfg.max_batch_size == 64
+    assert [(i.name, i.data_type, list(i.dims)) for i in cfg.input] == [
+        ("input", 11, [512]),
+        ("text", 13, [1]),
+    ]
