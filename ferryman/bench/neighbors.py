@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ferryman.kernel.net import free_port
 from ferryman.sdk.client import AsyncClient
 from ferryman.sdk.errors import FerrymanError
 
@@ -130,12 +131,16 @@ async def flood(client: AsyncClient, workers: int, stop: asyncio.Event, seed: in
 
 @contextmanager
 def ferryman_up(data_dir: Path, listen: str, nodes: int = 1) -> Iterator[dict[str, Any]]:
-    """``ferryman up --json`` as a child process on ``listen`` with its data in ``data_dir``;
-    yields what it printed once ready, and stops it with Ctrl-C (SIGINT) on leaving."""
+    """``ferryman up --json`` as a child process on ``listen`` (its HTTP doors on a free
+    port) with its data in ``data_dir``; yields what it printed once ready, and stops it
+    with Ctrl-C (SIGINT) on leaving."""
     env = {**os.environ, "FERRYMAN_DATA_DIR": str(data_dir), "FERRYMAN_LOG_LEVEL": "WARNING"}
     env.pop("FERRYMAN_DATABASE_URL", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ferryman", "up", "--json", "--nodes", str(nodes), "--listen", listen],
+        [
+            *(sys.executable, "-m", "ferryman", "up", "--json", "--nodes", str(nodes), "--listen", listen),
+            *("--http-listen", f"127.0.0.1:{free_port()}"),
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

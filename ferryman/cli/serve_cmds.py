@@ -91,8 +91,12 @@ def serve_router_cmd(
     local_batcher: Annotated[
         bool, typer.Option(help="Run the batcher in this process (FERRYMAN_BATCHER_* settings).")
     ] = False,
+    http_listen: Annotated[
+        str | None, typer.Option(help="host:port of the HTTP doors (OIP REST /v2, OpenAI /v1).")
+    ] = None,
 ) -> None:
-    """Run a router: the public Inference service (and quotas, unless --quota-address)."""
+    """Run a router: the public Inference and OIP v2 gRPC services on --listen, the HTTP doors
+    on --http-listen (and quotas, unless --quota-address)."""
     from batcher.settings import BatcherSettings
     from ferryman.cli.cohost import serve_router_with_batcher
     from router.quota.settings import QuotaSettings
@@ -107,6 +111,7 @@ def serve_router_cmd(
             quota_address=quota_address,
             metrics_listen=metrics_listen,
             internal_listen=internal_listen,
+            http_listen=http_listen,
         )
     )
     quota_settings = QuotaSettings(**_overrides(redis_url=redis_url, backend="redis" if redis_url else None))

@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -110,6 +111,22 @@ def snippet(router: str, key: str, ca: str = "") -> str:
     )
 
 
+def curl_line(http: str, key: str, ca: str = "") -> str:
+    """One request to the OpenAI-compatible door, as a shell line."""
+    body = '{"model": "minilm", "input": "Ferryman carries requests across."}'
+    cacert = f" --cacert {ca}" if ca else ""
+    return f"curl -s{cacert} -H 'Authorization: Bearer {key}' -d '{body}' {http}/v1/embeddings"
+
+
+def _http_ready(url: str, ca: str) -> bool:
+    context = ssl.create_default_context(cafile=ca) if ca else None
+    try:
+        with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=1, context=context) as response:
+            return bool(response.status == HTTP_OK)
+    except OSError:
+        return False
+
+
 def is_serving(address: str, security: Security | None = None) -> bool:
     """Whether the gRPC server at ``address`` reports SERVING on grpc.health.v1."""
     try:
@@ -128,7 +145,9 @@ def _console_up(port: int) -> bool:
         return False
 
 
-def _wait_ready(platform: Platform, router: str, nodes: int, console_port: int, security: Security) -> None:
+def _wait_ready(
+    platform: Platform, router: str, http: str, nodes: int, console_port: int, security: Security, ca: str
+) -> None:
     reader = RegistryReader(engine())
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
@@ -136,7 +155,12 @@ def _wait_ready(platform: Platform, router: str, nodes: int, console_port: int, 
         ready = [
             n for n in reader.nodes() if n.lifecycle == "READY" and set(n.loaded_versions) >= DEMO_VERSIONS
         ]
-        if len(ready) >= nodes and is_serving(router, security) and _console_up(console_port):
+        if (
+            len(ready) >= nodes
+            and is_serving(router, security)
+            and _http_ready(http, ca)
+            and _console_up(console_port)
+        ):
             return
         if time.monotonic() > deadline:
             raise TimeoutError("the platform did not become ready in time")
@@ -146,6 +170,9 @@ def _wait_ready(platform: Platform, router: str, nodes: int, console_port: int, 
 def up(
     nodes: Annotated[int, typer.Option(help="Node processes to start.")] = 2,
     listen: Annotated[str, typer.Option(help="Router (public endpoint) host:port.")] = "127.0.0.1:7001",
+    http_listen: Annotated[
+        str, typer.Option(help="Router's HTTP doors host:port (OIP REST /v2, OpenAI /v1).")
+    ] = "127.0.0.1:7080",
     redis_url: Annotated[str, typer.Option(help="Keep quotas in Redis instead of memory.")] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line once ready.")] = False,
     tls: Annotated[
@@ -160,6 +187,7 @@ def up(
         fail("--nodes must be at least 1")
     try:
         check_listenable(listen)  # before minutes of model building, not after
+        check_listenable(http_listen)
     except OSError as exc:
         fail(str(exc))
     upgrade(engine())
@@ -210,6 +238,8 @@ def up(
             metrics["router"],
             "--internal-listen",
             quota_internal,
+            "--http-listen",
+            http_listen,
         ]
         platform.start("router", *router_args, *(["--redis-url", redis_url] if redis_url else []))
         console_env = {
@@ -222,13 +252,16 @@ def up(
         if password:
             console_env[PASSWORD_ENV] = password
         platform.start_command("console", ["admin", "--port", str(console_port)], console_env)
-        _wait_ready(platform, listen, nodes, console_port, security)
+        http = f"{'https' if tls else 'http'}://{http_listen}"
+        _wait_ready(platform, listen, http, nodes, console_port, security, ca)
         code = snippet(listen, key.plaintext, ca)
+        curl = curl_line(http, key.plaintext, ca)
         if as_json:
             print(
                 json.dumps(
                     {
                         "router": listen,
+                        "http": http,
                         "api_key": key.plaintext,
                         "tenant": DEMO_TENANT,
                         "tls_ca": ca,
@@ -236,6 +269,7 @@ def up(
                         "console_password": password,
                         "metrics": {name: f"http://{address}/metrics" for name, address in metrics.items()},
                         "snippet": code,
+                        "curl": curl,
                     }
                 ),
                 flush=True,
@@ -250,8 +284,11 @@ def up(
             if password:
                 where += f" (admin password for this run: [bold]{password}[/bold])"
             console.print(where, soft_wrap=True)
+            console.print(f"HTTP (OIP v2 REST on /v2, OpenAI-compatible on /v1): {http}", soft_wrap=True)
             console.print("try it (Python):\n")
             print(code, flush=True)
+            console.print("or with curl:\n")
+            print(curl, "\n", flush=True)
             console.print("Ctrl-C stops everything.")
         while not stop_requested:
             platform.check()

@@ -54,6 +54,10 @@ def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path) -> None:
         assert predicted.returncode == 0, predicted.stderr
         answer = json.loads(predicted.stdout)
         assert answer["version"] == "1" and len(answer["outputs"]["embedding"][0]) == 384
+        curled = subprocess.run(["bash", "-c", info["curl"]], capture_output=True, text=True, timeout=60)
+        assert curled.returncode == 0, curled.stderr
+        assert len(json.loads(curled.stdout)["data"][0]["embedding"]) == 384, "the printed curl line works"
+        assert info["http"] in info["curl"]
         assert set(info["metrics"]) == {"router", "batcher", "node-1"}
         with urllib.request.urlopen(f"{info['console_url']}/_stcore/health", timeout=5) as health:
             assert health.status == 200
@@ -64,7 +68,7 @@ def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path) -> None:
             for (name, labels), v in router_metrics.items()
             if name == "ferryman_requests_total" and ("code", "OK") in labels
         )
-        assert ok >= 3  # the snippet's two requests and the CLI's one
+        assert ok >= 4  # the snippet's two requests, the CLI's one and curl's
         node_batches = sum(
             v
             for (name, _), v in scrape(info["metrics"]["node-1"]).items()
