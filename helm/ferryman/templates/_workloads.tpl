@@ -1,6 +1,7 @@
 {{/*
 A Ferryman service Deployment.
 (dict "root" $ "component" "router" "values" .Values.router "args" (list ...) "port" 7001 "grpc" true)
+Optional "http" (a port number): the container also serves HTTP there (port name http).
 */}}
 {{- define "ferryman.deployment" -}}
 {{- $root := .root -}}
@@ -44,6 +45,10 @@ spec:
               containerPort: {{ .port }}
             - name: metrics
               containerPort: {{ $root.Values.metricsPort }}
+            {{- if .http }}
+            - name: http
+              containerPort: {{ .http }}
+            {{- end }}
           {{- if .grpc }}
           {{- include "ferryman.probes" (dict "root" $root "port" .port) | nindent 10 }}
           {{- else }}
@@ -65,7 +70,7 @@ spec:
         {{- include "ferryman.tmpVolume" $root | nindent 8 }}
 {{- end -}}
 
-{{/* (dict "root" $ "component" "router" "port" 7001 "type" "ClusterIP") */}}
+{{/* (dict "root" $ "component" "router" "port" 7001 "type" "ClusterIP"), optional "http" port */}}
 {{- define "ferryman.service" -}}
 apiVersion: v1
 kind: Service
@@ -88,6 +93,12 @@ spec:
     - name: metrics
       port: {{ .root.Values.metricsPort }}
       targetPort: metrics
+    {{- if .http }}
+    - name: http
+      port: {{ .http }}
+      targetPort: http
+      appProtocol: http
+    {{- end }}
 {{- end -}}
 
 {{/* (dict "root" $ "component" "router" "values" .Values.router) */}}

@@ -229,8 +229,22 @@ def test_internal_apis_are_reachable_only_by_their_callers() -> None:
     assert callers("fm-ferryman-batcher") == {"router"}
     assert callers("fm-ferryman-quota") == {"router", "console"}
     assert callers("fm-ferryman-node-gpu") == callers("fm-ferryman-node-cpu") == {"batcher", "console"}
-    assert "from" not in policies["fm-ferryman-router"]["ingress"][0]  # tenants come from anywhere
+    tenants = policies["fm-ferryman-router"]["ingress"][0]
+    assert "from" not in tenants  # tenants come from anywhere, to the gRPC and HTTP doors
+    assert {"port": "grpc"} in tenants["ports"] and {"port": "http"} in tenants["ports"]
     assert not by_kind(render({**DEFAULTS, "networkPolicy": {"enabled": False}}), "NetworkPolicy")
+
+
+def test_the_router_serves_its_http_doors(manifests: list[dict[str, Any]]) -> None:
+    (router,) = [d for d in by_kind(manifests, "Deployment") if d["metadata"]["name"] == "fm-ferryman-router"]
+    (container,) = containers(router)
+    assert "--http-listen" in container["args"]
+    assert container["args"][container["args"].index("--http-listen") + 1] == "0.0.0.0:7080"
+    assert {"name": "http", "containerPort": 7080} in container["ports"]
+    (service,) = [d for d in by_kind(manifests, "Service") if d["metadata"]["name"] == "fm-ferryman-router"]
+    assert {"name": "http", "port": 7080, "targetPort": "http", "appProtocol": "http"} in service["spec"][
+        "ports"
+    ]
 
 
 def test_every_service_gets_the_release_service_token(manifests: list[dict[str, Any]]) -> None:
