@@ -8,6 +8,9 @@ STAMP := $(VENV)/.installed-stamp
 # The real clients the front-door tests drive (tritonclient, openai) live in their own venv.
 CLIENTS := $(VENV)/clients
 CLIENTS_STAMP := $(CLIENTS)/.installed-stamp
+# buf (from the npm registry) lints the protos and builds them from protos/ alone.
+BUF_VERSION := 1.75.0
+BUF_STAMP := $(VENV)/buf/.installed-$(BUF_VERSION)
 # torch comes from the CPU build on local disk; every later install is held to it.
 PIP_INSTALL := $(BIN)/pip install --quiet --constraint constraints.txt
 
@@ -25,6 +28,10 @@ $(CLIENTS_STAMP): tests/clients-requirements.txt
 	$(CLIENTS)/bin/pip install --quiet --requirement tests/clients-requirements.txt
 	touch $(CLIENTS_STAMP)
 
+$(BUF_STAMP):
+	npm install --silent --prefix $(VENV)/buf @bufbuild/buf@$(BUF_VERSION)
+	touch $(BUF_STAMP)
+
 install: $(STAMP)
 
 up: install
@@ -36,7 +43,7 @@ lint: install
 	$(BIN)/mypy .
 	$(BIN)/python -m ferryman.protogen --check
 
-test: lint $(CLIENTS_STAMP)
+test: lint $(CLIENTS_STAMP) $(BUF_STAMP)
 	$(BIN)/python -m pytest tests
 
 protos: install
