@@ -35,6 +35,7 @@ KEY_WAIT_S = 10.0
 EMBED = "embed"
 EMBED_VERSIONS = ("a", "b")
 DEFAULT_QUOTA_TIMEOUT_S = RouterSettings.model_fields["quota_timeout_s"].default
+DEFAULT_MAX_MESSAGE_BYTES = RouterSettings.model_fields["max_message_bytes"].default
 
 
 @dataclass
@@ -59,12 +60,14 @@ class E2E:
         internal_listen: str = "",
         quota_timeout_s: float = DEFAULT_QUOTA_TIMEOUT_S,
         http_listen: str = "",
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> tuple[str, ServiceThread]:
         """Another router on the same platform (for multi-router quota tests)."""
         settings = RouterSettings(
             quota_timeout_s=quota_timeout_s,
             listen="127.0.0.1:0",
             http_listen=http_listen,
+            max_message_bytes=max_message_bytes,
             batchers=self.batcher,
             metrics_listen=metrics_listen,
             internal_listen=internal_listen,

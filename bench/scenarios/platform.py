@@ -59,6 +59,9 @@ class Running:
     batcher: str
     key: str
     pids: list[int]
+    http: str
+    """The router's HTTP doors (host:port)."""
+    router_pid: int
 
 
 def _register(writer: RegistryWriter, spec: PlatformSpec) -> str:
@@ -107,20 +110,34 @@ def ferryman(spec: PlatformSpec) -> Iterator[Running]:
             **spec.env,
         }
         platform = Platform(quiet=True)
-        batcher, router = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        batcher, router, http = (f"127.0.0.1:{free_port()}" for _ in range(3))
         try:
             for i in range(spec.nodes):
                 name = f"bench-{i + 1}"
                 args = ["serve", "node", "--listen", f"127.0.0.1:{free_port()}", "--name", name]
                 platform.start_command(name, args, env)
             platform.start_command("batcher", ["serve", "batcher", "--listen", batcher], env)
-            router_args = ["serve", "router", "--listen", router, "--batchers", batcher]
+            router_args = [
+                "serve",
+                "router",
+                "--listen",
+                router,
+                "--batchers",
+                batcher,
+                "--http-listen",
+                http,
+            ]
             if spec.redis_url:
                 router_args += ["--redis-url", spec.redis_url]
             platform.start_command("router", router_args, env)
             _wait_ready(platform, RegistryReader(engine), router, spec)
             yield Running(
-                address=router, batcher=batcher, key=key, pids=[p.pid for _, p in platform.processes]
+                address=router,
+                batcher=batcher,
+                key=key,
+                pids=[p.pid for _, p in platform.processes],
+                http=http,
+                router_pid=next(p.pid for name, p in platform.processes if name == "router"),
             )
         finally:
             platform.stop()

@@ -138,6 +138,8 @@ def from_values(
 ) -> common_pb2.NamedTensor:
     """An input given element by element: gRPC typed contents or REST JSON ``data``
     (flat or nested lists, row-major)."""
+    if values is None:
+        raise TensorProblem(f"{field}.data", "required (or the binary extension's binary_data_size)")
     if datatype == BYTES:
         count = text_items(shape, field)
         flat = list(np.asarray(values, dtype=object).reshape(-1)) if values else []

@@ -77,6 +77,7 @@ def test_malformed_raw_bytes_are_refused(raw: bytes, problem: str) -> None:
         ("BYTES", [2, 2], ["a"] * 4, "inputs[0].shape", r"\[n\] or \[n, 1\]"),
         ("BYTES", [MAX_TEXT_ELEMENTS + 1], [], "inputs[0].shape", "strings"),
         ("BYTES", [1], [3], "inputs[0].data", "must be strings"),
+        ("FP32", [1], None, "inputs[0].data", "required"),
     ],
 )
 def test_bad_values_name_the_field(

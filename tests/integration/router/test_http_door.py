@@ -1,0 +1,129 @@
+"""The HTTP port as an attacker and an unlucky client meet it: a client that hangs up
+frees its quota at once, bodies are bounded before they are buffered, and malformed
+bodies, binary sections and paths get clear 4xx answers, never a 500 or a hang."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import numpy as np
+from router_platform import E2E
+
+from ferryman.kernel.net import free_port
+from gpu_node.demo import echo
+from registry.writer import QuotaLimits
+from router.quota.settings import QuotaSettings
+
+SLOW_MS = 1500
+HANG_UP_AFTER_S = 0.3
+RELEASE_WAIT_S = 0.3
+SMALL_LIMIT = 64 * 1024
+TIMEOUT_S = 30
+
+
+def echo_body(value: float, **parameters: Any) -> bytes:
+    row = [value] * echo.WIDTH
+    document = {
+        "parameters": parameters,
+        "inputs": [{"name": "input", "datatype": "FP32", "shape": [1, echo.WIDTH], "data": row}],
+    }
+    return json.dumps(document).encode()
+
+
+def post(url: str, body: bytes, key: str, **headers: str) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(url, data=body, headers={"Authorization": f"Bearer {key}", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def test_a_client_that_hangs_up_frees_its_concurrency_slot_at_once(e2e: E2E) -> None:
+    key = e2e.new_tenant("hangup", QuotaLimits(max_concurrency=1))
+    host, port = e2e.http.removeprefix("http://").split(":")
+    body = echo_body(1.0, delay_ms=SLOW_MS)
+    head = (
+        f"POST /v2/models/echo/infer HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(head.encode() + body)
+        time.sleep(HANG_UP_AFTER_S)  # the slow request holds the tenant's one slot now
+    time.sleep(RELEASE_WAIT_S)
+    started = time.monotonic()
+    status, answer = post(f"{e2e.http}/v2/models/echo/infer", echo_body(2.0), key)
+    assert status == 200, f"the slot of the request whose client left was not freed: {answer}"
+    assert time.monotonic() - started < SLOW_MS / 1000
+    np.testing.assert_array_equal(answer["outputs"][0]["data"], [4.0] * echo.WIDTH)
+
+
+def test_bodies_past_the_limit_are_refused_before_they_are_buffered(e2e: E2E) -> None:
+    http = f"127.0.0.1:{free_port()}"
+    e2e.start_router(QuotaSettings(), http_listen=http, max_message_bytes=SMALL_LIMIT)
+    url, key = f"http://{http}/v2/models/echo/infer", e2e.keys["acme"]
+    status, answer = post(url, b"[" + b"0," * SMALL_LIMIT + b"0]", key)
+    assert status == 400 and answer["violations"] == [
+        {"field": "body", "description": f"larger than {SMALL_LIMIT} bytes"}
+    ]
+    # A declared length past the limit is refused on the headers alone: no body is awaited.
+    host, port = http.split(":")
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
+        sock.sendall(
+            f"POST /v1/embeddings HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Length: {10**12}\r\n\r\n".encode()
+        )
+        assert sock.recv(4096).startswith(b"HTTP/1.1 400")
+    status, _ = post(url, echo_body(1.0), key)
+    assert status == 200, "the router serves on"
+
+
+def test_malformed_bodies_and_binary_sections_get_clear_refusals(e2e: E2E) -> None:
+    url, key = f"{e2e.http}/v2/models/echo/infer", e2e.keys["acme"]
+    status, answer = post(url, b"{not json", key)
+    assert status == 400 and answer["reason"] == "INVALID_REQUEST"
+    good = echo_body(1.0)
+    status, answer = post(url, good, key, **{"Inference-Header-Content-Length": str(len(good) + 10)})
+    assert status == 400 and "Inference-Header-Content-Length" in answer["error"]
+    binary = {
+        "inputs": [
+            {
+                "name": "input",
+                "datatype": "FP32",
+                "shape": [1, echo.WIDTH],
+                "parameters": {"binary_data_size": 16},
+            }
+        ]
+    }
+    header = json.dumps(binary).encode()
+    status, answer = post(
+        url, header + b"\x00" * 12, key, **{"Inference-Header-Content-Length": str(len(header))}
+    )
+    assert status == 400 and answer["violations"][0]["field"] == "inputs[0].parameters.binary_data_size"
+    status, answer = post(
+        url, header + b"\x00" * 20, key, **{"Inference-Header-Content-Length": str(len(header))}
+    )
+    assert status == 400 and "belong to no input" in answer["error"]
+    status, answer = post(
+        f"{e2e.http}/v1/embeddings", json.dumps({"model": "minilm", "input": [[1, 2]]}).encode(), key
+    )
+    assert status == 400 and "token arrays" in answer["error"]["message"]
+    status, answer = post(
+        f"{e2e.http}/v1/embeddings", json.dumps({"model": "mlp", "input": "x"}).encode(), key
+    )
+    assert status == 400 and answer["error"]["param"] == "model"
+    status, answer = post(
+        f"{e2e.http}/v2/models/echo/infer", json.dumps({"inputs": [{"name": "input"}] * 17}).encode(), key
+    )
+    assert status == 400 and any(v["field"] == "inputs" for v in answer["violations"])
+    with urllib.request.urlopen(f"{e2e.http}/v2/health/live", timeout=TIMEOUT_S) as live:
+        assert json.loads(live.read()) == {"live": True}
+    try:
+        urllib.request.urlopen(f"{e2e.http}/v3/nothing", timeout=TIMEOUT_S)
+    except urllib.error.HTTPError as error:
+        assert error.code == 404
