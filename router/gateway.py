@@ -137,7 +137,8 @@ class Gateway:
                 code = status_code(failed.status).name
                 elapsed = time.perf_counter() - started
                 self._metrics.observe(tenant.name, request.model, request.version, code, protocol, elapsed)
-                if request.model in self._cache.snapshot.routes:
+                if f"{request.model}:{request.version}" in self._cache.snapshot.versions:
+                    # Per-version statistics: only a pinned request's failure has a version.
                     self._statistics.failed(tenant.name, request.model, request.version, elapsed)
                 span.set_status(Status(StatusCode.ERROR, failed.status.message))
                 span.set_attribute("rpc.grpc.status_code", failed.status.code)

@@ -40,7 +40,8 @@ class VersionStats:
 
 class Statistics:
     """``VersionStats`` by (tenant, model, version); bounded by tenants x versions, since
-    only versions that answered (or models that exist) are recorded."""
+    only registered versions are recorded (those that answered, or that a failed request
+    pinned)."""
 
     def __init__(self) -> None:
         self._stats: dict[tuple[str, str, str], VersionStats] = {}
