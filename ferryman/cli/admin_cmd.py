@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -51,7 +50,10 @@ def admin(
     if ctx.invoked_subcommand is not None:
         return
     migrated_engine()  # refuse early on an unmigrated registry
-    raise typer.Exit(subprocess.call(console_command(port, address), env=os.environ.copy()))
+    command = console_command(port, address)
+    # Streamlit takes this process's place: a signal to its PID (a supervisor's, a test's)
+    # reaches the console itself, and no orphan is left serving.
+    os.execv(command[0], command)
 
 
 @admin_app.command("set-password")

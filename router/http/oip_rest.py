@@ -244,7 +244,8 @@ async def infer(
     body = await read_body(caller.request, gateway.max_message_bytes)
     try:
         request, inputs = parse(body, header_length)
-        convert.check_outputs(gateway.get_model(caller.tenant, model), [o.name for o in request.outputs])
+        if request.outputs:
+            convert.check_outputs(gateway.get_model(caller.tenant, model), [o.name for o in request.outputs])
         neutral = convert.predict_request(model, version, request.id, request.parameters, inputs)
         response = await caller.unless_gone(
             gateway.predict(neutral, caller.tenant, caller.deadline(), caller.parent, Protocol.OIP_REST)

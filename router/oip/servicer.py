@@ -60,7 +60,8 @@ class OipServicer:
     ) -> tuple[inference_pb2.PredictRequest, list[str]]:
         """The neutral request and the outputs asked for; RequestFailed when unconvertible."""
         wanted = [o.name for o in request.outputs]
-        convert.check_outputs(self._gateway.get_model(tenant, request.model_name), wanted)
+        if wanted:
+            convert.check_outputs(self._gateway.get_model(tenant, request.model_name), wanted)
         try:
             inputs = grpc_inputs(request)
         except TensorProblem as problem:
