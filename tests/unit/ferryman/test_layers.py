@@ -5,6 +5,7 @@ talk through the protos), and only the CLI composes them."""
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from pathlib import Path
 
@@ -62,3 +63,20 @@ def test_services_never_import_each_other(service: str) -> None:
     others = tuple(s for s in SERVICES if s != service)
     for path in modules(service):
         assert not [n for n in imports(path) if within(n, (*others, "ferryman.cli"))], path
+
+
+def test_the_sdk_never_loads_the_oip_protos() -> None:
+    """tritonclient registers protobuf package `inference` too; an app that imports both it
+    and the SDK must not get a duplicate-symbol error, so the SDK never loads ferryman.oip."""
+    probe = (
+        "import ferryman, ferryman.sdk.client\n"
+        "from google.protobuf import descriptor_pool\n"
+        "try:\n"
+        "    descriptor_pool.Default().FindFileByName('ferryman/oip/v2/grpc_predict_v2.proto')\n"
+        "except KeyError:\n"
+        "    print('absent')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "absent"
