@@ -10,6 +10,8 @@ MAX_NAME_CHARS = 64
 """Model and version names (as the registry stores them)."""
 MAX_USER_CHARS = 128
 MAX_PARAMETERS = 16
+MAX_INPUTS = 16
+"""Named inputs one request may carry (schemas name a few; each unknown one is echoed)."""
 MAX_PARAMETER_KEY_CHARS = 64
 MAX_PARAMETER_VALUE_CHARS = 256
 ECHO_CHARS = 64
@@ -36,6 +38,14 @@ def check_request(request: inference_pb2.PredictRequest) -> list[Violation]:
             violations.append((field, f"longer than {limit} characters"))
     if not request.model:
         violations.append(("model", "required"))
+    if len(request.inputs) > MAX_INPUTS:
+        violations.append(("inputs", f"more than {MAX_INPUTS} inputs"))
+    else:
+        violations += [
+            (f"inputs[{i}].name", f"longer than {MAX_NAME_CHARS} characters")
+            for i, named in enumerate(request.inputs)
+            if len(named.name) > MAX_NAME_CHARS
+        ]
     if len(request.parameters) > MAX_PARAMETERS:
         violations.append(("parameters", f"more than {MAX_PARAMETERS} entries"))
         return violations

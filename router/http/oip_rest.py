@@ -11,7 +11,7 @@ from google.protobuf.message import Message
 from pydantic import BaseModel, ConfigDict, Field
 
 from ferryman.v1 import common_pb2, inference_pb2
-from router.bounds import MAX_NAME_CHARS, MAX_PARAMETERS, MAX_REQUEST_ID_CHARS
+from router.bounds import MAX_INPUTS, MAX_NAME_CHARS, MAX_PARAMETERS, MAX_REQUEST_ID_CHARS
 from router.gateway import Protocol
 from router.http.caller import (
     JSON,
@@ -37,8 +37,6 @@ from router.oip.tensors import (
 
 router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"])
 HEADER_LENGTH = "Inference-Header-Content-Length"
-MAX_TENSORS = 16
-"""Inputs or requested outputs one request may name."""
 MAX_DIMS = 8
 BINARY_SIZE = "binary_data_size"
 Scalar = bool | int | float | str
@@ -64,8 +62,8 @@ class InferenceRequest(BaseModel):
 
     id: str = Field(default="", max_length=MAX_REQUEST_ID_CHARS)
     parameters: Parameters = Field(default_factory=dict)
-    inputs: list[InputTensor] = Field(min_length=1, max_length=MAX_TENSORS)
-    outputs: list[RequestedOutput] = Field(default_factory=list, max_length=MAX_TENSORS)
+    inputs: list[InputTensor] = Field(min_length=1, max_length=MAX_INPUTS)
+    outputs: list[RequestedOutput] = Field(default_factory=list, max_length=MAX_INPUTS)
 
 
 class OutputTensor(BaseModel):

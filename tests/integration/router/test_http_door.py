@@ -83,6 +83,23 @@ def test_bodies_past_the_limit_are_refused_before_they_are_buffered(e2e: E2E) ->
     assert status == 200, "the router serves on"
 
 
+def test_another_tenants_private_model_is_unknown_to_every_catalogue_route(e2e: E2E) -> None:
+    headers = {"Authorization": f"Bearer {e2e.keys['acme']}"}
+    for path in ("", "/ready", "/config", "/stats", "/versions/1", "/versions/1/ready"):
+        request = urllib.request.Request(f"{e2e.http}/v2/models/secret{path}", headers=headers)
+        try:
+            urllib.request.urlopen(request, timeout=TIMEOUT_S)
+            raise AssertionError(f"/v2/models/secret{path} answered")
+        except urllib.error.HTTPError as error:
+            assert error.code == 404 and json.loads(error.read())["reason"] == "UNKNOWN_MODEL", path
+    request = urllib.request.Request(f"{e2e.http}/v1/models/secret", headers=headers)
+    try:
+        urllib.request.urlopen(request, timeout=TIMEOUT_S)
+        raise AssertionError("/v1/models/secret answered")
+    except urllib.error.HTTPError as error:
+        assert error.code == 404
+
+
 def test_malformed_bodies_and_binary_sections_get_clear_refusals(e2e: E2E) -> None:
     url, key = f"{e2e.http}/v2/models/echo/infer", e2e.keys["acme"]
     status, answer = post(url, b"{not json", key)

@@ -60,6 +60,12 @@ try:
     client.infer("no-such-model", [tensor], headers=headers())
 except InferenceServerException as exc:
     out["unknown"] = exc.status()
+out["secret"] = []
+for ask in (client.get_model_metadata, client.is_model_ready, client.get_model_config):
+    try:
+        ask("secret", headers=headers())
+    except InferenceServerException as exc:
+        out["secret"].append(exc.status())
 print(json.dumps(out))
 """
 
@@ -145,6 +151,7 @@ def test_tritonclient_grpc_gets_what_ferryman_client_gets(e2e: E2E) -> None:
     assert "1" in out["stats_versions"] and "" not in out["stats_versions"], "statistics are per version"
     assert out["bad_key"] == "StatusCode.UNAUTHENTICATED"
     assert out["unknown"] == "StatusCode.NOT_FOUND"
+    assert out["secret"] == ["StatusCode.NOT_FOUND"] * 3, "another tenant's private model stays unknown"
 
 
 def test_tritonclient_http_gets_what_ferryman_client_gets(e2e: E2E) -> None:
