@@ -48,6 +48,8 @@ def test_alert_rules_parse_and_use_catalog_metrics_only() -> None:
         "FerrymanErrorBudgetBurn",
         "FerrymanQueueSaturated",
         "FerrymanNodeDown",
+        "FerrymanLatencyBudgetSlowBurn",
+        "FerrymanErrorBudgetSlowBurn",
     }
     for group in rules["groups"]:
         for rule in group["rules"]:
@@ -56,3 +58,24 @@ def test_alert_rules_parse_and_use_catalog_metrics_only() -> None:
             assert not set(RECORDED.findall(expr)) - recorded, expr
             if "alert" in rule:
                 assert rule["labels"]["severity"] in ("page", "ticket") and rule["annotations"]["summary"]
+
+
+CODE_MATCHER = re.compile(r'code(!~|!=|=~|=)"([^"]*)"')
+FIXED_RANGE = re.compile(r"\[(\d+[smh])\]")
+
+
+def test_dashboards_count_errors_as_the_alert_rules_do() -> None:
+    rules = yaml.safe_load((CHART / "alerts" / "ferryman-rules.yaml").read_text())
+    error_ratio = next(
+        r["expr"]
+        for g in rules["groups"]
+        for r in g["rules"]
+        if r.get("record") == "ferryman:error_ratio:rate5m"
+    )
+    (slo,) = set(CODE_MATCHER.findall(error_ratio))
+    for board in sorted((CHART / "dashboards").glob("*.json")):
+        for expr in dashboard_exprs(board):
+            for matcher in CODE_MATCHER.findall(expr):
+                assert matcher == slo, f"{board.name}: {matcher} is not the SLO's error definition {slo}"
+            # Ranges follow the scrape interval; only deliberate long windows are fixed.
+            assert all(r.endswith("h") for r in FIXED_RANGE.findall(expr)), f"{board.name}: {expr}"
