@@ -1,8 +1,9 @@
 """The HTTP stack's own cost per request, to choose the HTTP doors' framework: the same
 2 KB JSON echo as a bare ASGI app, a Starlette route, a FastAPI route, and a FastAPI route
-with a header dependency (as the doors' bearer-key dependency), each under uvicorn (httptools) in its own process, driven
-by one closed-loop client (keep-alive connections) for the same time. Server CPU per
-request is the figure; the client's CPU is printed beside it.
+with a header dependency (as the doors' bearer-key dependency), each under uvicorn
+(httptools) in its own process, driven by one closed-loop client (keep-alive connections)
+for the same time. Server CPU per request is the figure; the client's CPU is printed
+beside it.
 
     python -m bench.http_stack [--concurrency 64] [--seconds 5]
 """
