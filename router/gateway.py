@@ -52,6 +52,8 @@ class Rejected:
 
 
 StreamItem = inference_pb2.PredictRequest | Undecodable | Rejected
+UNKNOWN_LABEL = "-"
+"""The model label of requests for a model that does not exist (or the tenant may not see)."""
 
 
 def undecodable(request: Undecodable) -> status_pb2.Status:
@@ -84,13 +86,22 @@ class Gateway:
         self._tracer = tracer("ferryman.router")
         self._statistics = Statistics()
 
-    def tenant(self, key: str | None) -> TenantRecord:
-        """The tenant of a bearer key (None: none was sent)."""
+    def tenant(self, key: str | None, protocol: Protocol = Protocol.FERRYMAN) -> TenantRecord:
+        """The tenant of a bearer key (None: none was sent); refusals are counted by door."""
         tenant = authenticate(self._cache.snapshot, key) if key else None
         if tenant is None:
+            self._metrics.child(self._metrics.auth_failures, protocol).inc()
             reason = "missing API key" if not key else "unknown or revoked API key"
             raise fail(grpc.StatusCode.UNAUTHENTICATED, reason, Reason.UNAUTHENTICATED)
         return tenant
+
+    def _labels(self, model: str, version: str) -> tuple[str, str]:
+        """Metric labels of a failed request's model and version: its own only when they
+        exist, so made-up names cannot grow the label sets (they share UNKNOWN_LABEL)."""
+        snapshot = self._cache.snapshot
+        if model not in snapshot.routes:
+            return UNKNOWN_LABEL, ""
+        return model, version if f"{model}:{version}" in snapshot.versions else ""
 
     def deadline(self, remaining_s: float | None) -> float:
         """The call's deadline (event-loop time) from the time its caller gave (None: the default)."""
@@ -136,7 +147,8 @@ class Gateway:
             except RequestFailed as failed:
                 code = status_code(failed.status).name
                 elapsed = time.perf_counter() - started
-                self._metrics.observe(tenant.name, request.model, request.version, code, protocol, elapsed)
+                model, version = self._labels(request.model, request.version)
+                self._metrics.observe(tenant.name, model, version, code, protocol, elapsed)
                 if f"{request.model}:{request.version}" in self._cache.snapshot.versions:
                     # Per-version statistics: only a pinned request's failure has a version.
                     self._statistics.failed(tenant.name, request.model, request.version, elapsed)

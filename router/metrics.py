@@ -53,6 +53,12 @@ class RouterMetrics:
             registry=self.registry,
         )
 
+        self.auth_failures = Counter(
+            "ferryman_auth_failures",
+            "Calls refused for a missing, unknown or revoked API key, by front door.",
+            ["protocol"],
+            registry=self.registry,
+        )
         self.shed = Counter(
             "ferryman_router_shed",
             "Requests refused at the router while their version's batcher queue was too long.",

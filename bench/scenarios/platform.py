@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ferryman.cli.up import Platform, is_serving
+from ferryman.cli.supervisor import Platform
+from ferryman.cli.up import is_serving
 from ferryman.kernel.net import free_port
 from gpu_node.demo.build import build_demo_artifacts
 from registry.db import make_engine

@@ -2,8 +2,10 @@
 
 Registry (SQLite under the data dir, migrated), demo models (built and registered),
 N nodes, a batcher, and a router hosting the quota service (in memory, or on Redis
-with --redis-url); a demo tenant whose new key is printed once. Ctrl-C stops every
-process it started, by PID.
+with --redis-url); a demo tenant whose new key is printed once. ``up`` supervises its
+children: one that crashes is restarted with backoff while the others serve on;
+SIGINT, SIGTERM or SIGHUP to ``up`` stops every child, by PID; and on Linux every child
+is told to stop when ``up`` itself dies (``PR_SET_PDEATHSIG``), even by SIGKILL.
 """
 
 from __future__ import annotations
@@ -13,23 +15,26 @@ import os
 import secrets
 import signal
 import ssl
-import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated
 
 import grpc
+import numpy as np
 import typer
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from admin_ui.auth import PASSWORD_ENV
 from ferryman.cli.context import engine, settings
 from ferryman.cli.output import console, fail
+from ferryman.cli.supervisor import Platform
 from ferryman.kernel.config import CommonSettings
 from ferryman.kernel.net import check_listenable, free_port
 from ferryman.kernel.security import Security, sync_channel
+from ferryman.sdk.client import Client
+from ferryman.sdk.errors import FerrymanError
 from registry.keys import NewKey
 from registry.reader import RegistryReader
 from registry.writer import RegistryWriter
@@ -39,48 +44,9 @@ CONSOLE_PASSWORD_BYTES = 12
 HTTP_OK = 200
 DEMO_VERSIONS = {"mlp:1", "minilm:1"}
 READY_TIMEOUT_S = 180.0
-STOP_TIMEOUT_S = 30.0
 POLL_S = 0.2
-
-
-@dataclass
-class Platform:
-    processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
-    quiet: bool = False
-    """Discard the children's output (benchmarks) instead of passing it to our stderr."""
-
-    def start(self, name: str, *args: str) -> None:
-        """Start ``ferryman serve <args>``."""
-        self.start_command(name, ["serve", *args])
-
-    def start_command(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        """Start ``ferryman <args>`` as a child process."""
-        # Children's stdout goes to our stderr: our stdout carries only what `up` prints (--json).
-        output = subprocess.DEVNULL if self.quiet else sys.stderr
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ferryman", *args],
-            env={**os.environ, **(env or {})},
-            stdout=output,
-            stderr=output if self.quiet else None,
-        )
-        self.processes.append((name, proc))
-
-    def check(self) -> None:
-        for name, proc in self.processes:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited with code {proc.returncode}")
-
-    def stop(self) -> None:
-        for _, proc in reversed(self.processes):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        for _, proc in self.processes:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+PROBE_TIMEOUT_S = 5.0
+"""Each readiness probe request's deadline."""
 
 
 def demo_key(writer: RegistryWriter, reader: RegistryReader) -> NewKey:
@@ -145,9 +111,28 @@ def _console_up(port: int) -> bool:
         return False
 
 
-def _wait_ready(
-    platform: Platform, router: str, http: str, nodes: int, console_port: int, security: Security, ca: str
-) -> None:
+def _answers(router: str, key: str, ca: str) -> bool:
+    """Whether the demo models answer through the router: ready means a request works (the
+    batcher has seen a ready replica), not only that every process reports SERVING."""
+    try:
+        with Client(router, key, timeout=PROBE_TIMEOUT_S, tls=ca or False) as client:
+            client.predict("mlp", np.zeros((1, 512), np.float32))
+            client.predict("minilm", ["ready?"])
+    except FerrymanError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    router: str
+    http: str
+    console_port: int
+    key: str
+    ca: str
+
+
+def _wait_ready(platform: Platform, at: Endpoints, nodes: int, security: Security) -> None:
     reader = RegistryReader(engine())
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
@@ -157,9 +142,10 @@ def _wait_ready(
         ]
         if (
             len(ready) >= nodes
-            and is_serving(router, security)
-            and _http_ready(http, ca)
-            and _console_up(console_port)
+            and is_serving(at.router, security)
+            and _http_ready(at.http, at.ca)
+            and _console_up(at.console_port)
+            and _answers(at.router, at.key, at.ca)
         ):
             return
         if time.monotonic() > deadline:
@@ -218,8 +204,8 @@ def up(
         nonlocal stop_requested
         stop_requested = True
 
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, request_stop)
     try:
         for i in range(nodes):
             name = f"node-{i + 1}"
@@ -253,7 +239,7 @@ def up(
             console_env[PASSWORD_ENV] = password
         platform.start_command("console", ["admin", "--port", str(console_port)], console_env)
         http = f"{'https' if tls else 'http'}://{http_listen}"
-        _wait_ready(platform, listen, http, nodes, console_port, security, ca)
+        _wait_ready(platform, Endpoints(listen, http, console_port, key.plaintext, ca), nodes, security)
         code = snippet(listen, key.plaintext, ca)
         curl = curl_line(http, key.plaintext, ca)
         if as_json:
@@ -270,6 +256,8 @@ def up(
                         "metrics": {name: f"http://{address}/metrics" for name, address in metrics.items()},
                         "snippet": code,
                         "curl": curl,
+                        "pid": os.getpid(),
+                        "pids": platform.pids(),
                     }
                 ),
                 flush=True,
@@ -291,7 +279,7 @@ def up(
             print(curl, "\n", flush=True)
             console.print("Ctrl-C stops everything.")
         while not stop_requested:
-            platform.check()
+            platform.supervise(lambda line: print(f"ferryman up: {line}", file=sys.stderr, flush=True))
             time.sleep(POLL_S)
     except (RuntimeError, TimeoutError) as exc:
         platform.stop()

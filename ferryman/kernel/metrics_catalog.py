@@ -12,6 +12,7 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     "ferryman_tokens": ("counter", ("tenant", "model", "direction")),
     "ferryman_cost_usd": ("counter", ("tenant", "model")),
     "ferryman_router_shed": ("counter", ("model", "version")),
+    "ferryman_auth_failures": ("counter", ("protocol",)),
     # batcher
     "ferryman_batch_size": ("histogram", ("model", "version")),
     "ferryman_batch_fill_ratio": ("histogram", ("model", "version")),

@@ -19,10 +19,12 @@ from ferryman.errors import Reason
 from ferryman.kernel.telemetry import context_from_metadata
 from ferryman.v1 import inference_pb2
 from registry.snapshot import TenantRecord
-from router.gateway import Gateway
+from router.gateway import Gateway, Protocol
 from router.service import RequestFailed, fail
 
 T = TypeVar("T")
+OPENAI_PREFIX = "/v1/"
+"""Paths of the OpenAI-compatible door (the rest of the HTTP port is OIP REST)."""
 MAX_VIOLATIONS = 16
 """Validation problems named in one refusal."""
 BEARER = HTTPBearer(auto_error=False, description="A tenant API key: `Authorization: Bearer <key>`.")
@@ -43,7 +45,9 @@ class Caller:
     def __init__(self, gateway: Gateway, request: Request, credentials: HTTPAuthorizationCredentials | None):
         self.gateway = gateway
         self.request = request
-        self.tenant: TenantRecord = gateway.tenant(credentials.credentials if credentials else None)
+        self.protocol = Protocol.OPENAI if request.url.path.startswith(OPENAI_PREFIX) else Protocol.OIP_REST
+        key = credentials.credentials if credentials else None
+        self.tenant: TenantRecord = gateway.tenant(key, self.protocol)
 
     @property
     def parent(self) -> Context:

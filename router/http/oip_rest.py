@@ -12,7 +12,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ferryman.v1 import common_pb2, inference_pb2
 from router.bounds import MAX_INPUTS, MAX_NAME_CHARS, MAX_PARAMETERS, MAX_REQUEST_ID_CHARS
-from router.gateway import Protocol
 from router.http.caller import (
     JSON,
     Authenticated,
@@ -246,7 +245,7 @@ async def infer(
             convert.check_outputs(gateway.get_model(caller.tenant, model), [o.name for o in request.outputs])
         neutral = convert.predict_request(model, version, request.id, request.parameters, inputs)
         response = await caller.unless_gone(
-            gateway.predict(neutral, caller.tenant, caller.deadline(), caller.parent, Protocol.OIP_REST)
+            gateway.predict(neutral, caller.tenant, caller.deadline(), caller.parent, caller.protocol)
         )
         return answer(request, response)
     except TensorProblem as problem:

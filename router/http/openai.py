@@ -16,7 +16,6 @@ from ferryman.errors import Reason
 from ferryman.tensors import decode
 from ferryman.v1 import common_pb2, inference_pb2
 from router.bounds import MAX_NAME_CHARS, MAX_REQUEST_ID_CHARS, MAX_USER_CHARS
-from router.gateway import Protocol
 from router.http.caller import JSON, Authenticated, answer_headers, json_body, parse_json, read_body
 from router.oip.tensors import MAX_TEXT_ELEMENTS
 from router.service import fail
@@ -128,7 +127,7 @@ async def embeddings(
         ],
     )
     response = await caller.unless_gone(
-        gateway.predict(neutral, caller.tenant, caller.deadline(), caller.parent, Protocol.OPENAI)
+        gateway.predict(neutral, caller.tenant, caller.deadline(), caller.parent, caller.protocol)
     )
     rows = decode(response.outputs[0].tensor).astype("<f4").reshape(response.usage.items, -1)
     encoded: list[Any] = (

@@ -18,10 +18,9 @@ from fastapi.openapi.utils import get_openapi
 from ferryman.kernel.net import cannot_listen
 from router.gateway import Gateway
 from router.http import errors, oip_rest, openai
-from router.http.caller import JSON, invalid_request
+from router.http.caller import JSON, OPENAI_PREFIX, invalid_request
 from router.service import RequestFailed
 
-OPENAI_PREFIX = "/v1/"
 BODIES = (oip_rest.InferenceRequest, openai.EmbeddingRequest)
 """Bodies that routes read themselves (bounded, JSON whatever the Content-Type); the
 OpenAPI document gets their schemas here."""

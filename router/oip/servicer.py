@@ -50,7 +50,7 @@ class OipServicer:
 
     async def _tenant(self, context: ServicerContext) -> TenantRecord:
         try:
-            return self._gateway.tenant(bearer_key(context.invocation_metadata()))
+            return self._gateway.tenant(bearer_key(context.invocation_metadata()), Protocol.OIP_GRPC)
         except RequestFailed as failed:
             await abort(context, failed.status)
             raise

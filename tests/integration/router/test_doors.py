@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 from doors import DOOR_NAMES, Answer, Door, Native, Outcome, Refusal, every_door
-from metrics_scrape import sample
+from metrics_scrape import sample, scrape
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -148,8 +148,15 @@ def test_trace_context_follows_every_door(door: Door, e2e: E2E, spans: InMemoryS
 
 def test_refusals_keep_their_codes_through_every_door(door: Door, e2e: E2E) -> None:
     key = e2e.keys["acme"]
+    protocol = PROTOCOL[door.name]
+    auth_before = sample(e2e.router_metrics, "ferryman_auth_failures_total", protocol=protocol)
     assert refused(door.predict("fm_not-a-key", EMBED, {"text": TEXTS})).code == "UNAUTHENTICATED"
-    assert refused(door.predict(key, "no-such-model", {"text": TEXTS})).code == "NOT_FOUND"
+    assert sample(e2e.router_metrics, "ferryman_auth_failures_total", protocol=protocol) == auth_before + 1
+    made_up = f"no-such-model-{uuid.uuid4().hex[:8]}"
+    assert refused(door.predict(key, made_up, {"text": TEXTS})).code == "NOT_FOUND"
+    series = scrape(e2e.router_metrics)
+    assert not [ls for (_, ls) in series if ("model", made_up) in ls], "a made-up name is no label"
+    assert any(("model", "-") in labels and ("code", "NOT_FOUND") in labels for (_, labels) in series)
     # A private model of another tenant answers exactly like an unknown one.
     assert refused(door.predict(key, "secret", {"text": TEXTS})).code == "NOT_FOUND"
     assert refused(door.predict(key, EMBED, {"text": ["x" * 5000]})).code == "INVALID_ARGUMENT"

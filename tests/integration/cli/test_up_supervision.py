@@ -1,0 +1,148 @@
+"""``ferryman up`` heals and cleans up after itself: kill -9 of a node, the batcher or the
+router under load and the platform serves again within seconds (a node's death costs no
+request: the other node takes its batches); SIGTERM to ``up`` alone leaves no process
+behind; kill -9 of ``up`` takes its children down too."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+from figures import report
+
+from ferryman.bench.neighbors import ferryman_up
+from ferryman.kernel.net import free_port
+from ferryman.sdk.client import Client
+from ferryman.sdk.errors import FerrymanError
+
+RECOVER_S = 90.0
+"""A restarted node reloads its models; the rest come back in a few seconds."""
+GONE_S = 30.0
+LOAD_TIMEOUT_S = 30.0
+PAUSE_S = 0.02
+ROLES = {"node-1": "--name node-1", "batcher": "serve batcher", "router": "serve router"}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("up-supervised")
+
+
+def child_pid(up_pid: int, role: str) -> int | None:
+    """The live child of ``up`` playing ``role`` (its command line names it)."""
+    for child in psutil.Process(up_pid).children():
+        try:
+            if ROLES[role] in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                return child.pid
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+class Load:
+    """Two closed-loop clients (the SDK, with its retries) until stopped; counts outcomes."""
+
+    def __init__(self, router: str, key: str) -> None:
+        self.ok = 0
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(router, key)) for _ in range(2)]
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self, router: str, key: str) -> None:
+        with Client(router, key, timeout=LOAD_TIMEOUT_S) as client:
+            while not self._stop.is_set():
+                try:
+                    client.predict("mlp", np.random.rand(1, 512).astype(np.float32))
+                    self.ok += 1
+                except FerrymanError as exc:
+                    self.failed.append(type(exc).__name__)
+                time.sleep(PAUSE_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+
+def serving_again(router: str, key: str) -> float:
+    """Seconds until a request is answered again."""
+    started = time.monotonic()
+    with Client(router, key, timeout=2.0, retries=0) as client:
+        while time.monotonic() - started < RECOVER_S:
+            try:
+                client.predict("mlp", np.zeros((1, 512), np.float32))
+                return time.monotonic() - started
+            except FerrymanError:
+                time.sleep(0.1)
+    raise AssertionError(f"not serving {RECOVER_S} s after the kill")
+
+
+@pytest.fixture(scope="module")
+def up(data_dir: Path) -> Iterator[dict[str, Any]]:
+    with ferryman_up(data_dir, f"127.0.0.1:{free_port()}", nodes=2) as info:
+        yield info
+
+
+@pytest.mark.parametrize("role", ["node-1", "batcher", "router"])
+def test_a_killed_child_is_restarted_and_the_platform_serves_again(up: dict[str, Any], role: str) -> None:
+    victim = child_pid(up["pid"], role)
+    assert victim is not None, f"no {role} under ferryman up"
+    load = Load(up["router"], up["api_key"])
+    time.sleep(1.0)
+    os.kill(victim, signal.SIGKILL)
+    recovered = serving_again(up["router"], up["api_key"])
+    time.sleep(1.0)
+    load.stop()
+    successor = child_pid(up["pid"], role)
+    assert successor is not None and successor != victim, f"{role} was not restarted"
+    report(f"kill -9 {role}", serving_again_s=round(recovered, 2), answered=load.ok, failed=len(load.failed))
+    assert load.ok > 0
+    if role == "node-1":
+        assert load.failed == [], "the other node takes a dead node's batches"
+
+
+def test_sigterm_to_up_alone_leaves_no_process_behind(data_dir: Path) -> None:
+    with ferryman_up(data_dir, f"127.0.0.1:{free_port()}") as info:
+        children = [c.pid for c in psutil.Process(info["pid"]).children(recursive=True)]
+        assert len(children) >= 4  # node, batcher, router, console
+        os.kill(info["pid"], signal.SIGTERM)
+        gone = psutil.wait_procs(
+            [psutil.Process(p) for p in children if psutil.pid_exists(p)], timeout=GONE_S
+        )
+        assert not gone[1], f"left running: {[p.pid for p in gone[1]]}"
+
+
+def test_children_stop_when_up_is_killed(data_dir: Path) -> None:
+    env = {**os.environ, "FERRYMAN_DATA_DIR": str(data_dir), "FERRYMAN_LOG_LEVEL": "WARNING"}
+    env.pop("FERRYMAN_DATABASE_URL", None)
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "ferryman", "up", "--json", "--nodes", "1"),
+            *("--listen", f"127.0.0.1:{free_port()}", "--http-listen", f"127.0.0.1:{free_port()}"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        info = json.loads(proc.stdout.readline())
+        children = [psutil.Process(p) for p in info["pids"].values()]
+    finally:
+        proc.kill()
+        proc.wait()
+    _, alive = psutil.wait_procs(children, timeout=GONE_S)
+    assert not alive, f"orphans still running after kill -9 of up: {[p.pid for p in alive]}"
