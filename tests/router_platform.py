@@ -61,11 +61,12 @@ class E2E:
         quota_timeout_s: float = DEFAULT_QUOTA_TIMEOUT_S,
         http_listen: str = "",
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        listen: str = "127.0.0.1:0",
     ) -> tuple[str, ServiceThread]:
         """Another router on the same platform (for multi-router quota tests)."""
         settings = RouterSettings(
             quota_timeout_s=quota_timeout_s,
-            listen="127.0.0.1:0",
+            listen=listen,
             http_listen=http_listen,
             max_message_bytes=max_message_bytes,
             batchers=self.batcher,

@@ -20,8 +20,15 @@ DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_TARGET = "127.0.0.1:7001"
 TARGET_ENV = "FERRYMAN_TARGET"
 API_KEY_ENV = "FERRYMAN_API_KEY"
-DEFAULT_RETRIES = 3
-BACKOFF_S = 0.05
+DEFAULT_RETRIES = 10
+"""Retries of a retryable failure; with BACKOFF_S doubling to MAX_BACKOFF_S (jittered)
+they span 11-22 s, inside the default 30 s deadline: enough to ride out a router restart
+and the channel's reconnect backoff after it."""
+BACKOFF_S = 0.1
+MAX_BACKOFF_S = 4.0
+RECONNECT_BACKOFF_MS = (100, 2000)
+"""gRPC's reconnect backoff, first and longest (its defaults, 1 s and 120 s, keep a channel
+failing fast for seconds after its server is back: retries would find it still down)."""
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 PRIORITIES = {
     "low": common_pb2.PRIORITY_LOW,
@@ -84,7 +91,7 @@ def retry_delay(error: FerrymanError, attempt: int) -> float | None:
         return None
     if error.retry_after is not None:
         return error.retry_after
-    return float(BACKOFF_S * 2**attempt * random.uniform(1 - JITTER, 1))
+    return float(min(MAX_BACKOFF_S, BACKOFF_S * 2**attempt) * random.uniform(1 - JITTER, 1))
 
 
 def channel_credentials(
@@ -102,6 +109,9 @@ def channel_options() -> list[tuple[str, int]]:
     return [
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
+        ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
+        ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[1]),
     ]
 
 

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -114,18 +115,9 @@ def test_a_killed_child_is_restarted_and_the_platform_serves_again(up: dict[str,
         assert load.failed == [], "the other node takes a dead node's batches"
 
 
-def test_sigterm_to_up_alone_leaves_no_process_behind(data_dir: Path) -> None:
-    with ferryman_up(data_dir, f"127.0.0.1:{free_port()}") as info:
-        children = [c.pid for c in psutil.Process(info["pid"]).children(recursive=True)]
-        assert len(children) >= 4  # node, batcher, router, console
-        os.kill(info["pid"], signal.SIGTERM)
-        gone = psutil.wait_procs(
-            [psutil.Process(p) for p in children if psutil.pid_exists(p)], timeout=GONE_S
-        )
-        assert not gone[1], f"left running: {[p.pid for p in gone[1]]}"
-
-
-def test_children_stop_when_up_is_killed(data_dir: Path) -> None:
+@contextmanager
+def bare_up(data_dir: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, Any]]]:
+    """``ferryman up --json`` whose ending the test decides (the process and its ready line)."""
     env = {**os.environ, "FERRYMAN_DATA_DIR": str(data_dir), "FERRYMAN_LOG_LEVEL": "WARNING"}
     env.pop("FERRYMAN_DATABASE_URL", None)
     proc = subprocess.Popen(
@@ -139,10 +131,25 @@ def test_children_stop_when_up_is_killed(data_dir: Path) -> None:
     )
     try:
         assert proc.stdout is not None
-        info = json.loads(proc.stdout.readline())
-        children = [psutil.Process(p) for p in info["pids"].values()]
+        yield proc, json.loads(proc.stdout.readline())
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_sigterm_to_up_alone_leaves_no_process_behind(data_dir: Path) -> None:
+    with bare_up(data_dir) as (proc, info):
+        children = [psutil.Process(p) for p in info["pids"].values()]
+        assert len(children) >= 4  # node, batcher, router, console
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(GONE_S) == 0
+        _, alive = psutil.wait_procs(children, timeout=GONE_S)
+        assert not alive, f"left running: {[p.pid for p in alive]}"
+
+
+def test_children_stop_when_up_is_killed(data_dir: Path) -> None:
+    with bare_up(data_dir) as (proc, info):
+        children = [psutil.Process(p) for p in info["pids"].values()]
+        proc.kill()
     _, alive = psutil.wait_procs(children, timeout=GONE_S)
     assert not alive, f"orphans still running after kill -9 of up: {[p.pid for p in alive]}"

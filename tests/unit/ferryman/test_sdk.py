@@ -11,7 +11,14 @@ import torch
 
 from ferryman.errors import make_status
 from ferryman.sdk import errors
-from ferryman.sdk.calls import call_metadata, call_timeout, endpoint, priority_level, retry_delay
+from ferryman.sdk.calls import (
+    DEFAULT_RETRIES,
+    call_metadata,
+    call_timeout,
+    endpoint,
+    priority_level,
+    retry_delay,
+)
 from ferryman.sdk.convert import from_outputs, to_inputs
 from ferryman.tensors import decode
 from ferryman.v1 import common_pb2, inference_pb2
@@ -63,9 +70,13 @@ def test_retries_unavailable_and_overload_but_never_quota_or_input() -> None:
     unavailable = errors.Unavailable(grpc.StatusCode.UNAVAILABLE, "down")
     # Jittered: 50-100% of the doubling step, so clients refused together spread out.
     first = [retry_delay(unavailable, 0) for _ in range(50)]
-    assert all(d is not None and 0.025 <= d <= 0.05 for d in first) and len(set(first)) > 1
+    assert all(d is not None and 0.05 <= d <= 0.1 for d in first) and len(set(first)) > 1
     third = retry_delay(unavailable, 2)
-    assert third is not None and 0.1 <= third <= 0.2
+    assert third is not None and 0.2 <= third <= 0.4
+    late = retry_delay(unavailable, 20)
+    assert late is not None and 2.0 <= late <= 4.0, "the step is capped"
+    # The schedule spans seconds, not a blink: a router restart is ridden out.
+    assert sum(min(4.0, 0.1 * 2**a) for a in range(DEFAULT_RETRIES)) * 0.5 > 6.0
     told = errors.Overloaded(grpc.StatusCode.RESOURCE_EXHAUSTED, "busy", retry_after=1.5)
     assert retry_delay(told, 0) == 1.5
     quota = errors.QuotaExceeded(grpc.StatusCode.RESOURCE_EXHAUSTED, "over", "QUOTA_EXCEEDED", 3.0, [])

@@ -1,0 +1,56 @@
+"""The SDK rides out a router restart: its retries (same request id, jittered exponential
+backoff up to a cap, inside the call's deadline) and a short reconnect backoff outlast a
+4.5 s outage, so clients with default settings see no error at all."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+from figures import report
+from router_platform import E2E
+
+import ferryman
+from ferryman.kernel.net import free_port
+from gpu_node.demo import echo
+from router.quota.settings import QuotaSettings
+
+OUTAGE_S = 4.5
+CLIENTS = 4
+PAUSE_S = 0.05
+
+
+def test_clients_with_default_settings_see_no_error_across_a_router_restart(e2e: E2E) -> None:
+    listen = f"127.0.0.1:{free_port()}"
+    _, first = e2e.start_router(QuotaSettings(), listen=listen)
+    answered, failed = [0] * CLIENTS, [0] * CLIENTS
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def client(i: int) -> None:
+        with ferryman.Client(listen, e2e.keys["acme"]) as sdk:  # default timeout and retries
+            while not stop.is_set():
+                try:
+                    sdk.predict("echo", np.full((1, echo.WIDTH), float(i), np.float32))
+                    answered[i] += 1
+                except ferryman.FerrymanError as exc:
+                    failed[i] += 1
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                time.sleep(PAUSE_S)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    before = sum(answered)
+    first.stop()
+    time.sleep(OUTAGE_S)
+    e2e.start_router(QuotaSettings(), listen=listen)
+    time.sleep(2.0)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    report("router restart under SDK clients", outage_s=OUTAGE_S, answered=sum(answered), failed=sum(failed))
+    assert before > 0 and sum(answered) > before, "served before and after the restart"
+    assert sum(failed) == 0, f"{sum(failed)} calls failed across a {OUTAGE_S} s router restart: {errors}"
