@@ -55,6 +55,15 @@ class Breaker:
             self._move(BreakerState.CLOSED)
             self.probing = False
 
+    def trip(self, now: float) -> None:
+        """Open at once, whatever the count: the node stopped answering (a batch outlived its
+        timeout), which one failure already shows."""
+        self.failures = max(self.failures + 1, self.threshold)
+        if self.state != BreakerState.OPEN:
+            self._move(BreakerState.OPEN)
+        self.opened_at = now
+        self.probing = False
+
     def on_failure(self, now: float) -> None:
         self.failures += 1
         if self.state == BreakerState.HALF_OPEN or (

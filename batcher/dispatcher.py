@@ -230,9 +230,20 @@ class Dispatcher:
             ],
         )
         started = self._clock()
+        timeout_s = max(
+            self._settings.min_batch_timeout_s, self._settings.batch_timeout_factor * predictor.predict(rows)
+        )
         try:
-            response = await replica.node.infer_batch(request, budget_s)
+            response = await replica.node.infer_batch(request, min(budget_s, timeout_s))
         except NodeCallError as exc:
+            if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout_s < budget_s:
+                # The batch outlived its own timeout with the callers' time left: the node is
+                # hung or far slower than it measured. Keep batches off it, retry elsewhere.
+                replica.breaker.trip(self._clock())
+                self._directory.record_breaker(replica)
+                trace.get_current_span().add_event("batch_timeout", {"ferryman.node": replica.name})
+                self._metrics.batch_timeouts.labels(node=replica.name).inc()
+                return None
             if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 # The callers' budget ran out, not the node: a busy node must not trip its
                 # breaker (that turns overload into an outage). Hung nodes stop heartbeating.

@@ -69,6 +69,12 @@ class BatcherMetrics:
         self.dead_letters = Counter(
             "ferryman_dead_letters", "Items isolated as failing the model.", labels, registry=self.registry
         )
+        self.batch_timeouts = Counter(
+            "ferryman_batch_timeouts",
+            "Batches that outlived their per-batch timeout on a node (hung or far too slow).",
+            ["node"],
+            registry=self.registry,
+        )
         self.breaker_state = Gauge(
             "ferryman_breaker_open",
             "1 while the node's breaker is open or half-open.",

@@ -25,6 +25,7 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     "ferryman_batch_retries": ("counter", ("model", "version")),
     "ferryman_dead_letters": ("counter", ("model", "version")),
     "ferryman_breaker_open": ("gauge", ("node",)),
+    "ferryman_batch_timeouts": ("counter", ("node",)),
     # node
     "ferryman_node_up": ("gauge", ()),
     "ferryman_node_loaded_versions": ("gauge", ("state",)),

@@ -36,12 +36,14 @@ class FakeNode:
     name: str
     fail: grpc.StatusCode | None = None
     calls: list[list[str]] = field(default_factory=list)
+    timeouts: list[float] = field(default_factory=list)
 
     async def infer_batch(
         self, request: node_pb2.InferBatchRequest, timeout_s: float
     ) -> node_pb2.InferBatchResponse:
         ids = [item.request_id for item in request.items]
         self.calls.append(ids)
+        self.timeouts.append(round(timeout_s, 6))
         if self.fail is not None:
             raise NodeCallError(self.fail, f"{self.name} says no")
         poisoned = any(i.startswith("poison") for i in ids)
@@ -199,10 +201,31 @@ async def test_a_deadline_is_not_the_nodes_fault() -> None:
     r = await rig(breaker_threshold=2)
     r.nodes["n1"].fail = grpc.StatusCode.DEADLINE_EXCEEDED
     for i in range(4):
-        await send(r, entries([f"x{i}"]))
+        # The items' own budget (0.5 s) is shorter than a batch's timeout: it is what ran out.
+        await send(r, entries([f"x{i}"], deadline=1000.5))
     assert set(codes(r).values()) == {grpc.StatusCode.DEADLINE_EXCEEDED.value[0]}
     assert r.directory.replicas["n1"].breaker.state == BreakerState.CLOSED
     assert r.nodes["n2"].calls == []  # no retry: the callers' budget is what ran out
+
+
+async def test_a_hung_node_opens_its_breaker_at_once_and_the_batch_runs_elsewhere() -> None:
+    r = await rig(breaker_threshold=3, min_batch_timeout_s=0.25, batch_timeout_factor=4.0)
+    r.nodes["n1"].fail = grpc.StatusCode.DEADLINE_EXCEEDED  # what gRPC says when the timeout fires
+    await send(r, entries(["a", "b"]))  # 10 s of budget: far more than the batch's timeout
+    assert codes(r) == {"a": 0, "b": 0}, "retried on the other node within the deadline"
+    assert r.nodes["n2"].calls == [["a", "b"]]
+    assert r.nodes["n1"].timeouts == [0.25], "the node got the batch's timeout, not the callers' budget"
+    assert state(r, "n1") == BreakerState.OPEN, "one timeout is enough: a hung node answers nothing"
+    assert all(r.directory.pick(KEY, set()) is r.directory.replicas["n2"] for _ in range(20))
+
+
+async def test_the_batch_timeout_grows_with_the_predicted_latency() -> None:
+    r = await rig(min_batch_timeout_s=0.25, batch_timeout_factor=4.0)
+    slow = LatencyPredictor(default_s=0.5, smoothing=0.2)
+    replica = r.dispatcher.reserve(KEY, 1, "t", frozenset({"n2"}))
+    assert replica is not None
+    await r.dispatcher.dispatch("m", "1", {}, entries(["a"]), slow, replica)
+    assert r.nodes["n1"].timeouts == [2.0]  # 4 x 0.5 s
 
 
 async def test_a_non_retriable_error_is_answered_at_once() -> None:
