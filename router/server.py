@@ -7,6 +7,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from prometheus_client import CollectorRegistry
+
 from ferryman.kernel.config import CommonSettings
 from ferryman.kernel.runtime import ServiceRuntime, ServiceSpec, run_service
 from ferryman.kernel.security import aio_channel
@@ -126,6 +128,8 @@ async def serve_quota(
         services=[QUOTA],
         max_message_bytes=settings.max_message_bytes,
         internal=True,
+        metrics_listen=settings.metrics_listen,
+        metrics=CollectorRegistry(),
     )
     async with run_service(spec, common, stop) as rt:
         engine = make_engine(common.resolved_database_url())

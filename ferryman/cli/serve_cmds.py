@@ -124,6 +124,7 @@ def serve_router_cmd(
 def serve_quota_cmd(
     listen: Annotated[str | None, typer.Option(help="host:port to bind.")] = None,
     redis_url: Annotated[str | None, typer.Option(help="Redis URL (memory backend without it).")] = None,
+    metrics_listen: Annotated[str | None, typer.Option(help="host:port for /metrics.")] = None,
 ) -> None:
     """Run the Quota service on its own."""
     from router.quota.settings import QuotaSettings
@@ -131,6 +132,11 @@ def serve_quota_cmd(
 
     _configure_logging()
     quota_settings = QuotaSettings(
-        **_overrides(listen=listen, redis_url=redis_url, backend="redis" if redis_url else None)
+        **_overrides(
+            listen=listen,
+            redis_url=redis_url,
+            backend="redis" if redis_url else None,
+            metrics_listen=metrics_listen,
+        )
     )
     _serve(serve_quota(quota_settings, settings()))

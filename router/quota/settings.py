@@ -12,6 +12,8 @@ class QuotaSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FERRYMAN_QUOTA_", extra="ignore")
 
     listen: str = "127.0.0.1:7002"
+    metrics_listen: str = ""
+    """host:port of its /metrics (the process's own; quota decisions are the router's)."""
     backend: Literal["memory", "redis"] = "memory"
     redis_url: str = ""
     fail_mode: Literal["open", "closed"] = "closed"

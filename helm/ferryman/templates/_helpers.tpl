@@ -36,7 +36,7 @@ app.kubernetes.io/component: {{ .component }}
     secretKeyRef:
       name: {{ .Values.database.existingSecret | default (include "ferryman.secretName" .) }}
       key: {{ .Values.database.secretKey }}
-{{- if or .Values.redis.url .Values.redis.existingSecret .Values.redisServer.enabled }}
+{{- if or .Values.redis.url .Values.redis.existingSecret (include "ferryman.bundledRedis" .) }}
 - name: FERRYMAN_QUOTA_BACKEND
   value: redis
 - name: FERRYMAN_QUOTA_REDIS_URL
@@ -115,4 +115,14 @@ livenessProbe:
 
 {{- define "ferryman.batcherAddress" -}}
 {{ include "ferryman.fullname" . }}-batcher:{{ .Values.batcher.port }}
+{{- end -}}
+
+{{/* "true" when the chart runs its own PostgreSQL: enabled and no database given. */}}
+{{- define "ferryman.bundledPostgresql" -}}
+{{- if and .Values.postgresql.enabled (not .Values.database.url) (not .Values.database.existingSecret) -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when the chart runs its own Redis: enabled and no Redis given. */}}
+{{- define "ferryman.bundledRedis" -}}
+{{- if and .Values.redisServer.enabled (not .Values.redis.url) (not .Values.redis.existingSecret) -}}true{{- end -}}
 {{- end -}}

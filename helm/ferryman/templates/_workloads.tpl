@@ -2,6 +2,7 @@
 A Ferryman service Deployment.
 (dict "root" $ "component" "router" "values" .Values.router "args" (list ...) "port" 7001 "grpc" true)
 Optional "http" (a port number): the container also serves HTTP there (port name http).
+"grpc" false: the main port speaks HTTP (named http), and the container serves no metrics.
 */}}
 {{- define "ferryman.deployment" -}}
 {{- $root := .root -}}
@@ -41,10 +42,12 @@ spec:
             {{- toYaml . | nindent 12 }}
             {{- end }}
           ports:
-            - name: grpc
+            - name: {{ if .grpc }}grpc{{ else }}http{{ end }}
               containerPort: {{ .port }}
+            {{- if .grpc }}
             - name: metrics
               containerPort: {{ $root.Values.metricsPort }}
+            {{- end }}
             {{- if .http }}
             - name: http
               containerPort: {{ .http }}
@@ -70,7 +73,8 @@ spec:
         {{- include "ferryman.tmpVolume" $root | nindent 8 }}
 {{- end -}}
 
-{{/* (dict "root" $ "component" "router" "port" 7001 "type" "ClusterIP"), optional "http" port */}}
+{{/* (dict "root" $ "component" "router" "port" 7001 "type" "ClusterIP"), optional "http" port;
+"web" true: the port speaks HTTP (named http) and no metrics port is served (the console). */}}
 {{- define "ferryman.service" -}}
 apiVersion: v1
 kind: Service
@@ -84,15 +88,18 @@ spec:
   selector:
     {{- include "ferryman.selector" (dict "root" .root "component" .component) | nindent 4 }}
   ports:
-    - name: grpc
+    {{- $name := ternary "http" "grpc" (eq .web true) }}
+    - name: {{ $name }}
       port: {{ .port }}
-      targetPort: grpc
+      targetPort: {{ $name }}
       {{- if .appProtocol }}
       appProtocol: {{ .appProtocol }}
       {{- end }}
+    {{- if not .web }}
     - name: metrics
       port: {{ .root.Values.metricsPort }}
       targetPort: metrics
+    {{- end }}
     {{- if .http }}
     - name: http
       port: {{ .http }}

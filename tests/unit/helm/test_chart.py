@@ -16,62 +16,17 @@ KUBE_VERSION = kubernetes_validate.latest_version()
 CRDS = {"ServiceMonitor", "PrometheusRule", "ScaledObject"}
 WORKLOADS = {"Deployment", "StatefulSet"}
 
-DEFAULTS: dict[str, Any] = {"database": {"url": "postgresql://ferryman@db/ferryman"}}
-ALL_ON: dict[str, Any] = {
-    "postgresql": {"enabled": True},
-    "redisServer": {"enabled": True},
-    "console": {"enabled": True},
-    "otlpEndpoint": "http://otel-collector:4317",
-    "imagePullSecrets": [{"name": "registry"}],
-    "monitoring": {
-        "serviceMonitor": {"enabled": True},
-        "prometheusRule": {"enabled": True},
-        "dashboards": {"enabled": True},
-    },
-    "nodePools": [
-        {
-            "name": "gpu",
-            "replicas": 2,
-            "port": 7004,
-            "gpus": 1,
-            "versions": ["mlp:1", "minilm:1"],
-            "nodeSelector": {"nvidia.com/gpu.present": "true"},
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-            "resources": {
-                "requests": {"cpu": "2", "memory": "8Gi"},
-                "limits": {"cpu": "4", "memory": "16Gi"},
-            },
-            "drainGraceSeconds": 90,
-            "pdb": {"enabled": True, "maxUnavailable": 1},
-            "keda": {
-                "enabled": True,
-                "minReplicas": 1,
-                "maxReplicas": 6,
-                "prometheusAddress": "http://prometheus:9090",
-                "queueDepthPerReplica": 64,
-            },
-        },
-        {
-            "name": "cpu",
-            "replicas": 1,
-            "port": 7004,
-            "gpus": 0,
-            "versions": ["mlp:1"],
-            "nodeSelector": {},
-            "tolerations": [],
-            "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}},
-            "drainGraceSeconds": 30,
-            "pdb": {"enabled": False},
-            "keda": {
-                "enabled": False,
-                "minReplicas": 1,
-                "maxReplicas": 2,
-                "prometheusAddress": "http://p:9090",
-                "queueDepthPerReplica": 64,
-            },
-        },
-    ],
-}
+VALUE_SETS = {p.name.removesuffix("-values.yaml"): p for p in sorted((CHART / "ci").glob("*-values.yaml"))}
+"""The chart's ci/ value sets (as chart-testing runs them); every test below renders them."""
+
+
+def value_set(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(VALUE_SETS[name].read_text()) or {}
+    return loaded
+
+
+DEFAULTS = value_set("external-db")
+ALL_ON = value_set("all-on")
 
 
 def render(values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -84,9 +39,9 @@ def render(values: dict[str, Any]) -> list[dict[str, Any]]:
     return docs
 
 
-@pytest.fixture(scope="module", params=["defaults", "all-on"])
+@pytest.fixture(scope="module", params=sorted(VALUE_SETS))
 def manifests(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
-    return render(DEFAULTS if request.param == "defaults" else ALL_ON)
+    return render(value_set(request.param))
 
 
 def containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -97,9 +52,9 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
 
 
-@pytest.mark.parametrize("values", [DEFAULTS, ALL_ON], ids=["defaults", "all-on"])
-def test_chart_lints_clean(values: dict[str, Any]) -> None:
-    report = helm.lint(CHART, values, strict=True)
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_chart_lints_clean(name: str) -> None:
+    report = helm.lint(CHART, value_set(name), strict=True)
     problems = [m for m in report["messages"] if m["severity"] >= 2]
     assert not report["errors"] and not problems, report
 
@@ -174,7 +129,10 @@ def test_node_pools_request_gpus_and_drain_gracefully() -> None:
     (job,) = by_kind(docs, "Job")
     script = job["spec"]["template"]["spec"]["containers"][0]["args"][0]
     assert "ferryman db upgrade" in script and "ferryman model place minilm --version 1 --node gpu" in script
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    # The bundled PostgreSQL is created after pre-install hooks: on install the migration waits for it.
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,pre-upgrade"
+    (external,) = by_kind(render(DEFAULTS), "Job")
+    assert external["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
 
 
 def test_monitoring_objects_carry_rules_and_dashboards() -> None:
@@ -204,9 +162,38 @@ def test_values_that_break_the_schema_are_refused(bad: dict[str, Any]) -> None:
         render({**DEFAULTS, **bad})
 
 
-def test_a_database_is_required() -> None:
+def test_default_values_install_with_the_charts_own_postgresql_and_redis() -> None:
+    docs = render({})
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert ("StatefulSet", "fm-ferryman-postgresql") in kinds and ("Deployment", "fm-ferryman-redis") in kinds
+    secrets = {d["metadata"]["name"]: d for d in by_kind(docs, "Secret")}
+    password = secrets["fm-ferryman-postgresql"]["stringData"]["password"]
+    assert len(password) >= 32, "a random password, not a default one"
+    url = secrets["fm-ferryman-config"]["stringData"]["database-url"]
+    assert url == f"postgresql://postgres:{password}@fm-ferryman-postgresql:5432/ferryman"
+    # A database of one's own replaces the bundled one.
+    assert not [d for d in render(DEFAULTS) if "postgresql" in d["metadata"]["name"]]
+
+
+def test_a_database_is_required_without_the_bundled_one() -> None:
     with pytest.raises(helm.HelmError, match=r"database\.url"):
-        render({})
+        render({"postgresql": {"enabled": False}})
+
+
+def test_scrape_targets_serve_metrics_and_pools_scale_on_their_own_queues() -> None:
+    docs = render(ALL_ON)
+    services = {d["metadata"]["name"]: d["spec"]["ports"] for d in by_kind(docs, "Service")}
+    console = services["fm-ferryman-console"]
+    assert [p["name"] for p in console] == ["http"], "the console serves HTTP and no metrics"
+    quota = next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "fm-ferryman-quota")
+    assert "--metrics-listen" in containers(quota)[0]["args"], "every scraped service serves metrics"
+    (monitor,) = by_kind(docs, "ServiceMonitor")
+    assert monitor["spec"]["targetLabels"] == ["app.kubernetes.io/component"]
+    (scaled,) = by_kind(docs, "ScaledObject")
+    assert scaled["spec"]["triggers"][0]["metadata"]["query"] == (
+        'sum(ferryman_queue_depth{model="mlp",version="1"}'
+        ' or ferryman_queue_depth{model="minilm",version="1"})'
+    )
 
 
 def pods(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
