@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 
 import grpc
@@ -26,7 +27,7 @@ from batcher.predictor import LatencyPredictor
 from batcher.replicas import Replica, ReplicaDirectory
 from batcher.settings import BatcherSettings
 from ferryman.errors import Reason, make_status, unpack_details
-from ferryman.kernel.telemetry import links, tracer
+from ferryman.kernel.telemetry import links, traceparent, tracer
 from ferryman.v1 import batcher_pb2, node_pb2
 from registry.tables import DeadLetter
 
@@ -43,6 +44,8 @@ RETRIABLE = frozenset(
 
 # Waiting for a free replica backs off up to 2**this times the base delay.
 MAX_BACKOFF_DOUBLINGS = 5
+BATCH_ID_CHARS = 16
+"""A dispatch's id (hex): on its span, the node's batch spans and the node's logs."""
 
 # What _call returns when it has already finished every entry (with an error).
 _SETTLED = node_pb2.InferBatchResponse()
@@ -133,6 +136,7 @@ class Dispatcher:
         Every entry is finished exactly once; this never raises.
         """
         try:
+            batch_id = uuid.uuid4().hex[:BATCH_ID_CHARS]
             with self._tracer.start_as_current_span(
                 "batcher.dispatch",
                 links=links([e.traceparent for e in entries]),
@@ -140,9 +144,10 @@ class Dispatcher:
                     "ferryman.model": model,
                     "ferryman.version": version,
                     "ferryman.items": len(entries),
+                    "ferryman.batch_id": batch_id,
                 },
             ):
-                await self._run(model, version, dict(parameters), list(entries), predictor, replica)
+                await self._run(model, version, dict(parameters), list(entries), predictor, replica, batch_id)
         except Exception as exc:  # a bug here must not strand callers
             status = make_status(
                 grpc.StatusCode.INTERNAL, f"batcher error: {exc}", reason=Reason.BATCHER_ERROR
@@ -159,6 +164,7 @@ class Dispatcher:
         entries: list[Entry],
         predictor: LatencyPredictor,
         replica: Replica | None = None,
+        batch_id: str = "",
     ) -> None:
         key = f"{model}:{version}"
         rows = sum(e.rows for e in entries)
@@ -184,10 +190,10 @@ class Dispatcher:
                 waits += 1
                 continue
             response = await self._call(
-                replica, model, version, parameters, entries, rows, owner, remaining, predictor
+                replica, model, version, parameters, entries, rows, owner, remaining, predictor, batch_id
             )
             if response is not None:
-                await self._settle(model, version, parameters, entries, response, predictor)
+                await self._settle(model, version, parameters, entries, response, predictor, batch_id)
                 return
             trace.get_current_span().add_event(
                 "retry", {"ferryman.node": replica.name, "ferryman.attempt": failures}
@@ -218,12 +224,15 @@ class Dispatcher:
         owner: str,
         budget_s: float,
         predictor: LatencyPredictor,
+        batch_id: str,
     ) -> node_pb2.InferBatchResponse | None:
         """One InferBatch on a reserved replica; None when it failed and another try may succeed."""
         request = node_pb2.InferBatchRequest(
             model=model,
             version=version,
             parameters=parameters,
+            batch_id=batch_id,
+            traceparent=traceparent(),  # the dispatch span: the node's batch span is its child
             items=[
                 node_pb2.BatchItem(request_id=e.request_id, inputs=e.inputs, traceparent=e.traceparent)
                 for e in entries
@@ -274,6 +283,7 @@ class Dispatcher:
         entries: list[Entry],
         response: node_pb2.InferBatchResponse,
         predictor: LatencyPredictor,
+        batch_id: str,
     ) -> None:
         if response is _SETTLED:
             return
@@ -300,12 +310,12 @@ class Dispatcher:
         suspects = [entry for entry, _ in failing]
         if len(suspects) == 1:
             # Alone it may still succeed (the batch as a whole may have been the problem).
-            await self._run(model, version, parameters, suspects, predictor)
+            await self._run(model, version, parameters, suspects, predictor, batch_id=batch_id)
             return
         half = len(suspects) // 2
         await asyncio.gather(
-            self._run(model, version, parameters, suspects[:half], predictor),
-            self._run(model, version, parameters, suspects[half:], predictor),
+            self._run(model, version, parameters, suspects[:half], predictor, batch_id=batch_id),
+            self._run(model, version, parameters, suspects[half:], predictor, batch_id=batch_id),
         )
 
     def _isolate(self, model: str, version: str, entry: Entry, status: status_pb2.Status) -> None:

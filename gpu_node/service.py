@@ -16,7 +16,7 @@ from grpc_health.v1._async import HealthServicer
 from opentelemetry.trace import SpanKind
 
 from ferryman.kernel.serving import NOT_SERVING, SERVING
-from ferryman.kernel.telemetry import links, tracer
+from ferryman.kernel.telemetry import links, parent_context, tracer
 from ferryman.v1 import node_pb2
 from gpu_node.executor import run_batch
 from gpu_node.loader import LoadError, load_version
@@ -139,6 +139,7 @@ class NodeService:
         runtime, schema = slot.runtime, slot.schema
         span = self._tracer.start_span(
             "node.batch",
+            context=parent_context(request.traceparent),  # a child of the batcher's dispatch
             kind=SpanKind.SERVER,
             links=links([item.traceparent for item in request.items]),
             attributes={
@@ -146,6 +147,7 @@ class NodeService:
                 "ferryman.version": request.version,
                 "ferryman.items": len(request.items),
                 "ferryman.node": self.settings.name,
+                "ferryman.batch_id": request.batch_id,
             },
         )
         slot.begin()

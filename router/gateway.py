@@ -10,7 +10,6 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
-from enum import StrEnum
 
 import grpc
 from google.rpc import status_pb2
@@ -26,21 +25,14 @@ from registry.snapshot import TenantRecord, VersionRecord
 from router.auth import authenticate
 from router.bounds import clip
 from router.handlers import Undecodable
+from router.http.errors import http_status
 from router.metrics import RouterMetrics
 from router.service import RequestFailed, RouterService, fail, unknown_model
 from router.settings import RouterSettings
+from router.spans import Door, Protocol, grpc_door, is_server_fault, server_address
 from router.statistics import Statistics, VersionStats
 
 log = logging.getLogger("ferryman.router")
-
-
-class Protocol(StrEnum):
-    """The front door a request came through (metrics label, span attribute, log field)."""
-
-    FERRYMAN = "ferryman"
-    OIP_GRPC = "oip-grpc"
-    OIP_REST = "oip-rest"
-    OPENAI = "openai"
 
 
 @dataclass(frozen=True)
@@ -52,7 +44,10 @@ class Rejected:
 
 
 StreamItem = inference_pb2.PredictRequest | Undecodable | Rejected
+NATIVE_PREDICT = grpc_door(Protocol.FERRYMAN, "ferryman.v1.Inference", "Predict")
+NATIVE_STREAM = grpc_door(Protocol.FERRYMAN, "ferryman.v1.Inference", "PredictStream")
 UNKNOWN_LABEL = "-"
+HTTP_OK = 200
 """The model label of requests for a model that does not exist (or the tenant may not see)."""
 
 
@@ -73,6 +68,14 @@ def own_deadline(request: inference_pb2.PredictRequest, call_deadline: float) ->
     return min(call_deadline, own)
 
 
+def failure_attributes(door: Door, status: status_pb2.Status) -> dict[str, int]:
+    """The convention's status attribute of a failed request: its gRPC code, or the HTTP
+    status an HTTP door answers it with."""
+    if door.http:
+        return {"http.response.status_code": http_status(status)}
+    return {"rpc.grpc.status_code": status.code}
+
+
 class Gateway:
     """What every front door calls; failures raise ``RequestFailed`` with the status to send."""
 
@@ -85,6 +88,12 @@ class Gateway:
         self._metrics = metrics
         self._tracer = tracer("ferryman.router")
         self._statistics = Statistics()
+        self._server = {False: server_address(settings.listen), True: server_address(settings.http_listen)}
+        """Span attributes of the port each kind of door listens on (gRPC: False, HTTP: True)."""
+
+    def listening(self, address: str, http: bool = False) -> None:
+        """The address a kind of door was bound to (a port 0 in the settings becomes real)."""
+        self._server[http] = server_address(address)
 
     def tenant(self, key: str | None, protocol: Protocol = Protocol.FERRYMAN) -> TenantRecord:
         """The tenant of a bearer key (None: none was sent); refusals are counted by door."""
@@ -114,12 +123,12 @@ class Gateway:
         tenant: TenantRecord,
         call_deadline: float,
         parent: Context,
-        protocol: Protocol = Protocol.FERRYMAN,
+        door: Door = NATIVE_PREDICT,
     ) -> inference_pb2.PredictResponse:
-        """One request, within its own deadline and the call's."""
+        """One request, within its own deadline and the call's; ``door`` names the way in."""
         if isinstance(request, Undecodable):
             raise RequestFailed(undecodable(request))
-        return await self._predict(request, tenant, own_deadline(request, call_deadline), parent, protocol)
+        return await self._predict(request, tenant, own_deadline(request, call_deadline), parent, door)
 
     async def _predict(
         self,
@@ -127,16 +136,23 @@ class Gateway:
         tenant: TenantRecord,
         deadline: float,
         parent: Context,
-        protocol: Protocol,
+        door: Door,
     ) -> inference_pb2.PredictResponse:
         """RouterService.predict inside the request's root span, measured and logged."""
         started = time.perf_counter()
+        protocol = door.protocol
         with current_span(
             self._tracer,
-            "router.Predict",
+            door.span_name,
             context=parent,
             kind=SpanKind.SERVER,
+            # The status follows the conventions below (a caller's mistake is no error).
+            record_exception=False,
+            set_status_on_exception=False,
             attributes={
+                **door.attributes,
+                **self._server[door.http],
+                "gen_ai.request.model": request.model,
                 "ferryman.tenant": tenant.name,
                 "ferryman.model": request.model,
                 "ferryman.protocol": protocol.value,
@@ -152,8 +168,9 @@ class Gateway:
                 if f"{request.model}:{request.version}" in self._cache.snapshot.versions:
                     # Per-version statistics: only a pinned request's failure has a version.
                     self._statistics.failed(tenant.name, request.model, request.version, elapsed)
-                span.set_status(Status(StatusCode.ERROR, failed.status.message))
-                span.set_attribute("rpc.grpc.status_code", failed.status.code)
+                span.set_attributes(failure_attributes(door, failed.status))
+                if is_server_fault(status_code(failed.status)):
+                    span.set_status(Status(StatusCode.ERROR, failed.status.message))
                 log_request(tenant.name, request.model, request.version, request.request_id, code, elapsed)
                 raise
             elapsed = time.perf_counter() - started
@@ -167,6 +184,7 @@ class Gateway:
                     "ferryman.cached": response.cached,
                     "gen_ai.usage.input_tokens": response.usage.input_tokens,
                     "gen_ai.usage.output_tokens": response.usage.output_tokens,
+                    **({"http.response.status_code": HTTP_OK} if door.http else {"rpc.grpc.status_code": 0}),
                 }
             )
             self._metrics.observe(tenant.name, response.model, response.version, "OK", protocol, elapsed)
@@ -180,7 +198,7 @@ class Gateway:
         tenant: TenantRecord,
         deadline: float,
         parent: Context,
-        protocol: Protocol = Protocol.FERRYMAN,
+        door: Door = NATIVE_STREAM,
     ) -> AsyncGenerator[inference_pb2.PredictStreamResponse]:
         """Answer many requests of one call as each is ready; one request's failure is its
         own answer, never the call's. Close it (``aclose``) when the caller leaves: that
@@ -201,7 +219,7 @@ class Gateway:
                 return
             try:
                 own = own_deadline(request, deadline)
-                response = await self._predict(request, tenant, own, parent, protocol)
+                response = await self._predict(request, tenant, own, parent, door)
                 answers.put_nowait(
                     inference_pb2.PredictStreamResponse(request_id=response.request_id, response=response)
                 )

@@ -85,11 +85,13 @@ async def serve_router(
         service = RouterService(settings, cache, quota, batchers, metrics)
         renewer = asyncio.create_task(service.renew_leases(refresher_stop))
         gateway = Gateway(settings, cache, service, metrics)
+        gateway.listening(rt.address)
         add_inference_servicer(InferenceServicer(gateway), rt.server)
         add_oip_servicer(OipServicer(gateway), rt.server)
         if settings.http_listen:
             http = HttpDoor(gateway, settings.http_listen, common.tls_cert, common.tls_key)
             await http.start()
+            gateway.listening(http.address, http=True)
             rt.on_close(http.close)
             log.info("HTTP doors (OIP REST /v2, OpenAI /v1) listening on %s", http.address)
         if local_quota is not None and settings.internal_listen:

@@ -2,9 +2,12 @@
 context through gRPC metadata and through the ``traceparent`` fields of the internal
 protos (so a node's batch span can link to every request span in the batch).
 
-Export: OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set, the console with
-``FERRYMAN_TRACE_CONSOLE=true``; sampling by ``FERRYMAN_TRACE_SAMPLE_RATIO``
-(parent-based, so a trace is kept or dropped whole).
+Export: OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``
+is set, over gRPC or ``http/protobuf`` (``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL``), the
+console with ``FERRYMAN_TRACE_CONSOLE=true``. The SDK's standard variables hold:
+``OTEL_SDK_DISABLED``, ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES``,
+``OTEL_TRACES_SAMPLER`` (else ``FERRYMAN_TRACE_SAMPLE_RATIO``, parent-based, so a trace is
+kept or dropped whole).
 """
 
 from __future__ import annotations
@@ -18,7 +21,12 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SimpleSpanProcessor,
+    SpanExporter,
+)
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import INVALID_SPAN, Link, NonRecordingSpan, Span, SpanContext, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -51,21 +59,43 @@ def setup_tracing(service: str) -> None:
     if _recording():
         return
     settings = TraceSettings()
-    otlp = bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return
+    otlp = any(os.environ.get(f"OTEL_EXPORTER_OTLP_{kind}ENDPOINT") for kind in ("", "TRACES_"))
     if not (settings.enabled if settings.enabled is not None else otlp or settings.console):
         return  # the API's no-op tracer: spans don't record, incoming trace context still propagates
+    named = bool(os.environ.get("OTEL_SERVICE_NAME"))
     provider = TracerProvider(
-        resource=Resource.create({"service.name": f"ferryman-{service}"}),
-        sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)),
+        # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; ours only fills in.
+        resource=Resource.create({} if named else {"service.name": f"ferryman-{service}"}),
+        # None: the SDK reads OTEL_TRACES_SAMPLER (and its _ARG) itself.
+        sampler=None
+        if os.environ.get("OTEL_TRACES_SAMPLER")
+        else ParentBased(TraceIdRatioBased(settings.sample_ratio)),
         span_limits=SpanLimits(max_links=MAX_LINKS),
     )
     if otlp:
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        provider.add_span_processor(BatchSpanProcessor(otlp_exporter()))
     if settings.console:
         provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
     trace.set_tracer_provider(provider)
+
+
+def otlp_exporter() -> SpanExporter:
+    """The OTLP span exporter of the configured protocol (``grpc``, the default, or
+    ``http/protobuf``); each reads its endpoint, headers and TLS from the OTEL_* variables."""
+    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"
+    )
+    if protocol.strip() == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+        return HttpExporter()
+    if protocol.strip() != "grpc":
+        raise ValueError(f"unsupported OTLP protocol {protocol!r}: grpc or http/protobuf")
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+    return GrpcExporter()
 
 
 def tracer(name: str) -> trace.Tracer:

@@ -36,7 +36,7 @@ class BatchItem(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[_common_pb2.NamedTensor, _Mapping]]] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class InferBatchRequest(_message.Message):
-    __slots__ = ("model", "version", "items", "parameters", "batch_id")
+    __slots__ = ("model", "version", "items", "parameters", "batch_id", "traceparent")
     class ParametersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -49,12 +49,14 @@ class InferBatchRequest(_message.Message):
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     model: str
     version: str
     items: _containers.RepeatedCompositeFieldContainer[BatchItem]
     parameters: _containers.ScalarMap[str, str]
     batch_id: str
-    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., items: _Optional[_Iterable[_Union[BatchItem, _Mapping]]] = ..., parameters: _Optional[_Mapping[str, str]] = ..., batch_id: _Optional[str] = ...) -> None: ...
+    traceparent: str
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., items: _Optional[_Iterable[_Union[BatchItem, _Mapping]]] = ..., parameters: _Optional[_Mapping[str, str]] = ..., batch_id: _Optional[str] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class ItemOutcome(_message.Message):
     __slots__ = ("request_id", "status", "outputs", "usage")

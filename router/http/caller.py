@@ -19,8 +19,9 @@ from ferryman.errors import Reason
 from ferryman.kernel.telemetry import context_from_metadata
 from ferryman.v1 import inference_pb2
 from registry.snapshot import TenantRecord
-from router.gateway import Gateway, Protocol
+from router.gateway import Gateway
 from router.service import RequestFailed, fail
+from router.spans import Protocol
 
 T = TypeVar("T")
 OPENAI_PREFIX = "/v1/"

@@ -33,8 +33,11 @@ from router.oip.tensors import (
     select_outputs,
     shape,
 )
+from router.spans import Protocol, http_door
 
 router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"])
+INFER = http_door(Protocol.OIP_REST, "POST", "/v2/models/{model}/infer")
+INFER_VERSION = http_door(Protocol.OIP_REST, "POST", "/v2/models/{model}/versions/{version}/infer")
 HEADER_LENGTH = "Inference-Header-Content-Length"
 MAX_DIMS = 8
 BINARY_SIZE = "binary_data_size"
@@ -245,7 +248,9 @@ async def infer(
             convert.check_outputs(gateway.get_model(caller.tenant, model), [o.name for o in request.outputs])
         neutral = convert.predict_request(model, version, request.id, request.parameters, inputs)
         response = await caller.unless_gone(
-            gateway.predict(neutral, caller.tenant, caller.deadline(), caller.parent, caller.protocol)
+            gateway.predict(
+                neutral, caller.tenant, caller.deadline(), caller.parent, INFER_VERSION if version else INFER
+            )
         )
         return answer(request, response)
     except TensorProblem as problem:

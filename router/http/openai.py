@@ -19,8 +19,10 @@ from router.bounds import MAX_NAME_CHARS, MAX_REQUEST_ID_CHARS, MAX_USER_CHARS
 from router.http.caller import JSON, Authenticated, answer_headers, json_body, parse_json, read_body
 from router.oip.tensors import MAX_TEXT_ELEMENTS
 from router.service import fail
+from router.spans import Protocol, http_door
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
+EMBEDDINGS = http_door(Protocol.OPENAI, "POST", "/v1/embeddings", **{"gen_ai.operation.name": "embeddings"})
 OWNER = "ferryman"
 
 
@@ -127,7 +129,7 @@ async def embeddings(
         ],
     )
     response = await caller.unless_gone(
-        gateway.predict(neutral, caller.tenant, caller.deadline(), caller.parent, caller.protocol)
+        gateway.predict(neutral, caller.tenant, caller.deadline(), caller.parent, EMBEDDINGS)
     )
     rows = decode(response.outputs[0].tensor).astype("<f4").reshape(response.usage.items, -1)
     encoded: list[Any] = (

@@ -44,6 +44,9 @@ def build_app(gateway: Gateway) -> FastAPI:
         docs_url=None,  # the Swagger UI loads its assets from a CDN; the document is enough
         redoc_url=None,
         default_response_class=JSON,
+        # The gateway makes each request's root span (one per request, whatever the door, by
+        # the conventions); FastAPI's own would be a second root beside it.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.gateway = gateway
 

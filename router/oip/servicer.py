@@ -17,14 +17,17 @@ from ferryman.oip.v2 import grpc_predict_v2_pb2 as oip
 from ferryman.v1 import inference_pb2
 from registry.snapshot import TenantRecord
 from router.auth import bearer_key
-from router.gateway import Gateway, Protocol, Rejected, StreamItem
+from router.gateway import Gateway, Rejected, StreamItem
 from router.handlers import Undecodable, tolerant
 from router.oip import convert
 from router.oip.tensors import TensorProblem, datatype, grpc_inputs, raw_contents, select_outputs, shape
 from router.service import RequestFailed
+from router.spans import Protocol, grpc_door
 
 SERVICE = oip.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 SERVER_VERSION = "2"
+INFER = grpc_door(Protocol.OIP_GRPC, SERVICE, "ModelInfer")
+STREAM_INFER = grpc_door(Protocol.OIP_GRPC, SERVICE, "ModelStreamInfer")
 
 
 def oip_response(response: inference_pb2.PredictResponse, wanted: list[str]) -> oip.ModelInferResponse:
@@ -155,7 +158,7 @@ class OipServicer:
                 tenant,
                 self._gateway.deadline(context.time_remaining()),
                 context_from_metadata(context.invocation_metadata()),
-                Protocol.OIP_GRPC,
+                INFER,
             )
             return oip_response(response, wanted)
         except TensorProblem as problem:  # an output missing from the version that answered
@@ -186,7 +189,7 @@ class OipServicer:
 
         parent: Context = context_from_metadata(context.invocation_metadata())
         answers = self._gateway.predict_stream(
-            neutral(), tenant, self._gateway.deadline(context.time_remaining()), parent, Protocol.OIP_GRPC
+            neutral(), tenant, self._gateway.deadline(context.time_remaining()), parent, STREAM_INFER
         )
         try:
             async for answer in answers:

@@ -30,6 +30,14 @@ PROTOCOL = {
     "oip-rest-binary": "oip-rest",
     "openai": "openai",
 }
+SPAN_NAME = {
+    "ferryman": "ferryman.v1.Inference/Predict",
+    "oip-grpc": "inference.GRPCInferenceService/ModelInfer",
+    "oip-rest-json": "POST /v2/models/{model}/infer",
+    "oip-rest-binary": "POST /v2/models/{model}/infer",
+    "openai": "POST /v1/embeddings",
+}
+"""The root span's name by the conventions: RPC service/method, or HTTP method and route."""
 TENSOR_DOORS = [name for name in DOOR_NAMES if name != "openai"]
 SPAN_WAIT_S = 5.0
 USERS = 24
@@ -137,7 +145,7 @@ def test_trace_context_follows_every_door(door: Door, e2e: E2E, spans: InMemoryS
         roots = [
             s
             for s in spans.get_finished_spans()
-            if s.name == "router.Predict" and s.context.trace_id == int(trace_id, 16)
+            if s.name == SPAN_NAME[door.name] and s.context.trace_id == int(trace_id, 16)
         ]
         if roots or time.monotonic() > deadline:
             break

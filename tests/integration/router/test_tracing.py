@@ -15,6 +15,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 from router_platform import E2E
 
 from ferryman.kernel.telemetry import traceparent
@@ -67,7 +68,9 @@ def test_one_trace_per_request_across_router_quota_queue_and_node(
             timeout=30,
         )
     roots = [
-        s for s in finished(spans, "router.Predict", 3) if attrs(s).get("ferryman.request_id") in request_ids
+        s
+        for s in finished(spans, "ferryman.v1.Inference/Predict", 3)
+        if attrs(s).get("ferryman.request_id") in request_ids
     ]
     assert len(roots) == 3
     assert len({r.context.trace_id for r in roots}) == 3, "one trace per request"
@@ -75,6 +78,17 @@ def test_one_trace_per_request_across_router_quota_queue_and_node(
     for root in roots:
         assert root.parent is None
         assert attrs(root)["ferryman.tenant"] == "acme" and attrs(root)["ferryman.version"] == "1"
+        # The RPC semantic conventions: system, service, method, server, status code.
+        assert {
+            k: attrs(root)[k] for k in ("rpc.system", "rpc.service", "rpc.method", "rpc.grpc.status_code")
+        } == {
+            "rpc.system": "grpc",
+            "rpc.service": "ferryman.v1.Inference",
+            "rpc.method": "Predict",
+            "rpc.grpc.status_code": 0,
+        }
+        assert attrs(root)["server.address"] == "127.0.0.1" and int(str(attrs(root)["server.port"])) > 0
+        assert attrs(root)["gen_ai.request.model"] == "echo"
         assert "gen_ai.usage.input_tokens" in attrs(root)
         in_trace = [s for s in spans.get_finished_spans() if s.context.trace_id == root.context.trace_id]
         children = {
@@ -102,3 +116,49 @@ def test_a_batch_of_eight_has_eight_links(e2e: E2E, spans: InMemorySpanExporter)
     assert batches, "the eight items ran as one batch"
     linked = {link.context.span_id for link in batches[0].links}
     assert linked == {p.get_span_context().span_id for p in parents}
+
+
+def test_the_nodes_batch_span_is_a_child_of_the_dispatch_and_shares_its_batch_id(
+    e2e: E2E, spans: InMemorySpanExporter
+) -> None:
+    case = uuid.uuid4().hex
+    results = submit_all(
+        e2e.batcher, [item(f"b-{case}", np.ones((1, echo.WIDTH), np.float32), parameters={"case": case})]
+    )
+    assert all(r.status.code == 0 for r in results.values())
+    dispatches = [d for d in finished(spans, "batcher.dispatch", 1) if d.end_time]
+    batches = finished(spans, "node.batch", 1)
+    pairs = [
+        (d, b)
+        for d in dispatches
+        for b in batches
+        if b.parent is not None and b.parent.span_id == d.context.span_id
+    ]
+    assert pairs, "a node.batch span whose parent is a batcher.dispatch span"
+    dispatch, batch = pairs[-1]
+    assert batch.context.trace_id == dispatch.context.trace_id
+    assert attrs(batch)["ferryman.batch_id"] == attrs(dispatch)["ferryman.batch_id"] != ""
+
+
+def test_a_callers_mistake_is_no_server_error_in_its_span(e2e: E2E, spans: InMemorySpanExporter) -> None:
+    stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(e2e.router))
+    request_id = f"bad-{uuid.uuid4().hex[:8]}"
+    bad = inference_pb2.PredictRequest(
+        request_id=request_id,
+        model="echo",
+        inputs=[common_pb2.NamedTensor(name="input", tensor=encode(np.ones((1, 3), np.float32)))],
+    )
+    with pytest.raises(grpc.RpcError):
+        stub.Predict(bad, metadata=(("authorization", f"Bearer {e2e.keys['acme']}"),), timeout=30)
+    deadline = time.monotonic() + SPAN_WAIT_S
+    while True:
+        found = [
+            s
+            for s in spans.get_finished_spans()
+            if s.name == "ferryman.v1.Inference/Predict" and attrs(s).get("rpc.grpc.status_code") == 3
+        ]
+        if found or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    assert found, "the refused request's span"
+    assert found[-1].status.status_code != StatusCode.ERROR, "INVALID_ARGUMENT is the caller's, not an error"
