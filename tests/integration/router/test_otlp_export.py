@@ -1,0 +1,158 @@
+"""Traces as an OTLP collector receives them from a multi-process platform (router,
+batcher and node each exporting over OTLP/gRPC to a receiver in this test): span names and
+attributes by the semantic conventions, the standard OTEL_* variables honoured, and the
+node's batch span a child of the batcher's dispatch span with the same batch id."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+import ferryman
+from bench.scenarios.platform import PlatformSpec
+from bench.scenarios.platform import ferryman as platform
+
+EXPORT_WAIT_S = 20.0
+FAST_EXPORT_MS = "100"
+
+
+@dataclass(frozen=True)
+class Received:
+    service: str
+    resource: dict[str, Any]
+    name: str
+    trace_id: bytes
+    span_id: bytes
+    parent: bytes
+    attributes: dict[str, Any]
+    status: int
+
+
+def plain(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    return getattr(value, kind) if kind else None
+
+
+@dataclass
+class Collector(trace_service_pb2_grpc.TraceServiceServicer):
+    spans: list[Received] = field(default_factory=list)
+
+    def Export(
+        self, request: trace_service_pb2.ExportTraceServiceRequest, context: grpc.ServicerContext
+    ) -> trace_service_pb2.ExportTraceServiceResponse:
+        for resource_spans in request.resource_spans:
+            resource = {a.key: plain(a.value) for a in resource_spans.resource.attributes}
+            for scope in resource_spans.scope_spans:
+                for span in scope.spans:
+                    self.spans.append(
+                        Received(
+                            service=str(resource.get("service.name")),
+                            resource=resource,
+                            name=span.name,
+                            trace_id=span.trace_id,
+                            span_id=span.span_id,
+                            parent=span.parent_span_id,
+                            attributes={a.key: plain(a.value) for a in span.attributes},
+                            status=span.status.code,
+                        )
+                    )
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+    def named(self, name: str, count: int = 1) -> list[Received]:
+        deadline = time.monotonic() + EXPORT_WAIT_S
+        while True:
+            found = [s for s in self.spans if s.name == name]
+            if len(found) >= count or time.monotonic() > deadline:
+                return found
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def collected() -> Iterator[tuple[Collector, Any]]:
+    collector = Collector()
+    server = grpc.server(futures.ThreadPoolExecutor(4), options=[("grpc.so_reuseport", 0)])
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(collector, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    env = {
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{port}",
+        "OTEL_EXPORTER_OTLP_INSECURE": "true",
+        "OTEL_BSP_SCHEDULE_DELAY": FAST_EXPORT_MS,
+        "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=test",
+        "FERRYMAN_BATCHER_MAX_INFLIGHT_PER_NODE": "1",
+    }
+    try:
+        with platform(PlatformSpec(env=env)) as running:
+            yield collector, running
+    finally:
+        server.stop(grace=None)
+
+
+def test_spans_arrive_named_and_attributed_by_the_conventions(collected: tuple[Collector, Any]) -> None:
+    collector, running = collected
+    parent_trace = "0af7651916cd43dd8448eb211c80319c"
+    with ferryman.Client(running.address, running.key) as client:
+        client.predict(
+            "mlp",
+            np.zeros((1, 512), np.float32),
+            metadata=[("traceparent", f"00-{parent_trace}-b7ad6b7169203331-01")],
+        )
+        with pytest.raises(ferryman.InvalidInput):
+            client.predict("mlp", np.zeros((1, 3), np.float32))
+    body = json.dumps(
+        {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 512], "data": [0.0] * 512}]}
+    )
+    request = urllib.request.Request(
+        f"http://{running.http}/v2/models/mlp/infer",
+        data=body.encode(),
+        headers={"Authorization": f"Bearer {running.key}"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 200
+
+    roots = collector.named("ferryman.v1.Inference/Predict", 2)
+    answered = [r for r in roots if r.trace_id.hex() == parent_trace]
+    assert len(answered) == 1, "the request's root joins the caller's trace"
+    root = answered[0]
+    assert root.service == "ferryman-router"
+    assert root.resource["deployment.environment.name"] == "test", "OTEL_RESOURCE_ATTRIBUTES is honoured"
+    assert {
+        k: root.attributes[k] for k in ("rpc.system", "rpc.service", "rpc.method", "rpc.grpc.status_code")
+    } == {
+        "rpc.system": "grpc",
+        "rpc.service": "ferryman.v1.Inference",
+        "rpc.method": "Predict",
+        "rpc.grpc.status_code": 0,
+    }
+    assert root.attributes["server.port"] == int(running.address.rsplit(":", 1)[1])
+    assert root.attributes["gen_ai.request.model"] == "mlp"
+    refused = [
+        r
+        for r in roots
+        if r.attributes.get("rpc.grpc.status_code") == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    ]
+    assert refused and refused[0].status != 2, "a caller's bad input is no server error (status unset)"
+    (http,) = collector.named("POST /v2/models/{model}/infer")
+    assert http.attributes["http.route"] == "/v2/models/{model}/infer"
+    assert http.attributes["http.response.status_code"] == 200
+
+    dispatches = {s.span_id: s for s in collector.named("batcher.dispatch", 2)}
+    batches = collector.named("node.batch", 2)
+    children = [b for b in batches if b.parent in dispatches]
+    assert children, "node.batch spans are children of batcher.dispatch spans"
+    for batch in children:
+        dispatch = dispatches[batch.parent]
+        assert batch.trace_id == dispatch.trace_id
+        assert batch.service == "ferryman-node" and dispatch.service == "ferryman-batcher"
+        assert batch.attributes["ferryman.batch_id"] == dispatch.attributes["ferryman.batch_id"] != ""
