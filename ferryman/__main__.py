@@ -12,13 +12,13 @@ SERVER_EXTRA_HINT = (
 
 def main() -> None:
     try:
-        from ferryman.cli.main import app
+        from ferryman.cli.main import run
     except ModuleNotFoundError as exc:
         # An SDK-only install has no typer, sqlmodel, torch...: say what to install.
         if exc.name and exc.name.split(".")[0] != "ferryman":
             sys.exit(f"{SERVER_EXTRA_HINT}; missing {exc.name}")
         raise
-    app()
+    run()
 
 
 if __name__ == "__main__":

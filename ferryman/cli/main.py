@@ -10,11 +10,15 @@ from ferryman import __version__
 from ferryman.cli.admin_cmd import admin_app
 from ferryman.cli.bench_cmd import bench
 from ferryman.cli.models_cmds import models_app
+from ferryman.cli.output import say_error
 from ferryman.cli.predict_cmd import predict
 from ferryman.cli.registry_cmds import db_app, key_app, model_app, quota_app, route_app, tenant_app
 from ferryman.cli.serve_cmds import serve_app
 from ferryman.cli.top_cmd import top
 from ferryman.cli.up import up
+
+REASON_CHARS = 200
+"""Most of a driver's error message an error line repeats."""
 
 app = typer.Typer(
     name="ferryman",
@@ -51,3 +55,20 @@ def main(
     ] = False,
 ) -> None:
     """Ferryman: a gRPC-native, multi-tenant inference platform."""
+
+
+def run() -> None:
+    """The console script: the app, with a registry database that cannot be reached (down,
+    refusing, wrong URL) answered in one line instead of a traceback."""
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        app()
+    except OperationalError as exc:
+        lines = str(exc.orig or exc).strip().splitlines()
+        say_error(f"the registry database cannot be reached: {clip_reason(lines[0] if lines else repr(exc))}")
+        raise SystemExit(1) from None
+
+
+def clip_reason(reason: str, limit: int = REASON_CHARS) -> str:
+    return reason if len(reason) <= limit else reason[:limit] + "…"

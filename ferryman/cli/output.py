@@ -19,9 +19,14 @@ console = Console()
 err_console = Console(stderr=True)
 
 
-def fail(reason: str) -> NoReturn:
-    """Exit non-zero with a one-line reason on stderr."""
+def say_error(reason: str) -> None:
+    """A one-line reason on stderr."""
     err_console.print(f"[red]error:[/red] {reason}", highlight=False, soft_wrap=True)
+
+
+def fail(reason: str) -> NoReturn:
+    """Exit non-zero with a one-line reason on stderr (inside a command)."""
+    say_error(reason)
     raise typer.Exit(code=1)
 
 

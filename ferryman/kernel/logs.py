@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
+from collections.abc import Callable
 
 from opentelemetry import trace
 
@@ -56,3 +58,28 @@ def log_request(tenant: str, model: str, version: str, request_id: str, code: st
             }
         },
     )
+
+
+class Throttled:
+    """Warnings that repeat for one cause (a backend down: one per request) logged at most
+    once per ``period_s`` each, the next line saying how many were held back. Keys are the
+    caller's fixed names for its conditions, so the table stays small."""
+
+    def __init__(
+        self, logger: logging.Logger, period_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._logger = logger
+        self._period_s = period_s
+        self._clock = clock
+        self._seen: dict[str, tuple[float, int]] = {}
+
+    def warning(self, key: str, message: str, *args: object) -> None:
+        now = self._clock()
+        last, held = self._seen.get(key, (-math.inf, 0))
+        if now - last < self._period_s:
+            self._seen[key] = (last, held + 1)
+            return
+        self._seen[key] = (now, 0)
+        if held:
+            message += f" ({held} more like it in the last {self._period_s:g} s)"
+        self._logger.warning(message, *args)

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from ferryman.kernel.logs import Throttled
 from registry.snapshot import ConfigSnapshot, PolicyRecord
 from router.quota.memory import MemoryQuota
 from router.quota.policy import Decision, Limits, Verdict
@@ -99,6 +100,8 @@ class QuotaService:
         self._settings = settings
         self._backend = backend
         self._snapshot = snapshot
+        # An outage fails every request alike: one line per period, not one per request.
+        self._log = Throttled(log, settings.repeated_log_period_s)
 
     def limits(self, tenant: str, model: str) -> list[Limits]:
         policies = self._snapshot().policies.get(tenant, [])
@@ -125,7 +128,7 @@ class QuotaService:
             )
         except (RedisError, OSError, TimeoutError) as exc:
             if self._settings.fail_mode == "open":
-                log.warning("quota backend down, admitting (fail open): %s", exc)
+                self._log.warning("fail-open", "quota backend down, admitting (fail open): %s", exc)
                 return Verdict(Decision.ADMIT, held=False)
             raise QuotaUnavailable(f"quota backend unavailable: {exc}") from exc
 
@@ -140,7 +143,7 @@ class QuotaService:
                 self._backend.renew(request_ids, self._settings.lease_s), self._settings.backend_timeout_s
             )
         except (RedisError, OSError, TimeoutError) as exc:
-            log.warning("quota lease renewal failed (leases run on): %s", exc)
+            self._log.warning("renew", "quota lease renewal failed (leases run on): %s", exc)
             return 0
 
     async def commit(self, request_id: str, tokens: int, cost: float) -> bool:
@@ -156,7 +159,7 @@ class QuotaService:
             return bool(await asyncio.wait_for(call, self._settings.backend_timeout_s))
         except (RedisError, OSError, TimeoutError) as exc:
             # The reservation expires on its own; it is counted then.
-            log.warning("quota settle failed, the reservation will expire: %s", exc)
+            self._log.warning("settle", "quota settle failed, the reservation will expire: %s", exc)
             return False
 
     async def usage(self, tenant: str) -> tuple[list[tuple[str, float, float, str]], int]:

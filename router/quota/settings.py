@@ -12,6 +12,8 @@ class QuotaSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FERRYMAN_QUOTA_", extra="ignore")
 
     listen: str = "127.0.0.1:7002"
+    repeated_log_period_s: float = Field(default=10.0, gt=0)
+    """A warning that repeats for one cause (the backend down) is logged once per period."""
     metrics_listen: str = ""
     """host:port of its /metrics (the process's own; quota decisions are the router's)."""
     backend: Literal["memory", "redis"] = "memory"

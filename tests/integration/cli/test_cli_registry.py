@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +15,7 @@ from typer.testing import CliRunner
 
 from ferryman.cli import context
 from ferryman.cli.main import app
+from ferryman.kernel.net import free_port
 
 SCHEMA = json.dumps(
     {
@@ -217,3 +221,23 @@ def test_admin_set_password_stores_only_a_hash(cli: CliRunner) -> None:
     assert stored is not None and "a long password" not in stored
     assert verify_password("a long password", stored)
     assert reader.audit_events(limit=1)[0].action == "admin.password"
+
+
+def test_an_unreachable_registry_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "FERRYMAN_DATA_DIR": str(tmp_path),
+        # Nothing listens there: the database is down.
+        "FERRYMAN_DATABASE_URL": f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/ferryman",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "ferryman", "tenant", "create", "acme"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: the registry database cannot be reached"), lines
