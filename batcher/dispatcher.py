@@ -9,6 +9,7 @@ alone: only they fail, each recorded as a dead letter; every other item succeeds
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +32,7 @@ from ferryman.kernel.telemetry import links, traceparent, tracer
 from ferryman.v1 import batcher_pb2, node_pb2
 from registry.tables import DeadLetter
 
+log = logging.getLogger("ferryman.batcher")
 RETRIABLE = frozenset(
     {
         grpc.StatusCode.UNAVAILABLE,
@@ -49,6 +51,10 @@ BATCH_ID_CHARS = 16
 
 # What _call returns when it has already finished every entry (with an error).
 _SETTLED = node_pb2.InferBatchResponse()
+
+
+class NodeHung(Exception):
+    """A batch outlived its timeout and the node did not answer a liveness probe."""
 
 
 def owner_of(entries: Sequence[Entry]) -> str:
@@ -239,23 +245,24 @@ class Dispatcher:
             ],
         )
         started = self._clock()
-        timeout_s = max(
-            self._settings.min_batch_timeout_s, self._settings.batch_timeout_factor * predictor.predict(rows)
-        )
         try:
-            response = await replica.node.infer_batch(request, min(budget_s, timeout_s))
+            response = await self._watched(replica, request, budget_s, predictor.predict(rows))
+        except NodeHung:
+            # The node answered neither the batch in its time nor a liveness probe: keep
+            # batches off it (the breaker opens at once) and run this one elsewhere.
+            replica.breaker.trip(self._clock())
+            self._directory.record_breaker(replica)
+            trace.get_current_span().add_event("batch_timeout", {"ferryman.node": replica.name})
+            self._metrics.batch_timeouts.labels(node=replica.name).inc()
+            log.warning(
+                "node %s answered neither a batch in its time nor a probe: out until its breaker half-opens",
+                replica.name,
+            )
+            return None
         except NodeCallError as exc:
-            if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout_s < budget_s:
-                # The batch outlived its own timeout with the callers' time left: the node is
-                # hung or far slower than it measured. Keep batches off it, retry elsewhere.
-                replica.breaker.trip(self._clock())
-                self._directory.record_breaker(replica)
-                trace.get_current_span().add_event("batch_timeout", {"ferryman.node": replica.name})
-                self._metrics.batch_timeouts.labels(node=replica.name).inc()
-                return None
             if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 # The callers' budget ran out, not the node: a busy node must not trip its
-                # breaker (that turns overload into an outage). Hung nodes stop heartbeating.
+                # breaker (that turns overload into an outage). Hung ones fail their probe.
                 self._fail(entries, grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed while the batch ran")
                 return _SETTLED
             was_open = replica.breaker.state != BreakerState.CLOSED
@@ -274,6 +281,28 @@ class Dispatcher:
         compute = response.compute.seconds + response.compute.nanos * 1e-9
         predictor.observe(max(1, response.batch_size), compute, self._clock() - started - compute)
         return response
+
+    async def _watched(
+        self, replica: Replica, request: node_pb2.InferBatchRequest, budget_s: float, predicted_s: float
+    ) -> node_pb2.InferBatchResponse:
+        """The node's answer within ``budget_s``. Each time the batch outlives its own timeout
+        (``batch_timeout_factor`` x predicted, at least ``min_batch_timeout_s``) the node is
+        probed: alive (merely slow: a long input, a loaded box) the batch keeps its time; no
+        answer to the probe either raises NodeHung, well before the callers' deadline."""
+        timeout_s = max(self._settings.min_batch_timeout_s, self._settings.batch_timeout_factor * predicted_s)
+        call = asyncio.ensure_future(replica.node.infer_batch(request, budget_s))
+        try:
+            while True:
+                done, _ = await asyncio.wait({call}, timeout=timeout_s)
+                if done:
+                    return call.result()
+                try:
+                    await replica.node.node_info(self._settings.liveness_probe_timeout_s)
+                except NodeCallError:
+                    raise NodeHung(replica.name) from None
+        finally:
+            if not call.done():
+                call.cancel()
 
     async def _settle(
         self,

@@ -58,9 +58,11 @@ class BatcherSettings(BaseSettings):
     breaker_cooldown_s: float = Field(default=2.0, gt=0)
     batch_timeout_factor: float = Field(default=4.0, gt=1)
     """A batch may take this many times its predicted latency (and at least
-    ``min_batch_timeout_s``) before its node counts as hung: the breaker opens and the batch
-    is retried on another replica within the items' deadline."""
+    ``min_batch_timeout_s``) before its node is probed; a node that answers neither is hung:
+    its breaker opens and the batch is retried on another replica within the deadline."""
     min_batch_timeout_s: float = Field(default=1.0, gt=0)
+    liveness_probe_timeout_s: float = Field(default=0.5, gt=0)
+    """How long a probed node (NodeInfo) has to answer before it counts as hung."""
     """A node whose last heartbeat is older than this gets no batches."""
     dead_letters_per_s: float = Field(default=5.0, gt=0)
     """Rate limit of dead-letter writes (bursts up to this many)."""

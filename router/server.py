@@ -102,7 +102,7 @@ async def serve_router(
                 max_message_bytes=quota_settings.max_message_bytes,
                 internal=True,
             )
-            internal_rt = ServiceRuntime(internal, rt.security, rt.stop)
+            internal_rt = ServiceRuntime(internal, rt.security, rt.stop, rt.options)
             quota_pb2_grpc.add_QuotaServicer_to_server(QuotaServicer(local_quota), internal_rt.server)
             await internal_rt.start(serving=True)
             rt.on_close(internal_rt.close)

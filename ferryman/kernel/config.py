@@ -20,6 +20,9 @@ def default_data_dir() -> Path:
     return Path.home() / ".ferryman"
 
 
+MS_PER_S = 1000
+
+
 class CommonSettings(BaseSettings):
     """Settings every service reads."""
 
@@ -52,6 +55,27 @@ class CommonSettings(BaseSettings):
     heartbeat_timeout_s: float = Field(default=10.0, gt=0)
     """A node whose last heartbeat is older than this gets no traffic (routers and
     batchers must agree on it, so it is set once, here)."""
+
+    keepalive_s: float = Field(default=30.0, gt=0)
+    """Servers ping each connection this often (idle ones too) and close one that does not
+    answer within ``keepalive_timeout_s``: a client that vanished (a half-open connection)
+    is dropped in under a minute instead of never."""
+    keepalive_timeout_s: float = Field(default=10.0, gt=0)
+    max_connection_idle_s: float = Field(default=900.0, gt=0)
+    """A connection with no call for this long is closed (GOAWAY; clients reconnect)."""
+
+    def server_options(self) -> list[tuple[str, int]]:
+        """gRPC server options for keepalive and idle connections."""
+        return [
+            ("grpc.keepalive_time_ms", int(self.keepalive_s * MS_PER_S)),
+            ("grpc.keepalive_timeout_ms", int(self.keepalive_timeout_s * MS_PER_S)),
+            # What gRPC's HTTP/2 transport waits for a PING ack before closing (measured: with
+            # keepalive_timeout alone an unanswered keepalive ping never closed the connection).
+            ("grpc.http2.ping_timeout_ms", int(self.keepalive_timeout_s * MS_PER_S)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.max_connection_idle_ms", int(self.max_connection_idle_s * MS_PER_S)),
+        ]
 
     def security(self) -> Security:
         """TLS material and the service token of this process."""

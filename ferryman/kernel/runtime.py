@@ -59,12 +59,20 @@ class ServiceSpec:
 class ServiceRuntime:
     """A bound server with its stop event; made by ``run_service``."""
 
-    def __init__(self, spec: ServiceSpec, security: Security, stop: asyncio.Event) -> None:
+    def __init__(
+        self,
+        spec: ServiceSpec,
+        security: Security,
+        stop: asyncio.Event,
+        options: Sequence[tuple[str, int]] = (),
+    ) -> None:
         self.spec = spec
         self.security = security
         self.stop = stop
+        self.options = options
+        """Server options (keepalive, idle limits) this runtime's server was made with."""
         interceptors = [ServiceTokenInterceptor(security.token)] if spec.internal else []
-        self.server, self.health = create_server(spec.services, spec.max_message_bytes, interceptors)
+        self.server, self.health = create_server(spec.services, spec.max_message_bytes, interceptors, options)
         self.port = bind(self.server, spec.listen, security, internal=spec.internal)
         self.address = f"{spec.listen.rsplit(':', 1)[0]}:{self.port}"
         self._started = False
@@ -124,7 +132,7 @@ async def run_service(
     """Tracing, a bound server, the stop event (``stop``, or SIGTERM/SIGINT) and the
     metrics endpoint for the block; the server stopped and closers run after it."""
     setup_tracing(spec.name)
-    runtime = ServiceRuntime(spec, common.security(), stop or stop_on_signals())
+    runtime = ServiceRuntime(spec, common.security(), stop or stop_on_signals(), common.server_options())
     metrics_server = serve_metrics(spec.metrics_listen, spec.metrics) if spec.metrics else None
     try:
         yield runtime

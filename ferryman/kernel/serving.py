@@ -33,6 +33,7 @@ def create_server(
     service_names: Sequence[str],
     max_message_bytes: int,
     interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
+    options: Sequence[tuple[str, int]] = (),
 ) -> tuple[grpc.aio.Server, HealthServicer]:
     """A grpc.aio server with grpc.health.v1 and reflection for ``service_names`` added.
 
@@ -41,7 +42,7 @@ def create_server(
     its own servicers, binds a port (``ferryman.kernel.security.bind``) and starts it.
     """
     server = grpc.aio.server(
-        options=[*channel_options(max_message_bytes), NO_REUSEPORT], interceptors=list(interceptors)
+        options=[*channel_options(max_message_bytes), NO_REUSEPORT, *options], interceptors=list(interceptors)
     )
     health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

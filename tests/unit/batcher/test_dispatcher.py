@@ -3,6 +3,7 @@ breakers, deadlines and replica picks."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import random
 from dataclasses import dataclass, field
@@ -36,14 +37,20 @@ class FakeNode:
     name: str
     fail: grpc.StatusCode | None = None
     calls: list[list[str]] = field(default_factory=list)
-    timeouts: list[float] = field(default_factory=list)
+    hung: bool = False
+    """Answers nothing at all, batches nor probes (a SIGSTOPped process)."""
+    slow_s: float = 0.0
+    """Takes this long per batch, answering probes meanwhile (a long input, a busy box)."""
+    probes: int = 0
 
     async def infer_batch(
         self, request: node_pb2.InferBatchRequest, timeout_s: float
     ) -> node_pb2.InferBatchResponse:
         ids = [item.request_id for item in request.items]
         self.calls.append(ids)
-        self.timeouts.append(round(timeout_s, 6))
+        if self.hung:
+            await asyncio.Event().wait()  # until the dispatcher gives up on it (cancels)
+        await asyncio.sleep(self.slow_s)
         if self.fail is not None:
             raise NodeCallError(self.fail, f"{self.name} says no")
         poisoned = any(i.startswith("poison") for i in ids)
@@ -56,6 +63,9 @@ class FakeNode:
         return node_pb2.InferBatchResponse(items=items, batch_size=len(ids), node=self.name)
 
     async def node_info(self, timeout_s: float) -> node_pb2.NodeInfoResponse:
+        self.probes += 1
+        if self.hung:
+            raise NodeCallError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         return node_pb2.NodeInfoResponse(name=self.name)
 
     async def close(self) -> None:
@@ -209,23 +219,25 @@ async def test_a_deadline_is_not_the_nodes_fault() -> None:
 
 
 async def test_a_hung_node_opens_its_breaker_at_once_and_the_batch_runs_elsewhere() -> None:
-    r = await rig(breaker_threshold=3, min_batch_timeout_s=0.25, batch_timeout_factor=4.0)
-    r.nodes["n1"].fail = grpc.StatusCode.DEADLINE_EXCEEDED  # what gRPC says when the timeout fires
+    r = await rig(breaker_threshold=3, min_batch_timeout_s=0.05, batch_timeout_factor=4.0)
+    r.nodes["n1"].hung = True
+    probed = r.nodes["n1"].probes  # the directory's own, at its refresh
     await send(r, entries(["a", "b"]))  # 10 s of budget: far more than the batch's timeout
     assert codes(r) == {"a": 0, "b": 0}, "retried on the other node within the deadline"
     assert r.nodes["n2"].calls == [["a", "b"]]
-    assert r.nodes["n1"].timeouts == [0.25], "the node got the batch's timeout, not the callers' budget"
+    assert r.nodes["n1"].probes == probed + 1, "one unanswered probe after the batch's timeout"
     assert state(r, "n1") == BreakerState.OPEN, "one timeout is enough: a hung node answers nothing"
     assert all(r.directory.pick(KEY, set()) is r.directory.replicas["n2"] for _ in range(20))
 
 
-async def test_the_batch_timeout_grows_with_the_predicted_latency() -> None:
-    r = await rig(min_batch_timeout_s=0.25, batch_timeout_factor=4.0)
-    slow = LatencyPredictor(default_s=0.5, smoothing=0.2)
-    replica = r.dispatcher.reserve(KEY, 1, "t", frozenset({"n2"}))
-    assert replica is not None
-    await r.dispatcher.dispatch("m", "1", {}, entries(["a"]), slow, replica)
-    assert r.nodes["n1"].timeouts == [2.0]  # 4 x 0.5 s
+async def test_a_slow_node_that_answers_its_probes_keeps_its_batch() -> None:
+    r = await rig(min_batch_timeout_s=0.02, batch_timeout_factor=4.0)
+    r.nodes["n1"].slow_s = 0.15  # far past 4 x the predicted 1 ms, and past the 20 ms floor
+    probed = r.nodes["n1"].probes
+    await send(r, entries(["a"]))
+    assert codes(r) == {"a": 0}
+    assert r.nodes["n1"].probes >= probed + 2 and r.nodes["n2"].calls == [], "alive: no retry, no breaker"
+    assert state(r, "n1") == BreakerState.CLOSED
 
 
 async def test_a_non_retriable_error_is_answered_at_once() -> None:
