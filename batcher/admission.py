@@ -82,6 +82,14 @@ def check_queue(
     latency there), or cannot hold (the queue's or the batcher's row limit)."""
     # Refusing now is cheap and immediate; queueing an item that cannot make its deadline
     # only to expire it later is not.
+    if expected_s > deadline - now and queue_rows == 0 and total_rows == 0:
+        # Nothing is queued at all: the item's own batch is what takes too long. No wait
+        # helps, so this is its deadline's fault, not load (and no retry is suggested).
+        return Refusal(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            Reason.DEADLINE_UNMEETABLE,
+            f"{version_key} needs {expected_s * 1000:.0f} ms when idle, more than this request's deadline",
+        )
     if expected_s > deadline - now:
         return Refusal(
             grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -303,9 +303,17 @@ class RouterService:
         now = asyncio.get_running_loop().time()
         if not self._settings.shed_overload:
             return now
-        wait = self._shedder.wait(shed_key(tenant, admitted), deadline - now, now)
+        key, budget = shed_key(tenant, admitted), deadline - now
+        wait = self._shedder.wait(key, budget, now)
         if wait is not None:
             self._metrics.child(self._metrics.shed, admitted.choice.model, admitted.choice.version).inc()
+            if self._shedder.unmeetable(key, budget):
+                raise fail(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"{admitted.choice.key} has never answered within {budget * 1000:.1f} ms, this "
+                    "request's deadline",
+                    Reason.DEADLINE_UNMEETABLE,
+                )
             raise fail(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"{admitted.choice.key} is overloaded: expected latency {wait * 1000:.0f} ms "

@@ -38,9 +38,11 @@ class Shedder:
         self._pressure: dict[str, Pressure] = {}
         self._admitted_at: dict[str, float] = {}
         self._probing: set[str] = set()
+        self._fastest: dict[str, float] = {}
 
     def observe(self, version_key: str, seconds: float) -> None:
         """An admitted request of ``version_key`` was answered ``seconds`` after its check."""
+        self._fastest[version_key] = min(seconds, self._fastest.get(version_key, seconds))
         before = self._latency.get(version_key)
         if before is None or version_key in self._probing:
             self._probing.discard(version_key)
@@ -68,3 +70,9 @@ class Shedder:
             self._probing.add(version_key)  # its answer tells how fast the version is now
         self._admitted_at[version_key] = now
         return None
+
+    def unmeetable(self, version_key: str, budget_s: float) -> bool:
+        """Whether ``budget_s`` is shorter than any answer the version ever gave: no wait
+        would help (DEADLINE_EXCEEDED), unlike a refusal for load (RESOURCE_EXHAUSTED)."""
+        fastest = self._fastest.get(version_key)
+        return fastest is not None and budget_s < fastest

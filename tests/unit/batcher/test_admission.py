@@ -51,11 +51,17 @@ def test_bad_rows_name_the_field() -> None:
 
 
 def test_an_item_that_would_be_late_is_refused_with_the_expected_wait() -> None:
-    refusal = check_queue(NOW, NOW + 0.05, "m:1", 1, 0.2, 0, 0, 10.0, LIMITS)
+    refusal = check_queue(NOW, NOW + 0.05, "m:1", 1, 0.2, 4, 4, 10.0, LIMITS)
     assert refusal is not None and refusal.reason == Reason.OVERLOADED
     assert refusal.code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert refusal.expected_s == 0.2 and refusal.retry_after_s == 0.2
-    assert check_queue(NOW, NOW + 0.5, "m:1", 1, 0.2, 0, 0, 10.0, LIMITS) is None
+    assert check_queue(NOW, NOW + 0.5, "m:1", 1, 0.2, 4, 4, 10.0, LIMITS) is None
+
+
+def test_a_deadline_even_an_idle_batcher_cannot_meet_is_its_own_fault() -> None:
+    refusal = check_queue(NOW, NOW + 0.001, "m:1", 1, 0.004, 0, 0, 10.0, LIMITS)
+    assert refusal is not None and refusal.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert refusal.reason == Reason.DEADLINE_UNMEETABLE and refusal.retry_after_s is None
 
 
 def test_full_queues_retry_after_their_drain_time_within_bounds() -> None:

@@ -62,3 +62,12 @@ def test_a_new_refusal_replaces_the_old_one() -> None:
     shedder.record(KEY, expected_s=0.01, now=0.5)
     assert shedder.wait(KEY, budget_s=0.005, now=0.5) == pytest.approx(0.01)
     assert shedder.wait(KEY, budget_s=0.005, now=0.506) is None
+
+
+def test_a_budget_below_every_answer_ever_given_is_unmeetable_not_overload() -> None:
+    shedder = Shedder(0.5)
+    assert not shedder.unmeetable(KEY, 0.001), "nothing known yet"
+    for seconds in (0.004, 0.003, 0.009):
+        shedder.observe(KEY, seconds)
+    assert shedder.unmeetable(KEY, 0.001), "1 ms: even an idle version never answered that fast"
+    assert not shedder.unmeetable(KEY, 0.005), "5 ms: refused for load, if at all"
