@@ -10,6 +10,7 @@ from collections.abc import Callable
 import torch
 
 from ferryman.kernel.config import CommonSettings
+from ferryman.kernel.logs import Throttled
 from ferryman.kernel.runtime import ServiceSpec, run_service
 from ferryman.v1 import node_pb2, node_pb2_grpc
 from gpu_node.loader import resolve_device
@@ -25,6 +26,8 @@ from registry.writer import RegistryWriter
 
 log = logging.getLogger("ferryman.node")
 NODE_SERVICE = node_pb2.DESCRIPTOR.services_by_name["Node"].full_name
+PROBLEM_LOG_PERIODS = 10
+"""A repeated placement-read failure is logged once per this many refresh periods."""
 
 
 class RegistryLink:
@@ -49,6 +52,21 @@ class RegistryLink:
     async def placements(self) -> list[node_pb2.ModelVersionSpec]:
         rows = await asyncio.to_thread(self._reader.placements_for, self._settings.name, self._settings.pool)
         return [version_spec(model, row) for model, row in rows]
+
+    async def watch_placements(self, service: NodeService) -> None:
+        """Load, every ``placement_refresh_s``, what was placed on this node since it started."""
+        problems = Throttled(log, self._settings.placement_refresh_s * PROBLEM_LOG_PERIODS)
+        while True:
+            await asyncio.sleep(self._settings.placement_refresh_s)
+            try:
+                placed = await self.placements()
+            except Exception as exc:  # a registry outage: serve on, try again later
+                problems.warning("placements", "could not read placements (serving on): %s", exc)
+                continue
+            for version in placed:
+                if f"{version.model}:{version.version}" not in service.slots:
+                    slot = await service.load(version)
+                    log.info("version %s placed since start: %s %s", slot.key, slot.state, slot.reason)
 
     async def lifecycle(self, target: NodeLifecycle) -> None:
         try:
@@ -98,12 +116,14 @@ async def serve_node(
         await rt.start(serving=False)
         link = RegistryLink(common, settings, address) if settings.use_registry else None
         heartbeat: asyncio.Task[None] | None = None
+        watcher: asyncio.Task[None] | None = None
         if link is not None:
             await link.register(str(device))
             for version in await link.placements():
                 slot = await service.load(version)
                 log.info("version %s: %s %s", slot.key, slot.state, slot.reason)
             heartbeat = asyncio.create_task(link.heartbeat_forever(service))
+            watcher = asyncio.create_task(link.watch_placements(service))
         service.set_lifecycle(NodeLifecycle.READY)
         if link is not None:
             await link.lifecycle(NodeLifecycle.READY)
@@ -111,6 +131,10 @@ async def serve_node(
         log.info("node %s draining", settings.name)
         if link is not None:
             await link.lifecycle(NodeLifecycle.DRAINING)
+        if watcher is not None:  # a draining node loads nothing new
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
         drained = await service.drain()
         if heartbeat is not None:
             heartbeat.cancel()

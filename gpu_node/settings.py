@@ -30,6 +30,9 @@ class NodeSettings(BaseSettings):
     use_registry: bool = True
     """Register in the registry, heartbeat, and load this node's placements."""
     heartbeat_interval_s: float = Field(default=2.0, gt=0)
+    placement_refresh_s: float = Field(default=2.0, gt=0)
+    """How often a registered node reads its placements and loads versions placed on it
+    since it started (one already loading, serving or failed is left as it is)."""
     drain_grace_s: float = Field(default=30.0, ge=0)
     """How long SIGTERM waits for in-flight batches."""
     warmup_runs: int = Field(default=2, ge=1)
