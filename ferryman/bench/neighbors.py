@@ -129,11 +129,10 @@ async def flood(client: AsyncClient, workers: int, stop: asyncio.Event, seed: in
     return done
 
 
-@contextmanager
-def ferryman_up(data_dir: Path, listen: str, nodes: int = 1) -> Iterator[dict[str, Any]]:
+def start_up(data_dir: Path, listen: str, nodes: int = 1) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     """``ferryman up --json`` as a child process on ``listen`` (its HTTP doors on a free
-    port) with its data in ``data_dir``; yields what it printed once ready, and stops it
-    with Ctrl-C (SIGINT) on leaving."""
+    port) with its data in ``data_dir``, and what it printed once ready; ending it is the
+    caller's (it is killed if it never gets ready)."""
     env = {**os.environ, "FERRYMAN_DATA_DIR": str(data_dir), "FERRYMAN_LOG_LEVEL": "WARNING"}
     env.pop("FERRYMAN_DATABASE_URL", None)
     proc = subprocess.Popen(
@@ -149,10 +148,19 @@ def ferryman_up(data_dir: Path, listen: str, nodes: int = 1) -> Iterator[dict[st
     reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline()) if proc.stdout else None)
     reader.start()
     reader.join(UP_READY_TIMEOUT_S)
+    if not lines or not lines[0]:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError("ferryman up printed nothing")
+    return proc, json.loads(lines[0])
+
+
+@contextmanager
+def ferryman_up(data_dir: Path, listen: str, nodes: int = 1) -> Iterator[dict[str, Any]]:
+    """``start_up``, yielding what it printed, stopped with Ctrl-C (SIGINT) on leaving."""
+    proc, info = start_up(data_dir, listen, nodes)
     try:
-        if not lines or not lines[0]:
-            raise RuntimeError("ferryman up printed nothing")
-        yield json.loads(lines[0])
+        yield info
     finally:
         proc.send_signal(signal.SIGINT)
         code = proc.wait(UP_STOP_TIMEOUT_S)

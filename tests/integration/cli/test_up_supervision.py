@@ -5,11 +5,9 @@ behind; kill -9 of ``up`` takes its children down too."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +20,7 @@ import psutil
 import pytest
 from figures import report
 
-from ferryman.bench.neighbors import ferryman_up
+from ferryman.bench.neighbors import ferryman_up, start_up
 from ferryman.kernel.net import free_port
 from ferryman.sdk.client import Client
 from ferryman.sdk.errors import FerrymanError
@@ -118,20 +116,9 @@ def test_a_killed_child_is_restarted_and_the_platform_serves_again(up: dict[str,
 @contextmanager
 def bare_up(data_dir: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, Any]]]:
     """``ferryman up --json`` whose ending the test decides (the process and its ready line)."""
-    env = {**os.environ, "FERRYMAN_DATA_DIR": str(data_dir), "FERRYMAN_LOG_LEVEL": "WARNING"}
-    env.pop("FERRYMAN_DATABASE_URL", None)
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "ferryman", "up", "--json", "--nodes", "1"),
-            *("--listen", f"127.0.0.1:{free_port()}", "--http-listen", f"127.0.0.1:{free_port()}"),
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
+    proc, info = start_up(data_dir, f"127.0.0.1:{free_port()}")
     try:
-        assert proc.stdout is not None
-        yield proc, json.loads(proc.stdout.readline())
+        yield proc, info
     finally:
         proc.kill()
         proc.wait()
