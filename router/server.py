@@ -89,7 +89,9 @@ async def serve_router(
         add_inference_servicer(InferenceServicer(gateway), rt.server)
         add_oip_servicer(OipServicer(gateway), rt.server)
         if settings.http_listen:
-            http = HttpDoor(gateway, settings.http_listen, common.tls_cert, common.tls_key)
+            http = HttpDoor(
+                gateway, settings.http_listen, settings.http_max_connections, common.tls_cert, common.tls_key
+            )
             await http.start()
             gateway.listening(http.address, http=True)
             rt.on_close(http.close)

@@ -14,6 +14,9 @@ class RouterSettings(BaseSettings):
     http_listen: str = ""
     """host:port of the HTTP doors (OIP v2 REST on /v2, OpenAI-compatible on /v1, the OpenAPI
     document on /openapi.json); empty serves none. TLS settings apply to it too."""
+    http_max_connections: int = Field(default=1024, ge=1)
+    """Open HTTP connections (and requests in flight) past which the HTTP port answers 503 at
+    once: a flood of idle or slow connections cannot exhaust the router."""
     batchers: str = "127.0.0.1:7003"
     """Comma-separated batcher addresses; each model goes to one by rendezvous hashing."""
     quota_address: str = ""

@@ -36,6 +36,7 @@ EMBED = "embed"
 EMBED_VERSIONS = ("a", "b")
 DEFAULT_QUOTA_TIMEOUT_S = RouterSettings.model_fields["quota_timeout_s"].default
 DEFAULT_MAX_MESSAGE_BYTES = RouterSettings.model_fields["max_message_bytes"].default
+DEFAULT_HTTP_MAX_CONNECTIONS = RouterSettings.model_fields["http_max_connections"].default
 
 
 @dataclass
@@ -62,11 +63,13 @@ class E2E:
         http_listen: str = "",
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         listen: str = "127.0.0.1:0",
+        http_max_connections: int = DEFAULT_HTTP_MAX_CONNECTIONS,
     ) -> tuple[str, ServiceThread]:
         """Another router on the same platform (for multi-router quota tests)."""
         settings = RouterSettings(
             quota_timeout_s=quota_timeout_s,
             listen=listen,
+            http_max_connections=http_max_connections,
             http_listen=http_listen,
             max_message_bytes=max_message_bytes,
             batchers=self.batcher,

@@ -89,7 +89,9 @@ class _Server(uvicorn.Server):
 class HttpDoor:
     """The app served on ``listen`` until ``close``."""
 
-    def __init__(self, gateway: Gateway, listen: str, certfile: str = "", keyfile: str = "") -> None:
+    def __init__(
+        self, gateway: Gateway, listen: str, max_connections: int, certfile: str = "", keyfile: str = ""
+    ) -> None:
         host, _, port = listen.rpartition(":")
         self._socket = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET)
         # One server per port (no SO_REUSEPORT); a port in TIME_WAIT is free.
@@ -105,8 +107,10 @@ class HttpDoor:
             build_app(gateway),
             lifespan="off",
             access_log=False,
-            log_level="warning",
+            # uvicorn warns once per refused or malformed request: a flood would flood the log.
+            log_level="error",
             http="httptools",
+            limit_concurrency=max_connections,
             ssl_certfile=certfile or None,
             ssl_keyfile=keyfile or None,
             timeout_graceful_shutdown=2,

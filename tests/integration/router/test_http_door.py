@@ -23,6 +23,7 @@ SLOW_MS = 1500
 HANG_UP_AFTER_S = 0.3
 RELEASE_WAIT_S = 0.3
 SMALL_LIMIT = 64 * 1024
+CONNECTION_LIMIT = 4
 TIMEOUT_S = 30
 
 
@@ -98,6 +99,26 @@ def test_another_tenants_private_model_is_unknown_to_every_catalogue_route(e2e: 
         raise AssertionError("/v1/models/secret answered")
     except urllib.error.HTTPError as error:
         assert error.code == 404
+
+
+def test_a_flood_of_idle_connections_is_refused_at_the_limit(e2e: E2E) -> None:
+    http = f"127.0.0.1:{free_port()}"
+    e2e.start_router(QuotaSettings(), http_listen=http, http_max_connections=CONNECTION_LIMIT)
+    host, port = http.split(":")
+    idle = [socket.create_connection((host, int(port)), timeout=TIMEOUT_S) for _ in range(CONNECTION_LIMIT)]
+    try:
+        time.sleep(0.2)  # accepted: each holds a slot without sending a byte
+        try:
+            urllib.request.urlopen(f"http://{http}/v2/health/live", timeout=TIMEOUT_S)
+            raise AssertionError("served past the connection limit")
+        except urllib.error.HTTPError as error:
+            assert error.code == 503
+    finally:
+        for sock in idle:
+            sock.close()
+    time.sleep(0.2)
+    with urllib.request.urlopen(f"http://{http}/v2/health/live", timeout=TIMEOUT_S) as live:
+        assert live.status == 200, "served again once the idle connections went"
 
 
 def test_malformed_bodies_and_binary_sections_get_clear_refusals(e2e: E2E) -> None:
