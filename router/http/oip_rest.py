@@ -118,6 +118,21 @@ async def server_metadata() -> dict[str, Any]:
     return {"name": convert.SERVER_NAME, "version": SERVER_VERSION, "extensions": list(convert.EXTENSIONS)}
 
 
+# Registered before /models/{model}: routes match in order, and "stats" would be a model name.
+@router.get("/models/stats", summary="Triton's statistics of every model, from this tenant's requests.")
+@router.get("/models/{model}/stats", summary="Triton's statistics, from this tenant's requests.")
+@router.get("/models/{model}/versions/{version}/stats", summary="Triton's statistics of one version.")
+async def model_stats(caller: Authenticated, model: str = "", version: str = "") -> dict[str, Any]:
+    gateway = caller.gateway
+    models = [model] if model else [m.name for m in gateway.list_models(caller.tenant).models]
+    entries = [
+        plain(entry)
+        for name in models
+        for entry in convert.statistics(name, gateway.statistics(caller.tenant, name), version).model_stats
+    ]
+    return {"model_stats": entries}
+
+
 @router.get("/models/{model}", summary="A model's versions and the inputs and outputs of one.")
 @router.get("/models/{model}/versions/{version}", summary="A version's inputs and outputs.")
 async def model_metadata(caller: Authenticated, model: str, version: str = "") -> dict[str, Any]:
@@ -137,20 +152,6 @@ async def model_ready(caller: Authenticated, model: str, version: str = "") -> R
 @router.get("/models/{model}/versions/{version}/config", summary="Triton's model configuration.")
 async def model_config(caller: Authenticated, model: str, version: str = "") -> dict[str, Any]:
     return plain(convert.config(caller.gateway.version(caller.tenant, model, version)))
-
-
-@router.get("/models/stats", summary="Triton's statistics of every model, from this tenant's requests.")
-@router.get("/models/{model}/stats", summary="Triton's statistics, from this tenant's requests.")
-@router.get("/models/{model}/versions/{version}/stats", summary="Triton's statistics of one version.")
-async def model_stats(caller: Authenticated, model: str = "", version: str = "") -> dict[str, Any]:
-    gateway = caller.gateway
-    models = [model] if model else [m.name for m in gateway.list_models(caller.tenant).models]
-    entries = [
-        plain(entry)
-        for name in models
-        for entry in convert.statistics(name, gateway.statistics(caller.tenant, name), version).model_stats
-    ]
-    return {"model_stats": entries}
 
 
 def parse(body: bytes, header_length: int | None) -> tuple[InferenceRequest, list[common_pb2.NamedTensor]]:

@@ -121,6 +121,23 @@ def test_a_flood_of_idle_connections_is_refused_at_the_limit(e2e: E2E) -> None:
         assert live.status == 200, "served again once the idle connections went"
 
 
+def test_statistics_of_every_model_answer_at_their_own_path(e2e: E2E) -> None:
+    """/v2/models/stats is Triton's all-models statistics, not the metadata of a model named "stats"."""
+    key = e2e.new_tenant("stats")
+    status, _ = post(f"{e2e.http}/v2/models/echo/infer", echo_body(1.0), key)
+    assert status == 200
+    request = urllib.request.Request(
+        f"{e2e.http}/v2/models/stats", headers={"Authorization": f"Bearer {key}"}
+    )
+    with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
+        stats = json.loads(answer.read())["model_stats"]
+    echo_stats = [s for s in stats if s["name"] == "echo"]
+    assert [s["version"] for s in echo_stats] == ["1"] and echo_stats[0]["inference_count"] == 1
+    assert all(s["inference_count"] == 0 or s["name"] == "echo" for s in stats), (
+        "this tenant's own requests only"
+    )
+
+
 def test_malformed_bodies_and_binary_sections_get_clear_refusals(e2e: E2E) -> None:
     url, key = f"{e2e.http}/v2/models/echo/infer", e2e.keys["acme"]
     status, answer = post(url, b"{not json", key)
