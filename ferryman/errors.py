@@ -46,6 +46,8 @@ class Reason(StrEnum):
     TOO_MANY_PARAMETER_SETS = "TOO_MANY_PARAMETER_SETS"
     DEADLINE = "DEADLINE"
     """The deadline passed (before arrival, or before an answer came)."""
+    CANCELLED = "CANCELLED"
+    """The caller went away (an HTTP client that hung up) before its answer."""
     DEADLINE_UNMEETABLE = "DEADLINE_UNMEETABLE"
     """Failed in the queue, before running: no batch could finish in time."""
     DRAINING = "DRAINING"

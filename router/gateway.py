@@ -21,7 +21,7 @@ from ferryman.kernel.logs import log_request
 from ferryman.kernel.telemetry import current_span, tracer
 from ferryman.v1 import inference_pb2
 from registry.cache import SnapshotCache
-from registry.snapshot import TenantRecord, VersionRecord
+from registry.snapshot import RouteRecord, TenantRecord, VersionRecord
 from router.auth import authenticate
 from router.bounds import clip
 from router.handlers import Undecodable
@@ -270,18 +270,23 @@ class Gateway:
 
     def get_model(self, tenant: TenantRecord, model: str) -> inference_pb2.ModelInfo:
         """A model the tenant may use (unknown and forbidden ones raise alike)."""
-        snapshot = self._cache.snapshot
-        if model not in snapshot.routes or not snapshot.may_use(tenant, model):
-            raise unknown_model(model)
+        self._route(tenant, model)
         return self._model_info(model)
+
+    def _route(self, tenant: TenantRecord, model: str) -> RouteRecord:
+        """The route of a model the tenant may use (unknown and forbidden ones raise alike)."""
+        snapshot = self._cache.snapshot
+        route = snapshot.routes.get(model)
+        if route is None or not snapshot.may_use(tenant, model):
+            raise unknown_model(model)
+        return route
 
     def version(self, tenant: TenantRecord, model: str, version: str = "") -> VersionRecord:
         """A visible version of a model the tenant may use; empty ``version``: the one the
-        route sends most traffic to."""
-        info = self.get_model(tenant, model)
+        route sends most traffic to. Straight from the snapshot: doors ask it per request."""
+        route = self._route(tenant, model)
         if not version:
-            weighted = max(info.versions, key=lambda v: v.weight, default=None)
-            version = weighted.version if weighted is not None else ""
+            version = max(route.targets, key=lambda target: target[1], default=("", 0))[0]
         record = self._cache.snapshot.versions.get(f"{model}:{version}")
         if record is None or record.status not in ("ACTIVE", "DEPRECATED"):
             raise fail(
@@ -293,10 +298,10 @@ class Gateway:
 
     def ready(self, tenant: TenantRecord, model: str, version: str = "") -> bool:
         """Whether a replica serves the version (empty: any version the route sends traffic to)."""
-        info = self.get_model(tenant, model)
+        route = self._route(tenant, model)
         if version:
             return self._cache.is_ready(model, self.version(tenant, model, version).version)
-        return any(self._cache.is_ready(model, v.version) for v in info.versions if v.weight > 0)
+        return any(self._cache.is_ready(model, v) for v, weight in route.targets if weight > 0)
 
     @property
     def max_message_bytes(self) -> int:

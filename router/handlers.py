@@ -60,5 +60,13 @@ def add_inference_servicer(servicer: inference_pb2_grpc.InferenceServicer, serve
             response_serializer=inference_pb2.ModelInfo.SerializeToString,
         ),
     }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-    server.add_registered_method_handlers(SERVICE, handlers)  # type: ignore[attr-defined]
+    register_service(server, SERVICE, handlers)
+
+
+def register_service(
+    server: grpc.aio.Server, service: str, handlers: dict[str, grpc.RpcMethodHandler[Any, Any]]
+) -> None:
+    """Register a service's method handlers as the generated helpers do (generic and
+    registered, so calls dispatch without a per-call lookup)."""
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    server.add_registered_method_handlers(service, handlers)  # type: ignore[attr-defined]

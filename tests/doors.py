@@ -183,8 +183,6 @@ def http_refusal(status: int, headers: dict[str, str]) -> Refusal:
 
 
 class OipRest(Door):
-    name = "oip-rest"
-
     def __init__(self, base: str, binary: bool) -> None:
         self._base = base
         self._binary = binary

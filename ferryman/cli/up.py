@@ -115,7 +115,8 @@ def _answers(router: str, key: str, ca: str) -> bool:
     """Whether the demo models answer through the router: ready means a request works (the
     batcher has seen a ready replica), not only that every process reports SERVING."""
     try:
-        with Client(router, key, timeout=PROBE_TIMEOUT_S, tls=ca or False) as client:
+        # No retries: the readiness loop itself tries again every poll.
+        with Client(router, key, timeout=PROBE_TIMEOUT_S, retries=0, tls=ca or False) as client:
             client.predict("mlp", np.zeros((1, 512), np.float32))
             client.predict("minilm", ["ready?"])
     except FerrymanError:

@@ -75,7 +75,7 @@ class Caller:
 
 
 def fail_gone() -> RequestFailed:
-    return fail(grpc.StatusCode.CANCELLED, "the client disconnected", Reason.DEADLINE)
+    return fail(grpc.StatusCode.CANCELLED, "the client disconnected", Reason.CANCELLED)
 
 
 async def disconnected(request: Request) -> None:

@@ -18,7 +18,7 @@ from ferryman.v1 import inference_pb2
 from registry.snapshot import TenantRecord
 from router.auth import bearer_key
 from router.gateway import Gateway, Rejected, StreamItem
-from router.handlers import Undecodable, tolerant
+from router.handlers import Undecodable, register_service, tolerant
 from router.oip import convert
 from router.oip.tensors import TensorProblem, datatype, grpc_inputs, raw_contents, select_outputs, shape
 from router.service import RequestFailed
@@ -243,5 +243,4 @@ def add_oip_servicer(servicer: OipServicer, server: grpc.aio.Server) -> None:
         request_deserializer=tolerant(oip.ModelInferRequest.FromString),
         response_serializer=oip.ModelStreamInferResponse.SerializeToString,
     )
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-    server.add_registered_method_handlers(SERVICE, handlers)  # type: ignore[attr-defined]
+    register_service(server, SERVICE, handlers)
