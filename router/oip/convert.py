@@ -15,7 +15,7 @@ from ferryman.oip.v2 import grpc_predict_v2_pb2 as oip
 from ferryman.schema import TensorSpec
 from ferryman.v1 import common_pb2, inference_pb2
 from registry.snapshot import VersionRecord
-from router.bounds import clip
+from router.bounds import MAX_INPUTS, MAX_PARAMETERS, clip
 from router.oip.tensors import BYTES, TensorProblem
 from router.service import RequestFailed, fail
 from router.statistics import Duration, VersionStats
@@ -71,6 +71,8 @@ def predict_request(
 
 def check_outputs(info: inference_pb2.ModelInfo, wanted: Sequence[str]) -> None:
     """Refuse, before anything runs or is charged, outputs no version of the model has."""
+    if len(wanted) > MAX_INPUTS:
+        raise problem_failure(TensorProblem("outputs", f"more than {MAX_INPUTS} outputs"))
     known = {spec.name for version in info.versions for spec in version.schema.outputs}
     missing = [name for name in wanted if name not in known]
     if missing:
@@ -80,6 +82,10 @@ def check_outputs(info: inference_pb2.ModelInfo, wanted: Sequence[str]) -> None:
 
 
 def grpc_parameters(request: oip.ModelInferRequest) -> dict[str, Scalar]:
+    """The request's parameters as plain values, counted before any is read (the router's
+    bound on model parameters comes later, and steering ones do not count there)."""
+    if len(request.parameters) > MAX_PARAMETERS + len(RESERVED_PARAMETERS):
+        raise problem_failure(TensorProblem("parameters", f"more than {MAX_PARAMETERS} entries"))
     parameters: dict[str, Scalar] = {}
     for key, parameter in request.parameters.items():
         choice = parameter.WhichOneof("parameter_choice")

@@ -19,7 +19,7 @@ import numpy as np
 from ferryman.oip.v2 import grpc_predict_v2_pb2 as oip
 from ferryman.tensors import DTYPE_BY_NAME, NAME_BY_DTYPE, NUMPY_BY_DTYPE, TensorError, check_tensor
 from ferryman.v1 import common_pb2
-from router.bounds import clip
+from router.bounds import MAX_INPUTS, clip
 
 BYTES = "BYTES"
 """OIP's datatype of strings; Ferryman's text."""
@@ -165,7 +165,10 @@ def from_values(
 
 
 def grpc_inputs(request: oip.ModelInferRequest) -> list[common_pb2.NamedTensor]:
-    """The inputs of an OIP gRPC request, from raw or typed contents."""
+    """The inputs of an OIP gRPC request, from raw or typed contents (counted before any is
+    converted: each costs work, and the router's bound comes after)."""
+    if len(request.inputs) > MAX_INPUTS:
+        raise TensorProblem("inputs", f"more than {MAX_INPUTS} inputs")
     raw = request.raw_input_contents
     if raw and len(raw) != len(request.inputs):
         raise TensorProblem("raw_input_contents", f"{len(raw)} entries for {len(request.inputs)} inputs")

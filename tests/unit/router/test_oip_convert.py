@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from ferryman.oip.v2 import grpc_predict_v2_pb2 as oip
 from ferryman.schema import IOSchema
 from ferryman.v1 import inference_pb2
 from registry.snapshot import VersionRecord
-from router.oip.convert import config, metadata, predict_request
+from router.oip.convert import check_outputs, config, grpc_parameters, metadata, predict_request
 from router.service import RequestFailed
 
 SCHEMA = IOSchema.model_validate(
@@ -59,3 +60,13 @@ def test_metadata_and_config_describe_items_the_triton_way() -> None:
         ("input", 11, [512]),
         ("text", 13, [1]),
     ]
+
+
+def test_a_flood_of_oip_parameters_is_refused_before_it_is_read() -> None:
+    request = oip.ModelInferRequest(model_name="m")
+    for i in range(1000):
+        request.parameters[f"p{i}"].string_param = "v"
+    with pytest.raises(RequestFailed, match="parameters"):
+        grpc_parameters(request)
+    with pytest.raises(RequestFailed, match="outputs"):
+        check_outputs(inference_pb2.ModelInfo(name="m"), [f"o{i}" for i in range(100)])

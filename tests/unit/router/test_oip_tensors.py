@@ -11,6 +11,7 @@ import pytest
 from ferryman.oip.v2 import grpc_predict_v2_pb2 as oip
 from ferryman.tensors import decode
 from ferryman.v1 import common_pb2
+from router.bounds import MAX_INPUTS
 from router.oip.tensors import (
     MAX_ELEMENTS,
     MAX_TEXT_ELEMENTS,
@@ -144,3 +145,12 @@ def test_outputs_render_raw_and_json() -> None:
     assert select_outputs([tensor, text], []) == [tensor, text]
     with pytest.raises(TensorProblem, match="not an output"):
         select_outputs([tensor], ["nope"])
+
+
+def test_an_oip_request_with_too_many_inputs_is_refused_before_any_is_converted() -> None:
+    request = oip.ModelInferRequest(model_name="m")
+    for i in range(MAX_INPUTS + 1):
+        request.inputs.add(name=f"x{i}", datatype="FP32", shape=[1]).contents.fp32_contents.append(1.0)
+    with pytest.raises(TensorProblem, match="more than") as raised:
+        grpc_inputs(request)
+    assert raised.value.field == "inputs"
