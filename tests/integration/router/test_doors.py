@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 from doors import DOOR_NAMES, Answer, Door, Native, Outcome, Refusal, every_door
 from metrics_scrape import sample, scrape
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from router_platform import E2E, EMBED, EMBED_VERSIONS
 
@@ -123,17 +119,6 @@ def test_identical_requests_coalesce_through_every_tensor_door(tensor_door: Door
     answers = [answered(o) for o in outcomes]
     assert all(np.array_equal(a.outputs["output"], x * 2) for a in answers)
     assert any(a.coalesced for a in answers), "identical in-flight requests share one execution"
-
-
-@pytest.fixture
-def spans(e2e: E2E) -> Iterator[InMemorySpanExporter]:
-    provider = trace.get_tracer_provider()
-    assert isinstance(provider, TracerProvider)
-    exporter = InMemorySpanExporter()
-    processor = SimpleSpanProcessor(exporter)
-    provider.add_span_processor(processor)
-    yield exporter
-    processor.shutdown()
 
 
 def test_trace_context_follows_every_door(door: Door, e2e: E2E, spans: InMemorySpanExporter) -> None:

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 
 import grpc
 import numpy as np
 import pytest
 from batcher_client import item, submit_all
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 from router_platform import E2E
@@ -24,17 +22,6 @@ from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from gpu_node.demo import echo
 
 SPAN_WAIT_S = 5.0
-
-
-@pytest.fixture
-def spans(e2e: E2E) -> Iterator[InMemorySpanExporter]:
-    provider = trace.get_tracer_provider()
-    assert isinstance(provider, TracerProvider), "the services install an SDK tracer provider"
-    exporter = InMemorySpanExporter()
-    processor = SimpleSpanProcessor(exporter)
-    provider.add_span_processor(processor)
-    yield exporter
-    processor.shutdown()
 
 
 def attrs(span: ReadableSpan) -> dict[str, object]:
