@@ -98,6 +98,12 @@ class BatcherStream:
         self._task.cancel()
 
 
+def rendezvous(addresses: list[str], model: str) -> list[str]:
+    """``addresses`` by rendezvous score for ``model``; every router given the same list
+    agrees on each model's batcher without talking to the others."""
+    return sorted(addresses, key=lambda a: hashlib.sha256(f"{a}\0{model}".encode()).digest(), reverse=True)
+
+
 class BatcherPool:
     """Streams to every batcher; picks one per model by rendezvous hashing."""
 
@@ -113,14 +119,6 @@ class BatcherPool:
         self._streams: dict[str, list[BatcherStream]] = {a: [] for a in addresses}
         self._turn = itertools.count()
 
-    def order(self, model: str) -> list[str]:
-        """Batchers by rendezvous score for this model: the first owns it, the rest back it up."""
-        return sorted(
-            self._addresses,
-            key=lambda a: hashlib.sha256(f"{a}\0{model}".encode()).digest(),
-            reverse=True,
-        )
-
     def _stream(self, address: str) -> BatcherStream:
         streams = [s for s in self._streams[address] if s.alive]
         if len(streams) < self._per_batcher:
@@ -134,7 +132,7 @@ class BatcherPool:
         """Send to the model's batcher, failing over while time remains; errors come back as results."""
         loop = asyncio.get_running_loop()
         timed_out = False
-        for address in self.order(item.model):
+        for address in rendezvous(self._addresses, item.model):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 timed_out = True

@@ -10,12 +10,39 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from router_platform import E2E, run_e2e
+from services import create_postgres_database, drop_postgres_database
+from topology import Topology, run_topology
+
+TOPOLOGY_REDIS_DB = 3
+"""The topology's routers count quotas in a Redis database of their own: its tenants have
+the same names as the in-process platform's."""
 
 
 @pytest.fixture(scope="session")
-def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
+def in_process_e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
+    """The services in threads of this process."""
     with run_e2e(tmp_path_factory.mktemp("e2e")) as platform:
         yield platform
+
+
+@pytest.fixture(scope="session")
+def e2e(in_process_e2e: E2E) -> E2E:
+    """The platform a test runs on (a module may run its tests on the topology too)."""
+    return in_process_e2e
+
+
+@pytest.fixture(scope="module")
+def topology(
+    tmp_path_factory: pytest.TempPathFactory, postgres_admin_url: str, redis_url: str
+) -> Iterator[Topology]:
+    """The same platform as separate processes from the CLI, for the module that asks."""
+    registry_url = create_postgres_database(postgres_admin_url)
+    quotas = redis_url.rsplit("/", 1)[0] + f"/{TOPOLOGY_REDIS_DB}"
+    try:
+        with run_topology(tmp_path_factory.mktemp("topology"), registry_url, quotas) as running:
+            yield running
+    finally:
+        drop_postgres_database(postgres_admin_url, registry_url)
 
 
 @pytest.fixture(scope="session")

@@ -1,17 +1,24 @@
-"""End to end over real gRPC: SDK and raw stubs -> router -> batcher -> two nodes."""
+"""End to end over real gRPC: SDK and raw stubs -> router -> batcher -> nodes, on two
+platforms: the services in this process, and the topology the Helm chart runs (2 routers,
+2 batchers, 3 nodes, Redis, PostgreSQL as separate processes started from the CLI), which
+ends with a kill -9 of one of each under load."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import numpy as np
 import pytest
 import torch
+from figures import report
 from metrics_scrape import sample
 from router_platform import E2E, SLOW_MS
+from topology import Topology
 
 import ferryman
 from ferryman.errors import unpack_details
@@ -20,6 +27,23 @@ from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from gpu_node.demo import echo, mlp
 
 RNG = np.random.default_rng(11)
+PLATFORMS = ("in-process", "topology")
+LOAD_CLIENTS = 4
+LOAD_TIMEOUT_S = 30.0
+RECOVER_S = 30.0
+SETTLE_S = 1.0
+PAUSE_S = 0.01
+
+
+@pytest.fixture(params=PLATFORMS)
+def e2e(request: pytest.FixtureRequest) -> E2E:
+    """Every test here runs on both platforms (looked up by name: a parametrised fixture
+    that requested the session's ``e2e`` would set that one up again for each test)."""
+    if request.param == "topology":
+        topology: Topology = request.getfixturevalue("topology")
+        return topology.e2e
+    platform: E2E = request.getfixturevalue("in_process_e2e")
+    return platform
 
 
 def stub(e2e: E2E) -> inference_pb2_grpc.InferenceStub:
@@ -334,3 +358,82 @@ def test_route_changes_reach_the_router_within_two_seconds(e2e: E2E) -> None:
             time.sleep(0.05)
     finally:
         e2e.writer.set_route("mlp", {"1": 90, "2": 10}, sticky="user")
+
+
+def test_identical_requests_through_both_routers_share_one_execution(topology: Topology) -> None:
+    """Each router sends a model to the same batcher (rendezvous), so duplicates coalesce
+    across routers, not only within one."""
+    x = np.full((1, echo.WIDTH), 5.0, np.float32)
+    parameters = {"delay_ms": "200", "case": uuid.uuid4().hex}
+    key = topology.e2e.keys["acme"]
+
+    def call(i: int) -> ferryman.Prediction:
+        with ferryman.Client(topology.routers[i % 2], key) as client:
+            return client.predict("echo", x, parameters=parameters)
+
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(call, range(6)))
+    assert all(np.array_equal(a.outputs["output"], x * 2) for a in answers)
+    assert sum(not a.coalesced for a in answers) == 1, "one execution served all six"
+
+
+class Load:
+    """Closed-loop SDK clients (with their retries) on every router until stopped."""
+
+    def __init__(self, target: str, key: str) -> None:
+        self.ok = 0
+        self.failed: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(target, key)) for _ in range(LOAD_CLIENTS)]
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self, target: str, key: str) -> None:
+        with ferryman.Client(target, key, timeout=LOAD_TIMEOUT_S) as client:
+            while not self._stop.is_set():
+                try:
+                    client.predict("mlp", RNG.random((1, 512), np.float32))
+                    with self._lock:
+                        self.ok += 1
+                except ferryman.FerrymanError as exc:
+                    with self._lock:
+                        self.failed.append(f"{type(exc).__name__}: {exc}")
+                time.sleep(PAUSE_S)
+
+    def answered_after(self, count: int) -> float:
+        """Seconds until ``count`` more requests are answered."""
+        started, target = time.monotonic(), self.ok + count
+        while self.ok < target:
+            assert time.monotonic() - started < RECOVER_S, f"not serving {RECOVER_S} s later"
+            time.sleep(PAUSE_S)
+        return time.monotonic() - started
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+
+def test_the_topology_serves_through_kill_9_of_a_node_a_batcher_and_a_router(topology: Topology) -> None:
+    """Last in this module: nothing restarts what it kills (Kubernetes would)."""
+    load = Load(topology.target, topology.e2e.keys["acme"])
+    try:
+        load.answered_after(LOAD_CLIENTS * 10)
+        failed: dict[str, list[str]] = {}
+        for victim in ("rn2", topology.owner("mlp"), "router-0"):
+            before = len(load.failed)
+            topology.kill(victim)
+            recovered_s = load.answered_after(LOAD_CLIENTS * 10)
+            time.sleep(SETTLE_S)
+            failed[victim] = load.failed[before:]
+            figures = {"serving_again_s": round(recovered_s, 2), "failed": len(failed[victim])}
+            report(f"topology kill -9 {victim}", **figures)
+    finally:
+        load.stop()
+    report("topology kill -9", answered=load.ok, failed=len(load.failed))
+    # A dead node's batch runs on another node; a dead batcher's items go to the next
+    # batcher in the model's rendezvous order; a dead router's calls are retried by the SDK
+    # on the other router. At most the calls in flight on a dead process may fail.
+    assert all(len(errors) <= LOAD_CLIENTS for errors in failed.values()), failed
+    assert failed["rn2"] == [], "the other nodes take a dead node's batches"
