@@ -14,3 +14,9 @@ def scrape(url: str) -> Samples:
 def sample(url: str, name: str, **labels: str) -> float:
     """One sample's value (0 when absent)."""
     return scrape(url).get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def total(url: str, name: str, **labels: str) -> float:
+    """The sum of ``name`` over every series whose labels include ``labels``."""
+    series = scrape(url).items()
+    return sum(v for (n, have), v in series if n == name and labels.items() <= dict(have).items())

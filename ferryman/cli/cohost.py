@@ -12,6 +12,7 @@ from batcher.metrics import BatcherMetrics
 from batcher.settings import BatcherSettings
 from ferryman.kernel.config import CommonSettings
 from ferryman.kernel.metrics_http import serve_metrics
+from ferryman.kernel.metrics_otlp import otlp_metrics
 from router.quota.settings import QuotaSettings
 from router.server import serve_router
 from router.settings import RouterSettings
@@ -31,10 +32,13 @@ async def serve_router_with_batcher(
     metrics_server = serve_metrics(batcher.metrics_listen, metrics.registry)
     host = BatcherHost(batcher, common, metrics)
     await host.start()
-    try:
-        return await serve_router(router, quota, common, stop, on_ready, batcher=LocalBatcher(host.service))
-    finally:
-        await host.drain()
-        await host.stop()
-        if metrics_server is not None:
-            metrics_server.shutdown()
+    with otlp_metrics(metrics.registry, "batcher"):
+        try:
+            return await serve_router(
+                router, quota, common, stop, on_ready, batcher=LocalBatcher(host.service)
+            )
+        finally:
+            await host.drain()
+            await host.stop()
+            if metrics_server is not None:
+                metrics_server.shutdown()

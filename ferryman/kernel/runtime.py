@@ -21,7 +21,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from ferryman.kernel.config import CommonSettings
 from ferryman.kernel.metrics_http import serve_metrics
+from ferryman.kernel.metrics_otlp import otlp_metrics
 from ferryman.kernel.security import Security, ServiceTokenInterceptor, bind
 from ferryman.kernel.serving import NOT_SERVING, SERVING, create_server, set_health
 from ferryman.kernel.telemetry import setup_tracing
@@ -134,9 +135,10 @@ async def run_service(
     setup_tracing(spec.name)
     runtime = ServiceRuntime(spec, common.security(), stop or stop_on_signals(), common.server_options())
     metrics_server = serve_metrics(spec.metrics_listen, spec.metrics) if spec.metrics else None
-    try:
-        yield runtime
-    finally:
-        await runtime.close()
-        if metrics_server is not None:
-            metrics_server.shutdown()
+    with otlp_metrics(spec.metrics, spec.name) if spec.metrics else nullcontext():
+        try:
+            yield runtime
+        finally:
+            await runtime.close()
+            if metrics_server is not None:
+                metrics_server.shutdown()

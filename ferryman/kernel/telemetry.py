@@ -7,7 +7,8 @@ is set, over gRPC or ``http/protobuf`` (``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL``
 console with ``FERRYMAN_TRACE_CONSOLE=true``. The SDK's standard variables hold:
 ``OTEL_SDK_DISABLED``, ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES``,
 ``OTEL_TRACES_SAMPLER`` (else ``FERRYMAN_TRACE_SAMPLE_RATIO``, parent-based, so a trace is
-kept or dropped whole).
+kept or dropped whole). Metrics go out over OTLP too with ``OTEL_METRICS_EXPORTER=otlp``
+(``ferryman.kernel.metrics_otlp``).
 """
 
 from __future__ import annotations
@@ -54,20 +55,43 @@ def _recording() -> bool:
     return isinstance(trace.get_tracer_provider(), TracerProvider)
 
 
+def sdk_disabled() -> bool:
+    """``OTEL_SDK_DISABLED=true``: no spans and no OTLP metrics."""
+    return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+
+
+def resource(service: str) -> Resource:
+    """This process's OpenTelemetry resource, for its spans and its OTLP metrics alike."""
+    named = bool(os.environ.get("OTEL_SERVICE_NAME"))
+    # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; ours only fills in.
+    return Resource.create({} if named else {"service.name": f"ferryman-{service}"})
+
+
+def otlp_protocol(signal: str) -> str:
+    """The OTLP protocol for ``signal`` (``TRACES``, ``METRICS``): ``grpc`` (the default)
+    or ``http/protobuf``, from ``OTEL_EXPORTER_OTLP_[SIGNAL_]PROTOCOL``."""
+    protocol = (
+        os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "grpc"
+    ).strip()
+    if protocol not in ("grpc", "http/protobuf"):
+        raise ValueError(f"unsupported OTLP protocol {protocol!r}: grpc or http/protobuf")
+    return protocol
+
+
 def setup_tracing(service: str) -> None:
     """Install this process's tracer provider once (a provider already installed stays)."""
     if _recording():
         return
     settings = TraceSettings()
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+    if sdk_disabled():
         return
     otlp = any(os.environ.get(f"OTEL_EXPORTER_OTLP_{kind}ENDPOINT") for kind in ("", "TRACES_"))
     if not (settings.enabled if settings.enabled is not None else otlp or settings.console):
         return  # the API's no-op tracer: spans don't record, incoming trace context still propagates
-    named = bool(os.environ.get("OTEL_SERVICE_NAME"))
     provider = TracerProvider(
-        # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; ours only fills in.
-        resource=Resource.create({} if named else {"service.name": f"ferryman-{service}"}),
+        resource=resource(service),
         # None: the SDK reads OTEL_TRACES_SAMPLER (and its _ARG) itself.
         sampler=None
         if os.environ.get("OTEL_TRACES_SAMPLER")
@@ -84,15 +108,10 @@ def setup_tracing(service: str) -> None:
 def otlp_exporter() -> SpanExporter:
     """The OTLP span exporter of the configured protocol (``grpc``, the default, or
     ``http/protobuf``); each reads its endpoint, headers and TLS from the OTEL_* variables."""
-    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"
-    )
-    if protocol.strip() == "http/protobuf":
+    if otlp_protocol("TRACES") == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 
         return HttpExporter()
-    if protocol.strip() != "grpc":
-        raise ValueError(f"unsupported OTLP protocol {protocol!r}: grpc or http/protobuf")
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 
     return GrpcExporter()

@@ -63,6 +63,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- if .Values.otlpEndpoint }}
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
   value: {{ .Values.otlpEndpoint | quote }}
+{{- if .Values.otlpMetrics }}
+- name: OTEL_METRICS_EXPORTER
+  value: otlp
+{{- end }}
 {{- end }}
 {{- end -}}
 

@@ -1,7 +1,8 @@
-"""Traces as an OTLP collector receives them from a multi-process platform (router,
-batcher and node each exporting over OTLP/gRPC to a receiver in this test): span names and
-attributes by the semantic conventions, the standard OTEL_* variables honoured, and the
-node's batch span a child of the batcher's dispatch span with the same batch id."""
+"""Traces and metrics as an OTLP collector receives them from a multi-process platform
+(router, batcher and node each exporting over OTLP/gRPC to a receiver in this test): span
+names and attributes by the semantic conventions, the standard OTEL_* variables honoured,
+the node's batch span a child of the batcher's dispatch span with the same batch id, and
+the metrics the Prometheus endpoint serves pushed with the same numbers."""
 
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+from metrics_scrape import total
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 import ferryman
 from bench.scenarios.platform import PlatformSpec
 from bench.scenarios.platform import ferryman as platform
+from ferryman.kernel.net import free_port
 
 EXPORT_WAIT_S = 20.0
 FAST_EXPORT_MS = "100"
@@ -78,15 +82,63 @@ class Collector(trace_service_pb2_grpc.TraceServiceServicer):
             time.sleep(0.1)
 
 
+@dataclass
+class MetricsCollector(metrics_service_pb2_grpc.MetricsServiceServicer):
+    """The latest pushed value of each (service, metric, attributes) series."""
+
+    latest: dict[tuple[str, str, tuple[tuple[str, Any], ...]], float] = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)
+
+    def Export(
+        self, request: metrics_service_pb2.ExportMetricsServiceRequest, context: grpc.ServicerContext
+    ) -> metrics_service_pb2.ExportMetricsServiceResponse:
+        for resource_metrics in request.resource_metrics:
+            resource = {a.key: plain(a.value) for a in resource_metrics.resource.attributes}
+            service = str(resource.get("service.name"))
+            for scope in resource_metrics.scope_metrics:
+                for metric in scope.metrics:
+                    kind = str(metric.WhichOneof("data"))
+                    self.kinds[metric.name] = kind
+                    for point in getattr(metric, kind).data_points:
+                        attributes = tuple(sorted((a.key, plain(a.value)) for a in point.attributes))
+                        value = point.count if kind == "histogram" else point.as_double
+                        self.latest[(service, metric.name, attributes)] = value
+        return metrics_service_pb2.ExportMetricsServiceResponse()
+
+    def value(self, service: str, name: str, **attributes: str) -> float:
+        """The sum over the series of ``name`` whose attributes include ``attributes``."""
+        return sum(
+            v
+            for (s, n, a), v in list(self.latest.items())
+            if s == service and n == name and attributes.items() <= dict(a).items()
+        )
+
+
+@dataclass(frozen=True)
+class Collected:
+    spans: Collector
+    metrics: MetricsCollector
+    running: Any
+    router_metrics: str
+    """The router's Prometheus endpoint, to compare the pushed numbers with."""
+
+
 @pytest.fixture(scope="module")
-def collected() -> Iterator[tuple[Collector, Any]]:
+def collected() -> Iterator[Collected]:
     collector = Collector()
+    metrics = MetricsCollector()
     server = grpc.server(futures.ThreadPoolExecutor(4), options=[("grpc.so_reuseport", 0)])
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(collector, server)
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(metrics, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
+    router_metrics = f"127.0.0.1:{free_port()}"
     env = {
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{port}",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"http://127.0.0.1:{port}",
+        "OTEL_METRICS_EXPORTER": "otlp",
+        "FERRYMAN_ROUTER_METRICS_LISTEN": router_metrics,
+        "OTEL_METRIC_EXPORT_INTERVAL": FAST_EXPORT_MS,
         "OTEL_EXPORTER_OTLP_INSECURE": "true",
         "OTEL_BSP_SCHEDULE_DELAY": FAST_EXPORT_MS,
         "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=test",
@@ -94,13 +146,13 @@ def collected() -> Iterator[tuple[Collector, Any]]:
     }
     try:
         with platform(PlatformSpec(env=env)) as running:
-            yield collector, running
+            yield Collected(collector, metrics, running, f"http://{router_metrics}/metrics")
     finally:
         server.stop(grace=None)
 
 
-def test_spans_arrive_named_and_attributed_by_the_conventions(collected: tuple[Collector, Any]) -> None:
-    collector, running = collected
+def test_spans_arrive_named_and_attributed_by_the_conventions(collected: Collected) -> None:
+    collector, running = collected.spans, collected.running
     parent_trace = "0af7651916cd43dd8448eb211c80319c"
     with ferryman.Client(running.address, running.key) as client:
         client.predict(
@@ -156,3 +208,22 @@ def test_spans_arrive_named_and_attributed_by_the_conventions(collected: tuple[C
         assert batch.trace_id == dispatch.trace_id
         assert batch.service == "ferryman-node" and dispatch.service == "ferryman-batcher"
         assert batch.attributes["ferryman.batch_id"] == dispatch.attributes["ferryman.batch_id"] != ""
+
+
+def test_metrics_are_pushed_over_otlp_with_the_prometheus_numbers(collected: Collected) -> None:
+    running, metrics = collected.running, collected.metrics
+    with ferryman.Client(running.address, running.key) as client:
+        for _ in range(3):
+            client.predict("mlp", np.random.rand(1, 512).astype(np.float32))
+    scraped = total(collected.router_metrics, "ferryman_requests_total", model="mlp", code="OK")
+    assert scraped >= 3
+    deadline = time.monotonic() + EXPORT_WAIT_S
+    while metrics.value("ferryman-router", "ferryman_requests", model="mlp", code="OK") < scraped:
+        assert time.monotonic() < deadline, "the router's request counter was not pushed"
+        time.sleep(0.1)
+    assert metrics.kinds["ferryman_requests"] == "sum", "a counter is a monotonic sum"
+    assert metrics.kinds["ferryman_request_latency_seconds"] == "histogram"
+    assert metrics.value("ferryman-router", "ferryman_request_latency_seconds", model="mlp") >= scraped
+    for service in ("ferryman-batcher", "ferryman-node"):
+        assert any(s == service for s, _, _ in list(metrics.latest)), f"{service} pushes its metrics too"
+    assert metrics.value("ferryman-router", "process_resident_memory_bytes") > 0

@@ -255,3 +255,11 @@ def test_tls_from_a_cert_manager_secret() -> None:
             assert env["FERRYMAN_TLS_CA"] == "/etc/ferryman/tls/ca.crt"
             assert env["FERRYMAN_TLS_CLIENT_AUTH"] == "true"
             assert "grpc" not in container.get("readinessProbe", {})  # kubelet gRPC probes speak no TLS
+
+
+def test_metrics_go_over_otlp_only_when_asked() -> None:
+    for values, wanted in ((DEFAULTS, None), (ALL_ON, "otlp")):
+        for doc in pods(render(values)):
+            for container in containers(doc):
+                env = {e["name"]: e.get("value") for e in container.get("env", [])}
+                assert env.get("OTEL_METRICS_EXPORTER") == wanted
