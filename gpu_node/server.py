@@ -39,6 +39,8 @@ class RegistryLink:
         self._reader = RegistryReader(engine)
         self._settings = settings
         self._address = address
+        self._placed: set[str] = set()
+        """Versions this node loaded because the registry placed them (not by LoadModel)."""
 
     async def register(self, device: str) -> None:
         await asyncio.to_thread(
@@ -53,8 +55,23 @@ class RegistryLink:
         rows = await asyncio.to_thread(self._reader.placements_for, self._settings.name, self._settings.pool)
         return [version_spec(model, row) for model, row in rows]
 
+    async def follow(self, service: NodeService, placed: list[node_pb2.ModelVersionSpec]) -> None:
+        """Load what is placed here and not loaded; unload what this node loaded for a
+        placement that is gone (a version loaded by LoadModel is the caller's to unload)."""
+        wanted = {f"{v.model}:{v.version}": v for v in placed}
+        for key in sorted(self._placed - wanted.keys()):
+            model, _, version = key.partition(":")
+            await service.unload(model, version)
+            self._placed.discard(key)
+            log.info("version %s unloaded: no longer placed on this node", key)
+        for key, spec in wanted.items():
+            if key not in service.slots:
+                slot = await service.load(spec)
+                log.info("version %s: %s %s", slot.key, slot.state, slot.reason)
+            self._placed.add(key)
+
     async def watch_placements(self, service: NodeService) -> None:
-        """Load, every ``placement_refresh_s``, what was placed on this node since it started."""
+        """Follow, every ``placement_refresh_s``, the placements made and taken back since start."""
         problems = Throttled(log, self._settings.placement_refresh_s * PROBLEM_LOG_PERIODS)
         while True:
             await asyncio.sleep(self._settings.placement_refresh_s)
@@ -63,10 +80,7 @@ class RegistryLink:
             except Exception as exc:  # a registry outage: serve on, try again later
                 problems.warning("placements", "could not read placements (serving on): %s", exc)
                 continue
-            for version in placed:
-                if f"{version.model}:{version.version}" not in service.slots:
-                    slot = await service.load(version)
-                    log.info("version %s placed since start: %s %s", slot.key, slot.state, slot.reason)
+            await self.follow(service, placed)
 
     async def lifecycle(self, target: NodeLifecycle) -> None:
         try:
@@ -119,9 +133,7 @@ async def serve_node(
         watcher: asyncio.Task[None] | None = None
         if link is not None:
             await link.register(str(device))
-            for version in await link.placements():
-                slot = await service.load(version)
-                log.info("version %s: %s %s", slot.key, slot.state, slot.reason)
+            await link.follow(service, await link.placements())
             heartbeat = asyncio.create_task(link.heartbeat_forever(service))
             watcher = asyncio.create_task(link.watch_placements(service))
         service.set_lifecycle(NodeLifecycle.READY)

@@ -377,6 +377,21 @@ class RegistryWriter:
                 raise v.RegistryError(f"{model}:{version} is already placed on {node_name}")
             c.session.add(Placement(version_id=row.id or 0, node_name=node_name))
 
+    def unplace(self, model: str, version: str, node_name: str = "*") -> bool:
+        """Take a placement back: the nodes it named unload the version (those another
+        placement still names keep it). Whether there was one."""
+        if node_name != "*":
+            v.check_name("node", node_name)
+        with self._change("placement.remove", "placement", f"{model}:{version}@{node_name}") as c:
+            row = _version(c.session, model, version)
+            exists = c.session.exec(
+                select(Placement).where(Placement.version_id == row.id, Placement.node_name == node_name)
+            ).first()
+            if exists is not None:
+                c.session.delete(exists)
+            c.detail["removed"] = exists is not None
+        return exists is not None
+
     def set_admin_password_hash(self, password_hash: str) -> None:
         """Replace the console's admin password hash (the audit records that, not the hash)."""
         if not password_hash.startswith("scrypt$"):

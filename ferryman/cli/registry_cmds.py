@@ -306,6 +306,27 @@ def model_place(
     )
 
 
+@model_app.command("unplace")
+def model_unplace(
+    name: str,
+    version: Annotated[str, typer.Option(help="Version label.")],
+    node: Annotated[str, typer.Option(help="Node name, node pool, or * as it was placed.")] = "*",
+    as_json: JsonFlag = False,
+) -> None:
+    """Take a placement back: the nodes it named unload the version once in-flight batches end."""
+    try:
+        removed = _writer().unplace(name, version, node)
+    except RegistryError as exc:
+        fail(str(exc))
+    emit(
+        {"model": name, "version": version, "node": node, "removed": removed},
+        as_json,
+        lambda: console.print(
+            f"{name}:{version} unplaced from {node}" + ("" if removed else " (was not placed)")
+        ),
+    )
+
+
 @route_app.command("set")
 def route_set(
     model: str,

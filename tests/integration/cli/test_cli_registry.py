@@ -131,6 +131,9 @@ def test_model_and_route_flow(cli: CliRunner, tmp_path: Path) -> None:
 
     placed = RegistryReader(context.engine()).placements_for("gpu-node-7", pool="gpu")
     assert [(m, v.version) for m, v in placed] == [("mlp", "2")]
+    assert run_json(cli, "model", "unplace", "mlp", "--version", "2", "--node", "gpu")["removed"] is True
+    assert run_json(cli, "model", "unplace", "mlp", "--version", "2", "--node", "gpu")["removed"] is False
+    assert RegistryReader(context.engine()).placements_for("gpu-node-7", pool="gpu") == []
 
 
 @pytest.mark.parametrize(

@@ -1,15 +1,19 @@
-"""A running node loads what is placed on it after it started: place a version while the
-node serves, and it is SERVING on that node within a few refresh periods."""
+"""A running node follows its placements after it started: a version placed while it serves
+is SERVING there within a few refresh periods, and one taken back is unloaded (what a
+caller loaded by LoadModel stays)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from batcher_platform import register, wait_for_replicas
 from harness import ServiceThread
+from internal import internal_channel, service_metadata
 from node_helpers import node_settings
 
 from ferryman.kernel.config import CommonSettings
+from ferryman.v1 import node_pb2, node_pb2_grpc
 from gpu_node.demo import echo
 from gpu_node.server import serve_node
 from registry.db import make_engine
@@ -18,10 +22,15 @@ from registry.reader import RegistryReader
 from registry.writer import RegistryWriter
 
 REFRESH_S = 0.2
+UNLOAD_WAIT_S = 10.0
 ECHO_HANDLER = "gpu_node.demo.echo:EchoHandler"
 
 
-def test_a_version_placed_after_start_is_loaded(tmp_path: Path) -> None:
+def loaded(reader: RegistryReader) -> set[str]:
+    return {v for n in reader.nodes() if n.name == "watcher" for v in n.loaded_versions}
+
+
+def test_a_version_placed_after_start_is_loaded_and_unloaded_when_taken_back(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     engine = make_engine(url)
     upgrade(engine)
@@ -33,7 +42,7 @@ def test_a_version_placed_after_start_is_loaded(tmp_path: Path) -> None:
         name="watcher", use_registry=True, heartbeat_interval_s=REFRESH_S, placement_refresh_s=REFRESH_S
     )
     node = ServiceThread(lambda stop, ready: serve_node(settings, common, stop, ready), "watcher")
-    node.start()
+    address = node.start()
     try:
         wait_for_replicas(reader, ("watcher",), {"echo:1"})
         # Placed while the node serves: before, it loaded placements only at start.
@@ -41,6 +50,16 @@ def test_a_version_placed_after_start_is_loaded(tmp_path: Path) -> None:
             writer, "echo", "late", plain, "python", echo.SCHEMA, handler=ECHO_HANDLER, nodes=("watcher",)
         )
         wait_for_replicas(reader, ("watcher",), {"echo:1", "echo:late"})
+        assert writer.unplace("echo", "late", "watcher")
+        assert not writer.unplace("echo", "late", "watcher"), "there is nothing left to take back"
+        deadline = time.monotonic() + UNLOAD_WAIT_S
+        while "echo:late" in loaded(reader):
+            assert time.monotonic() < deadline, "the unplaced version is still loaded"
+            time.sleep(REFRESH_S / 2)
+        assert loaded(reader) == {"echo:1"}, "what is still placed keeps serving"
+        stub = node_pb2_grpc.NodeStub(internal_channel(address))
+        info = stub.NodeInfo(node_pb2.NodeInfoRequest(), metadata=service_metadata(), timeout=5)
+        assert {f"{v.model}:{v.version}" for v in info.versions} == {"echo:1"}, "freed, not only hidden"
     finally:
         node.stop()
         engine.dispose()
