@@ -10,7 +10,7 @@ import hashlib
 import itertools
 import logging
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 
@@ -18,6 +18,7 @@ from ferryman.errors import Reason, make_status
 from ferryman.kernel.security import Security, aio_channel
 from ferryman.kernel.serving import channel_options
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
+from router.discovery import Member, Resolver, flatten, resolve, system_resolver
 
 log = logging.getLogger("ferryman.router.batchers")
 
@@ -105,28 +106,84 @@ def rendezvous(addresses: list[str], model: str) -> list[str]:
 
 
 class BatcherPool:
-    """Streams to every batcher; picks one per model by rendezvous hashing."""
+    """Streams to every batcher; picks one per model by rendezvous hashing. The batchers
+    are the configured addresses, names expanded to what they resolve to (``refresh``)."""
 
     def __init__(
-        self, addresses: list[str], streams_per_batcher: int, max_message_bytes: int, security: Security
+        self,
+        addresses: list[str],
+        streams_per_batcher: int,
+        max_message_bytes: int,
+        security: Security,
+        resolver: Resolver = system_resolver,
     ) -> None:
         if not addresses:
             raise ValueError("the router needs at least one batcher address")
-        self._addresses = addresses
+        self._configured = addresses
+        self._resolver = resolver
+        self._members = {a: [Member(a)] for a in addresses}
+        self._addresses = [m.address for m in flatten(self._members)]
+        self._names = {m.address: m.name for m in flatten(self._members)}
         self._per_batcher = streams_per_batcher
-        self._channels = {a: aio_channel(a, security, channel_options(max_message_bytes)) for a in addresses}
+        self._security = security
+        self._options = channel_options(max_message_bytes)
+        self._channels: dict[str, grpc.aio.Channel] = {}
         self._metadata = security.metadata()
-        self._streams: dict[str, list[BatcherStream]] = {a: [] for a in addresses}
+        self._streams: dict[str, list[BatcherStream]] = {}
         self._turn = itertools.count()
 
+    @property
+    def members(self) -> list[str]:
+        """The batcher addresses models are spread over now."""
+        return list(self._addresses)
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            options: list[tuple[str, Any]] = list(self._options)
+            name = self._names.get(address, "")
+            if name and self._security.dials_tls() and not self._security.server_name:
+                # Dialled by IP, the batcher's certificate names the Service.
+                options.append(("grpc.ssl_target_name_override", name))
+            channel = self._channels[address] = aio_channel(address, self._security, options)
+        return channel
+
     def _stream(self, address: str) -> BatcherStream:
-        streams = [s for s in self._streams[address] if s.alive]
+        streams = [s for s in self._streams.get(address, []) if s.alive]
         if len(streams) < self._per_batcher:
-            streams.append(
-                BatcherStream(batcher_pb2_grpc.BatcherStub(self._channels[address]), self._metadata)
-            )
+            stub = batcher_pb2_grpc.BatcherStub(self._channel(address))
+            streams.append(BatcherStream(stub, self._metadata))
         self._streams[address] = streams
         return streams[next(self._turn) % len(streams)]
+
+    async def refresh(self, timeout_s: float) -> None:
+        """Resolve the configured names again; streams to batchers that are gone are closed
+        (their pending items fail over to each model's next batcher)."""
+        self._members = await resolve(self._configured, self._resolver, self._members, timeout_s)
+        members = flatten(self._members)
+        addresses = [m.address for m in members]
+        if addresses == self._addresses:
+            return
+        log.info("batchers now %s", ", ".join(addresses))
+        gone = set(self._addresses) - set(addresses)
+        self._addresses, self._names = addresses, {m.address: m.name for m in members}
+        for address in gone:
+            for stream in self._streams.pop(address, []):
+                await stream.close()
+            channel = self._channels.pop(address, None)
+            if channel is not None:
+                await channel.close(grace=None)
+
+    async def discover(self, period_s: float, stop: asyncio.Event) -> None:
+        """``refresh`` every ``period_s`` until ``stop``."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), period_s)
+            if not stop.is_set():
+                try:
+                    await self.refresh(period_s)
+                except Exception:  # serve on with the members it has
+                    log.exception("refreshing the batcher list failed")
 
     async def submit(self, item: batcher_pb2.SubmitItem, deadline: float) -> batcher_pb2.ItemResult:
         """Send to the model's batcher, failing over while time remains; errors come back as results."""

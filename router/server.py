@@ -76,12 +76,20 @@ async def serve_router(
         else:
             local_quota = QuotaService(quota_settings, make_backend(quota_settings), lambda: cache.snapshot)
             quota = LocalQuota(local_quota)
-        batchers = batcher or BatcherPool(
-            settings.batcher_addresses(),
-            settings.streams_per_batcher,
-            settings.max_message_bytes,
-            rt.security,
-        )
+        discovery: asyncio.Task[None] | None = None
+        batchers: BatcherPort
+        if batcher is not None:
+            batchers = batcher
+        else:
+            pool = BatcherPool(
+                settings.batcher_addresses(),
+                settings.streams_per_batcher,
+                settings.max_message_bytes,
+                rt.security,
+            )
+            await pool.refresh(settings.batcher_discovery_s)
+            discovery = asyncio.create_task(pool.discover(settings.batcher_discovery_s, refresher_stop))
+            batchers = pool
         service = RouterService(settings, cache, quota, batchers, metrics)
         renewer = asyncio.create_task(service.renew_leases(refresher_stop))
         gateway = Gateway(settings, cache, service, metrics)
@@ -114,6 +122,8 @@ async def serve_router(
         refresher_stop.set()
         await renewer
         await service.close()
+        if discovery is not None:
+            await discovery
         await batchers.close()
         await refresher
     return 0

@@ -18,7 +18,11 @@ class RouterSettings(BaseSettings):
     """Open HTTP connections (and requests in flight) past which the HTTP port answers 503 at
     once: a flood of idle or slow connections cannot exhaust the router."""
     batchers: str = "127.0.0.1:7003"
-    """Comma-separated batcher addresses; each model goes to one by rendezvous hashing."""
+    """Comma-separated batcher addresses; each model goes to one by rendezvous hashing. A
+    name stands for every address it resolves to (a Kubernetes headless Service: one per
+    batcher pod)."""
+    batcher_discovery_s: float = Field(default=5.0, gt=0)
+    """How often batcher names are resolved again (pods come and go)."""
     quota_address: str = ""
     """A Quota server's address; empty hosts the quota service in this process."""
     internal_listen: str = ""

@@ -117,8 +117,13 @@ livenessProbe:
   failureThreshold: 6
 {{- end -}}
 
+{{/* The headless Service naming every batcher pod (routers resolve it: router/discovery.py). */}}
+{{- define "ferryman.batcherPods" -}}
+{{ include "ferryman.fullname" . }}-batcher-pods
+{{- end -}}
+
 {{- define "ferryman.batcherAddress" -}}
-{{ include "ferryman.fullname" . }}-batcher:{{ .Values.batcher.port }}
+{{ include "ferryman.batcherPods" . }}:{{ .Values.batcher.port }}
 {{- end -}}
 
 {{/* "true" when the chart runs its own PostgreSQL: enabled and no database given. */}}

@@ -263,3 +263,14 @@ def test_metrics_go_over_otlp_only_when_asked() -> None:
             for container in containers(doc):
                 env = {e["name"]: e.get("value") for e in container.get("env", [])}
                 assert env.get("OTEL_METRICS_EXPORTER") == wanted
+
+
+def test_routers_resolve_every_batcher_pod_and_it_is_scraped_once(manifests: list[dict[str, Any]]) -> None:
+    deployments = {d["metadata"]["name"]: d for d in by_kind(manifests, "Deployment")}
+    args = containers(deployments["fm-ferryman-router"])[0]["args"]
+    host, _, port = args[args.index("--batchers") + 1].rpartition(":")
+    (headless,) = [d for d in by_kind(manifests, "Service") if d["metadata"]["name"] == host]
+    assert headless["spec"]["clusterIP"] == "None", "one address per batcher pod, not one balanced IP"
+    pod_labels = deployments["fm-ferryman-batcher"]["spec"]["template"]["metadata"]["labels"]
+    assert headless["spec"]["selector"].items() <= pod_labels.items()
+    assert [(p["name"], p["port"]) for p in headless["spec"]["ports"]] == [("grpc", int(port))]
