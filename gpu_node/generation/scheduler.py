@@ -1,0 +1,180 @@
+"""Iteration-level ("continuous") batching, decided per step as a pure function of the
+sequences and a clock: every running sequence decodes one token, prompts are prefilled in
+chunks within a per-step token budget (one long prompt cannot stall everyone's next token),
+and free cache slots go to waiting sequences in Virtual Token Counter order (Sheng et al.,
+OSDI 2024): the tenant that has received the least service, weighted, goes first."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+class SeqState(enum.Enum):
+    WAITING = "waiting"
+    PREFILLING = "prefilling"
+    DECODING = "decoding"
+    FINISHED = "finished"
+
+
+TRANSITIONS: dict[SeqState, frozenset[SeqState]] = {
+    SeqState.WAITING: frozenset({SeqState.PREFILLING, SeqState.FINISHED}),
+    SeqState.PREFILLING: frozenset({SeqState.PREFILLING, SeqState.DECODING, SeqState.FINISHED}),
+    SeqState.DECODING: frozenset({SeqState.FINISHED}),
+    SeqState.FINISHED: frozenset(),
+}
+
+
+class FinishReason(enum.Enum):
+    STOP = "stop"
+    LENGTH = "length"
+    CANCELLED = "cancelled"
+    QUOTA = "quota"
+    DEADLINE = "deadline"
+    ERROR = "error"
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One generation: its prompt's token ids, what it generated, where its cache lives."""
+
+    id: str
+    tenant: str
+    prompt: list[int]
+    max_tokens: int
+    start_by: float = float("inf")
+    """Clock time by which its first token must be on the way (a TTFT deadline): a sequence
+    still waiting then is refused before it takes a slot."""
+    priority: int = 0
+    """Lower first, within its tenant's turn."""
+    state: SeqState = SeqState.WAITING
+    slot: int | None = None
+    prefilled: int = 0
+    generated: list[int] = field(default_factory=list)
+    finish: FinishReason | None = None
+
+    def move(self, target: SeqState) -> None:
+        if target not in TRANSITIONS[self.state]:
+            raise ValueError(f"sequence {self.id}: {self.state.value} -> {target.value} is not allowed")
+        self.state = target
+
+    @property
+    def last_position(self) -> int:
+        """Cache position of the newest generated token (decoded next)."""
+        return len(self.prompt) + len(self.generated) - 1
+
+
+class VirtualTokenCounter:
+    """Service received per tenant, in weighted tokens: charged for prompt tokens when a
+    sequence is admitted and for each token generated. A tenant that had nothing waiting or
+    running is lifted to the least counter among busy tenants when it comes back, so idling
+    earns no credit to burst with later."""
+
+    def __init__(self, weights: dict[str, float] | None = None) -> None:
+        self._weights = weights or {}
+        self.counters: dict[str, float] = {}
+
+    def weight(self, tenant: str) -> float:
+        return self._weights.get(tenant, 1.0)
+
+    def charge(self, tenant: str, tokens: int) -> None:
+        self.counters[tenant] = self.counters.get(tenant, 0.0) + tokens / self.weight(tenant)
+
+    def arrive(self, tenant: str, busy: Iterable[str]) -> None:
+        """``tenant`` has work again; ``busy`` are the tenants that kept theirs."""
+        floor = min((self.counters.get(t, 0.0) for t in busy if t != tenant), default=None)
+        if floor is not None:
+            self.counters[tenant] = max(self.counters.get(tenant, 0.0), floor)
+
+    def least(self, tenants: Iterable[str]) -> str:
+        return min(tenants, key=lambda t: (self.counters.get(t, 0.0), t))
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What one step runs: prompt chunks (sequence, start, end) and one decode for all."""
+
+    prefill: list[tuple[Sequence, int, int]]
+    decode: list[Sequence]
+    refused: list[Sequence]
+    """Waiting past their start-by time: finished DEADLINE without taking a slot."""
+
+
+class Scheduler:
+    """Admission, chunked prefill and the running set over ``slots`` cache slots."""
+
+    def __init__(self, slots: int, step_tokens: int, counter: VirtualTokenCounter) -> None:
+        if step_tokens <= slots:
+            raise ValueError("the step token budget must exceed the slots: decodes alone use one each")
+        self.counter = counter
+        self._step_tokens = step_tokens
+        self._free = list(range(slots))
+        self._order = itertools.count()
+        self._waiting: dict[str, deque[tuple[int, int, Sequence]]] = {}
+        self.running: list[Sequence] = []
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(q) for q in self._waiting.values())
+
+    def busy_tenants(self) -> set[str]:
+        return {s.tenant for s in self.running} | {t for t, q in self._waiting.items() if q}
+
+    def add(self, seq: Sequence) -> None:
+        if seq.tenant not in self.busy_tenants():
+            self.counter.arrive(seq.tenant, self.busy_tenants())
+        queue = self._waiting.setdefault(seq.tenant, deque())
+        queue.append((seq.priority, next(self._order), seq))
+        # Priorities are few; a sorted insert keeps the head the next to admit.
+        self._waiting[seq.tenant] = deque(sorted(queue, key=lambda e: (e[0], e[1])))
+
+    def finish(self, seq: Sequence, reason: FinishReason) -> None:
+        """End ``seq`` now, wherever it is; its slot is free for the next step."""
+        if seq.state == SeqState.FINISHED:
+            return
+        if seq.state == SeqState.WAITING:
+            queue = self._waiting.get(seq.tenant, deque())
+            self._waiting[seq.tenant] = deque(e for e in queue if e[2] is not seq)
+        else:
+            self.running.remove(seq)
+        if seq.slot is not None:
+            self._free.append(seq.slot)
+            seq.slot = None
+        seq.finish = reason
+        seq.move(SeqState.FINISHED)
+
+    def _next_waiting(self) -> Sequence | None:
+        tenants = [t for t, q in self._waiting.items() if q]
+        if not tenants:
+            return None
+        return self._waiting[self.counter.least(tenants)].popleft()[2]
+
+    def plan(self, now: float) -> StepPlan:
+        """The next step. Decodes come first (each running sequence's next token), then the
+        chunks of prompts under way, then new admissions while slots and budget last."""
+        decode = [s for s in self.running if s.state == SeqState.DECODING]
+        budget = self._step_tokens - len(decode)
+        prefill: list[tuple[Sequence, int, int]] = []
+        for seq in self.running:
+            if seq.state == SeqState.PREFILLING and budget > 0:
+                end = min(len(seq.prompt), seq.prefilled + budget)
+                prefill.append((seq, seq.prefilled, end))
+                budget -= end - seq.prefilled
+        refused: list[Sequence] = []
+        while self._free and budget > 0 and (new := self._next_waiting()) is not None:
+            if now > new.start_by:
+                new.finish = FinishReason.DEADLINE
+                new.move(SeqState.FINISHED)
+                refused.append(new)
+                continue
+            new.slot = self._free.pop(0)
+            new.move(SeqState.PREFILLING)
+            self.running.append(new)
+            self.counter.charge(new.tenant, len(new.prompt))
+            end = min(len(new.prompt), budget)
+            prefill.append((new, 0, end))
+            budget -= end
+        return StepPlan(prefill, decode, refused)

