@@ -4,9 +4,10 @@
     prediction = client.predict("mlp", numpy.zeros((1, 512), "float32"))
     prediction.outputs["output"], prediction.version
 
-Retries UNAVAILABLE and overload refusals with jittered backoff, sleeping what the
-server's RetryInfo asks, within the call's timeout; the request id stays the same, so a
-retry is never charged twice. Every error carries the request id it was sent under.
+Retries UNAVAILABLE, a server's CANCELLED (a router stopping) and overload refusals with
+jittered backoff, sleeping what the server's RetryInfo asks, within the call's timeout; the
+request id stays the same, so a retry is never charged twice. Every error carries the
+request id it was sent under.
 ``predict_many`` sends many requests over one PredictStream.
 """
 

@@ -117,6 +117,11 @@ def from_status(status: status_pb2.Status) -> FerrymanError:
         return Overloaded(code, status.message, reason, retry_after)
     if code == grpc.StatusCode.UNAVAILABLE:
         return Unavailable(code, status.message, reason, retry_after)
+    if code == grpc.StatusCode.CANCELLED:
+        # The SDK never cancels a call itself but on close (ClientClosed) or at its deadline
+        # (DEADLINE_EXCEEDED): a CANCELLED status is the server's, a router stopping with the
+        # call in flight. Retried under the same request id, it is not charged twice.
+        return Unavailable(code, status.message, reason or "SERVER_CANCELLED", retry_after)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return DeadlineExceeded(code, status.message, reason)
     if code == grpc.StatusCode.INTERNAL and reason == Reason.MODEL_ERROR:
