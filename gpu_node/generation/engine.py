@@ -37,6 +37,9 @@ class Sampling:
             raise ValueError("temperature >= 0, 0 < top_p <= 1 and top_k >= 0")
 
 
+GREEDY = Sampling()
+
+
 @dataclass(frozen=True)
 class TokenEvent:
     """A token for ``seq_id`` (None when it ended without one), and its finish if it ended."""
@@ -68,10 +71,9 @@ class GenerationEngine:
         self.decode_forwards = 0
         """Decode forwards run, each for every running sequence: what batching saves."""
 
-    def submit(self, seq: Sequence, sampling: Sampling = Sampling()) -> None:
-        """Queue ``seq``; a prompt that cannot fit its cache slot is refused here."""
-        if seq.id in self._sequences:
-            raise ValueError(f"sequence {seq.id!r} is already running")
+    def check(self, seq: Sequence) -> None:
+        """Refuse (ValueError) what cannot run: no prompt, or one that cannot fit its slot.
+        Pure: callable from any thread before handing ``seq`` to the engine's owner."""
         if not seq.prompt or seq.max_tokens < 1:
             raise ValueError("a generation needs a prompt and max_tokens >= 1")
         if len(seq.prompt) + seq.max_tokens - 1 > self._max_len:
@@ -79,6 +81,12 @@ class GenerationEngine:
                 f"{len(seq.prompt)} prompt tokens + max_tokens {seq.max_tokens} exceed the "
                 f"context of {self._max_len}"
             )
+
+    def submit(self, seq: Sequence, sampling: Sampling = GREEDY) -> None:
+        """Queue ``seq`` (``check`` first)."""
+        if seq.id in self._sequences:
+            raise ValueError(f"sequence {seq.id!r} is already running")
+        self.check(seq)
         generator = None
         if sampling.temperature > 0 and sampling.seed is not None:
             generator = torch.Generator().manual_seed(sampling.seed)
@@ -98,6 +106,10 @@ class GenerationEngine:
     @property
     def idle(self) -> bool:
         return not self._sequences
+
+    def live(self) -> list[str]:
+        """Ids of the sequences not yet finished, waiting or running."""
+        return list(self._sequences)
 
     def _sample(self, seq: Sequence, logits: torch.Tensor) -> int:
         sampling, generator = self._sampling[seq.id]

@@ -1,0 +1,131 @@
+"""The engine on a worker thread, its sequences on the event loop. The thread owns the
+engine (nothing else touches it): it applies submissions and cancellations between steps,
+steps while any sequence is live and sleeps when none is, and hands each token to the
+caller's queue. A caller that stops iterating (its client cancelled, its deadline passed, a
+quota ran out) ends its sequence at the next step, and its slot serves the step after."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from gpu_node.generation.engine import GREEDY, GenerationEngine, Sampling, TokenEvent
+from gpu_node.generation.scheduler import FinishReason, Sequence
+
+log = logging.getLogger("ferryman.node.generation")
+
+IDLE_WAIT_S = 0.5
+"""How long the idle worker sleeps between looks at its stop flag (a submission wakes it)."""
+STOP_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class _Submit:
+    seq: Sequence
+    sampling: Sampling
+    events: asyncio.Queue[TokenEvent]
+
+
+@dataclass(frozen=True)
+class _Finish:
+    seq_id: str
+    reason: FinishReason
+
+
+class GenerationDriver:
+    """``generate`` yields a sequence's token events until its finish."""
+
+    def __init__(self, engine: GenerationEngine, loop: asyncio.AbstractEventLoop) -> None:
+        self._engine = engine
+        self._loop = loop
+        self._inbox: queue.SimpleQueue[_Submit | _Finish | None] = queue.SimpleQueue()
+        self._events: dict[str, asyncio.Queue[TokenEvent]] = {}
+        self._thread = threading.Thread(target=self._run, name="generation", daemon=True)
+        self._thread.start()
+
+    async def generate(self, seq: Sequence, sampling: Sampling = GREEDY) -> AsyncIterator[TokenEvent]:
+        """Token events of ``seq``, the last one carrying its finish. Refuses (ValueError)
+        before queueing what cannot run."""
+        self._engine.check(seq)
+        events: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        self._inbox.put(_Submit(seq, sampling, events))
+        finished = False
+        try:
+            while not finished:
+                event = await events.get()
+                finished = event.finish is not None
+                yield event
+        finally:
+            if not finished:  # the caller left: free the slot at the next step
+                self.finish(seq.id, FinishReason.CANCELLED)
+
+    def finish(self, seq_id: str, reason: FinishReason) -> None:
+        """End a sequence at the next step (a quota ran out, the client left)."""
+        self._inbox.put(_Finish(seq_id, reason))
+
+    def _deliver(self, event: TokenEvent) -> None:
+        events = self._events.get(event.seq_id)
+        if events is None:
+            return
+        if event.finish is not None:
+            del self._events[event.seq_id]
+        self._loop.call_soon_threadsafe(events.put_nowait, event)
+
+    def _apply(self, command: _Submit | _Finish) -> None:
+        if isinstance(command, _Submit):
+            try:
+                self._engine.submit(command.seq, command.sampling)
+            except ValueError as exc:
+                log.warning("generation %s refused: %s", command.seq.id, exc)
+                self._loop.call_soon_threadsafe(
+                    command.events.put_nowait, TokenEvent(command.seq.id, None, FinishReason.ERROR)
+                )
+                return
+            self._events[command.seq.id] = command.events
+        elif self._engine.finish(command.seq_id, command.reason):
+            self._deliver(TokenEvent(command.seq_id, None, command.reason))
+
+    def _drain(self, block: bool) -> bool:
+        """Apply the queued commands (waiting a while for one when ``block``); False once
+        told to stop."""
+        try:
+            command = self._inbox.get(timeout=IDLE_WAIT_S) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return True
+        while command is not None:
+            self._apply(command)
+            try:
+                command = self._inbox.get_nowait()
+            except queue.Empty:
+                return True
+        return False
+
+    def _run(self) -> None:
+        while self._drain(block=self._engine.idle):
+            if self._engine.idle:
+                continue
+            try:
+                events = self._engine.step()
+            except Exception:
+                log.exception("a generation step failed: ending every running sequence")
+                self._end(FinishReason.ERROR)
+                continue
+            for event in events:
+                self._deliver(event)
+        self._end(FinishReason.CANCELLED)
+
+    def _end(self, reason: FinishReason) -> None:
+        for seq_id in self._engine.live():
+            self._engine.finish(seq_id, reason)
+            self._deliver(TokenEvent(seq_id, None, reason))
+
+    async def close(self) -> None:
+        """End every sequence (CANCELLED) and stop the worker."""
+        self._inbox.put(None)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.to_thread(self._thread.join), STOP_WAIT_S)
