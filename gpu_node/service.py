@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import gc
 import os
+import time
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -19,11 +21,14 @@ from ferryman.kernel.serving import NOT_SERVING, SERVING
 from ferryman.kernel.telemetry import links, parent_context, tracer
 from ferryman.v1 import node_pb2
 from gpu_node.executor import run_batch
-from gpu_node.loader import LoadError, load_version
+from gpu_node.loader import LoadError, load_version, locate, parse_schema
 from gpu_node.metrics import NodeMetrics
 from gpu_node.settings import NodeSettings
 from gpu_node.slots import LatencyProfile, ModelSlot, SlotState
 from registry.states import NodeLifecycle, next_node_lifecycle
+
+CAUSAL_LM = "causal_lm"
+"""The format of generative versions: served by Generate, not by InferBatch."""
 
 
 class NodeRefusal(Exception):
@@ -69,6 +74,25 @@ class NodeService:
     def serving_keys(self) -> list[str]:
         return sorted(key for key, slot in self.slots.items() if slot.state == SlotState.SERVING)
 
+    async def _load_lm(self, slot: ModelSlot) -> None:
+        """A causal-LM version: its engine, sized by the generation_* settings."""
+        from gpu_node.generation.runtime import CausalLM, EngineLimits, load_causal_lm
+
+        limits = EngineLimits(
+            self.settings.generation_slots,
+            self.settings.generation_max_len,
+            self.settings.generation_step_tokens,
+        )
+        if limits.step_tokens <= limits.slots:
+            raise LoadError("generation_step_tokens must exceed generation_slots")
+        path = locate(slot.spec)
+        loop = asyncio.get_running_loop()
+        try:
+            loaded = await loop.run_in_executor(self._load_pool, load_causal_lm, path, limits)
+        except Exception as exc:
+            raise LoadError(f"loading {path} as causal_lm failed: {type(exc).__name__}: {exc}") from exc
+        slot.lm, slot.schema = CausalLM(loaded, loop), parse_schema(slot.spec)
+
     async def load(self, spec: node_pb2.ModelVersionSpec) -> ModelSlot:
         """Load a version beside the others; a failure marks only it FAILED."""
         key = f"{spec.model}:{spec.version}"
@@ -80,6 +104,17 @@ class NodeService:
             self.slots[key] = slot
             await self._health.set(key, NOT_SERVING)
             loop = asyncio.get_running_loop()
+            if spec.format == CAUSAL_LM:
+                try:
+                    await self._load_lm(slot)
+                except LoadError as exc:
+                    slot.move(SlotState.FAILED, str(exc))
+                    self._count_versions()
+                    return slot
+                slot.move(SlotState.SERVING)
+                self._count_versions()
+                await self._health.set(key, SERVING)
+                return slot
             try:
                 runtime, schema, profile = await loop.run_in_executor(
                     self._load_pool,
@@ -114,6 +149,9 @@ class NodeService:
                 await asyncio.wait_for(slot.idle.wait(), timeout=self.settings.drain_grace_s)
         self.slots.pop(key, None)
         self._count_versions()
+        if slot.lm is not None:
+            await slot.lm.close()
+            slot.lm = None
         slot.runtime = None
         gc.collect()
         if self.device.type == "cuda":
@@ -126,6 +164,8 @@ class NodeService:
             raise NodeRefusal("UNAVAILABLE", "node is draining")
         key = f"{request.model}:{request.version}"
         slot = self.slots.get(key)
+        if slot is not None and slot.lm is not None:
+            raise NodeRefusal("FAILED_PRECONDITION", f"version {key} generates text: call Generate")
         if slot is None or slot.state != SlotState.SERVING or slot.runtime is None or slot.schema is None:
             state = slot.state if slot else "not loaded"
             raise NodeRefusal("FAILED_PRECONDITION", f"version {key} is {state} on this node")
@@ -183,6 +223,38 @@ class NodeService:
         )
         response.compute.FromNanoseconds(int(result.compute_seconds * 1e9))
         return response
+
+    async def generate(self, request: node_pb2.GenerateRequest) -> AsyncIterator[node_pb2.GenerateEvent]:
+        """Stream one generation; refusals (NodeRefusal) come before the first event."""
+        if self.lifecycle == NodeLifecycle.DRAINING:
+            raise NodeRefusal("UNAVAILABLE", "node is draining")
+        key = f"{request.model}:{request.version}"
+        slot = self.slots.get(key)
+        if slot is None or slot.state != SlotState.SERVING or slot.lm is None:
+            state = slot.state if slot else "not loaded"
+            raise NodeRefusal("FAILED_PRECONDITION", f"version {key} is not a SERVING causal LM ({state})")
+        if bool(request.prompt) == bool(request.messages):
+            raise NodeRefusal("INVALID_ARGUMENT", "give either a prompt or chat messages")
+        if request.max_tokens < 1:
+            raise NodeRefusal("INVALID_ARGUMENT", "max_tokens must be at least 1")
+        lm = slot.lm
+        prompt = await asyncio.get_running_loop().run_in_executor(self._batch_pool, lm.prompt_ids, request)
+        start_by = float("inf")
+        if request.HasField("start_within"):
+            start_by = time.monotonic() + request.start_within.ToTimedelta().total_seconds()
+        stream = lm.generate(request, prompt, start_by)
+        slot.begin()
+        try:
+            try:
+                first = await anext(stream)
+            except ValueError as exc:
+                raise NodeRefusal("INVALID_ARGUMENT", str(exc)) from None
+            yield first
+            async for event in stream:
+                yield event
+        finally:
+            await stream.aclose()
+            slot.end()
 
     def info(self) -> node_pb2.NodeInfoResponse:
         total, used = self._memory()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import grpc
 
 from ferryman.kernel.serving import ServicerContext
@@ -34,6 +36,15 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         return node_pb2.UnloadModelResponse(
             unloaded=await self._service.unload(request.model, request.version)
         )
+
+    async def Generate(
+        self, request: node_pb2.GenerateRequest, context: ServicerContext
+    ) -> AsyncIterator[node_pb2.GenerateEvent]:
+        try:
+            async for event in self._service.generate(request):
+                yield event
+        except NodeRefusal as exc:
+            await context.abort(grpc.StatusCode[exc.code], str(exc))
 
     async def NodeInfo(
         self, request: node_pb2.NodeInfoRequest, context: ServicerContext

@@ -42,3 +42,11 @@ class NodeSettings(BaseSettings):
     max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     metrics_listen: str = ""
     """host:port for Prometheus metrics; empty disables the endpoint."""
+    generation_slots: int = Field(default=8, ge=1)
+    """Generations a causal-LM version runs at once: its KV cache holds this many sequences,
+    preallocated at load (SmolLM2: 46 KB per position, 8 x 2048 positions = 0.75 GB)."""
+    generation_max_len: int = Field(default=2048, ge=16)
+    """Positions per sequence (prompt + generated): a longer request is refused."""
+    generation_step_tokens: int = Field(default=256, ge=2)
+    """Tokens one step may run (every decode plus prompt chunks): bounds how long a new long
+    prompt delays the running sequences' next token. Must exceed generation_slots."""

@@ -5,10 +5,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from ferryman.schema import IOSchema
 from ferryman.v1 import node_pb2
 from gpu_node.runtimes.base import Runtime
+
+if TYPE_CHECKING:
+    from gpu_node.generation.runtime import CausalLM
 
 
 class SlotState(StrEnum):
@@ -74,6 +78,8 @@ class ModelSlot:
     state: SlotState = SlotState.LOADING
     reason: str = ""
     runtime: Runtime | None = None
+    lm: CausalLM | None = None
+    """A causal-LM version's generation engine (format ``causal_lm``), instead of a runtime."""
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 

@@ -27,7 +27,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x66\x65rryman/v1/node.proto\x12\x0b\x66\x65rryman.v1\x1a\x18\x66\x65rryman/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x17google/rpc/status.proto\"^\n\tBatchItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12(\n\x06inputs\x18\x02 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12\x13\n\x0btraceparent\x18\x03 \x01(\t\"\xf8\x01\n\x11InferBatchRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12%\n\x05items\x18\x03 \x03(\x0b\x32\x16.ferryman.v1.BatchItem\x12\x42\n\nparameters\x18\x04 \x03(\x0b\x32..ferryman.v1.InferBatchRequest.ParametersEntry\x12\x10\n\x08\x62\x61tch_id\x18\x05 \x01(\t\x12\x13\n\x0btraceparent\x18\x06 \x01(\t\x1a\x31\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x93\x01\n\x0bItemOutcome\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\"\n\x06status\x18\x02 \x01(\x0b\x32\x12.google.rpc.Status\x12)\n\x07outputs\x18\x03 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12!\n\x05usage\x18\x04 \x01(\x0b\x32\x12.ferryman.v1.Usage\"\x8b\x01\n\x12InferBatchResponse\x12\'\n\x05items\x18\x01 \x03(\x0b\x32\x18.ferryman.v1.ItemOutcome\x12*\n\x07\x63ompute\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nbatch_size\x18\x03 \x01(\x05\x12\x0c\n\x04node\x18\x04 \x01(\t\"\xb8\x01\n\x10ModelVersionSpec\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x14\n\x0c\x61rtifact_uri\x18\x03 \x01(\t\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12\x0e\n\x06\x66ormat\x18\x05 \x01(\t\x12\x0f\n\x07handler\x18\x06 \x01(\t\x12%\n\x06schema\x18\x07 \x01(\x0b\x32\x15.ferryman.v1.IOSchema\x12\x16\n\x0emax_batch_size\x18\x08 \x01(\x05\"?\n\x10LoadModelRequest\x12+\n\x04spec\x18\x01 \x01(\x0b\x32\x1d.ferryman.v1.ModelVersionSpec\"M\n\x11LoadModelResponse\x12(\n\x05state\x18\x01 \x01(\x0e\x32\x19.ferryman.v1.VersionState\x12\x0e\n\x06reason\x18\x02 \x01(\t\"4\n\x12UnloadModelRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"\'\n\x13UnloadModelResponse\x12\x10\n\x08unloaded\x18\x01 \x01(\x08\"\x11\n\x0fNodeInfoRequest\"N\n\x0cLatencyPoint\x12\x12\n\nbatch_size\x18\x01 \x01(\x05\x12*\n\x07latency\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xc0\x01\n\rLoadedVersion\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12(\n\x05state\x18\x03 \x01(\x0e\x32\x19.ferryman.v1.VersionState\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x16\n\x0emax_batch_size\x18\x05 \x01(\x05\x12*\n\x07profile\x18\x06 \x03(\x0b\x32\x19.ferryman.v1.LatencyPoint\x12\x11\n\tin_flight\x18\x07 \x01(\x05\"\x9c\x01\n\x10NodeInfoResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x02 \x01(\t\x12\x14\n\x0cmemory_total\x18\x03 \x01(\x03\x12\x13\n\x0bmemory_used\x18\x04 \x01(\x03\x12,\n\x08versions\x18\x05 \x03(\x0b\x32\x1a.ferryman.v1.LoadedVersion\x12\x11\n\tlifecycle\x18\x06 \x01(\t*\x9a\x01\n\x0cVersionState\x12\x1d\n\x19VERSION_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15VERSION_STATE_LOADING\x10\x01\x12\x19\n\x15VERSION_STATE_SERVING\x10\x02\x12\x18\n\x14VERSION_STATE_FAILED\x10\x03\x12\x1b\n\x17VERSION_STATE_UNLOADING\x10\x04\x32\xbc\x02\n\x04Node\x12M\n\nInferBatch\x12\x1e.ferryman.v1.InferBatchRequest\x1a\x1f.ferryman.v1.InferBatchResponse\x12J\n\tLoadModel\x12\x1d.ferryman.v1.LoadModelRequest\x1a\x1e.ferryman.v1.LoadModelResponse\x12P\n\x0bUnloadModel\x12\x1f.ferryman.v1.UnloadModelRequest\x1a .ferryman.v1.UnloadModelResponse\x12G\n\x08NodeInfo\x12\x1c.ferryman.v1.NodeInfoRequest\x1a\x1d.ferryman.v1.NodeInfoResponseBM\n\x0f\x64\x65v.ferryman.v1P\x01Z*ferryman.dev/gen/go/ferryman/v1;ferrymanv1\xaa\x02\x0b\x46\x65rryman.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x66\x65rryman/v1/node.proto\x12\x0b\x66\x65rryman.v1\x1a\x18\x66\x65rryman/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x17google/rpc/status.proto\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"_\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x11\n\x04seed\x18\x04 \x01(\x03H\x00\x88\x01\x01\x42\x07\n\x05_seed\"\x97\x02\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\x0e\n\x06prompt\x18\x05 \x01(\t\x12*\n\x08messages\x18\x06 \x03(\x0b\x32\x18.ferryman.v1.ChatMessage\x12\x12\n\nmax_tokens\x18\x07 \x01(\x05\x12-\n\x08sampling\x18\x08 \x01(\x0b\x32\x1b.ferryman.v1.SamplingParams\x12/\n\x0cstart_within\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08priority\x18\n \x01(\x05\"\x94\x01\n\rGenerateEvent\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x30\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x19.ferryman.v1.FinishReason\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x05 \x01(\x05\"^\n\tBatchItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12(\n\x06inputs\x18\x02 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12\x13\n\x0btraceparent\x18\x03 \x01(\t\"\xf8\x01\n\x11InferBatchRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12%\n\x05items\x18\x03 \x03(\x0b\x32\x16.ferryman.v1.BatchItem\x12\x42\n\nparameters\x18\x04 \x03(\x0b\x32..ferryman.v1.InferBatchRequest.ParametersEntry\x12\x10\n\x08\x62\x61tch_id\x18\x05 \x01(\t\x12\x13\n\x0btraceparent\x18\x06 \x01(\t\x1a\x31\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x93\x01\n\x0bItemOutcome\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\"\n\x06status\x18\x02 \x01(\x0b\x32\x12.google.rpc.Status\x12)\n\x07outputs\x18\x03 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12!\n\x05usage\x18\x04 \x01(\x0b\x32\x12.ferryman.v1.Usage\"\x8b\x01\n\x12InferBatchResponse\x12\'\n\x05items\x18\x01 \x03(\x0b\x32\x18.ferryman.v1.ItemOutcome\x12*\n\x07\x63ompute\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nbatch_size\x18\x03 \x01(\x05\x12\x0c\n\x04node\x18\x04 \x01(\t\"\xb8\x01\n\x10ModelVersionSpec\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x14\n\x0c\x61rtifact_uri\x18\x03 \x01(\t\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12\x0e\n\x06\x66ormat\x18\x05 \x01(\t\x12\x0f\n\x07handler\x18\x06 \x01(\t\x12%\n\x06schema\x18\x07 \x01(\x0b\x32\x15.ferryman.v1.IOSchema\x12\x16\n\x0emax_batch_size\x18\x08 \x01(\x05\"?\n\x10LoadModelRequest\x12+\n\x04spec\x18\x01 \x01(\x0b\x32\x1d.ferryman.v1.ModelVersionSpec\"M\n\x11LoadModelResponse\x12(\n\x05state\x18\x01 \x01(\x0e\x32\x19.ferryman.v1.VersionState\x12\x0e\n\x06reason\x18\x02 \x01(\t\"4\n\x12UnloadModelRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"\'\n\x13UnloadModelResponse\x12\x10\n\x08unloaded\x18\x01 \x01(\x08\"\x11\n\x0fNodeInfoRequest\"N\n\x0cLatencyPoint\x12\x12\n\nbatch_size\x18\x01 \x01(\x05\x12*\n\x07latency\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xc0\x01\n\rLoadedVersion\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12(\n\x05state\x18\x03 \x01(\x0e\x32\x19.ferryman.v1.VersionState\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x16\n\x0emax_batch_size\x18\x05 \x01(\x05\x12*\n\x07profile\x18\x06 \x03(\x0b\x32\x19.ferryman.v1.LatencyPoint\x12\x11\n\tin_flight\x18\x07 \x01(\x05\"\x9c\x01\n\x10NodeInfoResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x02 \x01(\t\x12\x14\n\x0cmemory_total\x18\x03 \x01(\x03\x12\x13\n\x0bmemory_used\x18\x04 \x01(\x03\x12,\n\x08versions\x18\x05 \x03(\x0b\x32\x1a.ferryman.v1.LoadedVersion\x12\x11\n\tlifecycle\x18\x06 \x01(\t*\xca\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x03\x12\x17\n\x13\x46INISH_REASON_QUOTA\x10\x04\x12\x1a\n\x16\x46INISH_REASON_DEADLINE\x10\x05\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x06*\x9a\x01\n\x0cVersionState\x12\x1d\n\x19VERSION_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15VERSION_STATE_LOADING\x10\x01\x12\x19\n\x15VERSION_STATE_SERVING\x10\x02\x12\x18\n\x14VERSION_STATE_FAILED\x10\x03\x12\x1b\n\x17VERSION_STATE_UNLOADING\x10\x04\x32\x84\x03\n\x04Node\x12M\n\nInferBatch\x12\x1e.ferryman.v1.InferBatchRequest\x1a\x1f.ferryman.v1.InferBatchResponse\x12J\n\tLoadModel\x12\x1d.ferryman.v1.LoadModelRequest\x1a\x1e.ferryman.v1.LoadModelResponse\x12P\n\x0bUnloadModel\x12\x1f.ferryman.v1.UnloadModelRequest\x1a .ferryman.v1.UnloadModelResponse\x12G\n\x08NodeInfo\x12\x1c.ferryman.v1.NodeInfoRequest\x1a\x1d.ferryman.v1.NodeInfoResponse\x12\x46\n\x08Generate\x12\x1c.ferryman.v1.GenerateRequest\x1a\x1a.ferryman.v1.GenerateEvent0\x01\x42M\n\x0f\x64\x65v.ferryman.v1P\x01Z*ferryman.dev/gen/go/ferryman/v1;ferrymanv1\xaa\x02\x0b\x46\x65rryman.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,36 +37,46 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\017dev.ferryman.v1P\001Z*ferryman.dev/gen/go/ferryman/v1;ferrymanv1\252\002\013Ferryman.V1'
   _globals['_INFERBATCHREQUEST_PARAMETERSENTRY']._loaded_options = None
   _globals['_INFERBATCHREQUEST_PARAMETERSENTRY']._serialized_options = b'8\001'
-  _globals['_VERSIONSTATE']._serialized_start=1641
-  _globals['_VERSIONSTATE']._serialized_end=1795
-  _globals['_BATCHITEM']._serialized_start=122
-  _globals['_BATCHITEM']._serialized_end=216
-  _globals['_INFERBATCHREQUEST']._serialized_start=219
-  _globals['_INFERBATCHREQUEST']._serialized_end=467
-  _globals['_INFERBATCHREQUEST_PARAMETERSENTRY']._serialized_start=418
-  _globals['_INFERBATCHREQUEST_PARAMETERSENTRY']._serialized_end=467
-  _globals['_ITEMOUTCOME']._serialized_start=470
-  _globals['_ITEMOUTCOME']._serialized_end=617
-  _globals['_INFERBATCHRESPONSE']._serialized_start=620
-  _globals['_INFERBATCHRESPONSE']._serialized_end=759
-  _globals['_MODELVERSIONSPEC']._serialized_start=762
-  _globals['_MODELVERSIONSPEC']._serialized_end=946
-  _globals['_LOADMODELREQUEST']._serialized_start=948
-  _globals['_LOADMODELREQUEST']._serialized_end=1011
-  _globals['_LOADMODELRESPONSE']._serialized_start=1013
-  _globals['_LOADMODELRESPONSE']._serialized_end=1090
-  _globals['_UNLOADMODELREQUEST']._serialized_start=1092
-  _globals['_UNLOADMODELREQUEST']._serialized_end=1144
-  _globals['_UNLOADMODELRESPONSE']._serialized_start=1146
-  _globals['_UNLOADMODELRESPONSE']._serialized_end=1185
-  _globals['_NODEINFOREQUEST']._serialized_start=1187
-  _globals['_NODEINFOREQUEST']._serialized_end=1204
-  _globals['_LATENCYPOINT']._serialized_start=1206
-  _globals['_LATENCYPOINT']._serialized_end=1284
-  _globals['_LOADEDVERSION']._serialized_start=1287
-  _globals['_LOADEDVERSION']._serialized_end=1479
-  _globals['_NODEINFORESPONSE']._serialized_start=1482
-  _globals['_NODEINFORESPONSE']._serialized_end=1638
-  _globals['_NODE']._serialized_start=1798
-  _globals['_NODE']._serialized_end=2114
+  _globals['_FINISHREASON']._serialized_start=2217
+  _globals['_FINISHREASON']._serialized_end=2419
+  _globals['_VERSIONSTATE']._serialized_start=2422
+  _globals['_VERSIONSTATE']._serialized_end=2576
+  _globals['_CHATMESSAGE']._serialized_start=122
+  _globals['_CHATMESSAGE']._serialized_end=166
+  _globals['_SAMPLINGPARAMS']._serialized_start=168
+  _globals['_SAMPLINGPARAMS']._serialized_end=263
+  _globals['_GENERATEREQUEST']._serialized_start=266
+  _globals['_GENERATEREQUEST']._serialized_end=545
+  _globals['_GENERATEEVENT']._serialized_start=548
+  _globals['_GENERATEEVENT']._serialized_end=696
+  _globals['_BATCHITEM']._serialized_start=698
+  _globals['_BATCHITEM']._serialized_end=792
+  _globals['_INFERBATCHREQUEST']._serialized_start=795
+  _globals['_INFERBATCHREQUEST']._serialized_end=1043
+  _globals['_INFERBATCHREQUEST_PARAMETERSENTRY']._serialized_start=994
+  _globals['_INFERBATCHREQUEST_PARAMETERSENTRY']._serialized_end=1043
+  _globals['_ITEMOUTCOME']._serialized_start=1046
+  _globals['_ITEMOUTCOME']._serialized_end=1193
+  _globals['_INFERBATCHRESPONSE']._serialized_start=1196
+  _globals['_INFERBATCHRESPONSE']._serialized_end=1335
+  _globals['_MODELVERSIONSPEC']._serialized_start=1338
+  _globals['_MODELVERSIONSPEC']._serialized_end=1522
+  _globals['_LOADMODELREQUEST']._serialized_start=1524
+  _globals['_LOADMODELREQUEST']._serialized_end=1587
+  _globals['_LOADMODELRESPONSE']._serialized_start=1589
+  _globals['_LOADMODELRESPONSE']._serialized_end=1666
+  _globals['_UNLOADMODELREQUEST']._serialized_start=1668
+  _globals['_UNLOADMODELREQUEST']._serialized_end=1720
+  _globals['_UNLOADMODELRESPONSE']._serialized_start=1722
+  _globals['_UNLOADMODELRESPONSE']._serialized_end=1761
+  _globals['_NODEINFOREQUEST']._serialized_start=1763
+  _globals['_NODEINFOREQUEST']._serialized_end=1780
+  _globals['_LATENCYPOINT']._serialized_start=1782
+  _globals['_LATENCYPOINT']._serialized_end=1860
+  _globals['_LOADEDVERSION']._serialized_start=1863
+  _globals['_LOADEDVERSION']._serialized_end=2055
+  _globals['_NODEINFORESPONSE']._serialized_start=2058
+  _globals['_NODEINFORESPONSE']._serialized_end=2214
+  _globals['_NODE']._serialized_start=2579
+  _globals['_NODE']._serialized_end=2967
 # @@protoc_insertion_point(module_scope)

@@ -54,6 +54,11 @@ class NodeStub:
                 request_serializer=ferryman_dot_v1_dot_node__pb2.NodeInfoRequest.SerializeToString,
                 response_deserializer=ferryman_dot_v1_dot_node__pb2.NodeInfoResponse.FromString,
                 _registered_method=True)
+        self.Generate = channel.unary_stream(
+                '/ferryman.v1.Node/Generate',
+                request_serializer=ferryman_dot_v1_dot_node__pb2.GenerateRequest.SerializeToString,
+                response_deserializer=ferryman_dot_v1_dot_node__pb2.GenerateEvent.FromString,
+                _registered_method=True)
 
 
 class NodeServicer:
@@ -87,6 +92,14 @@ class NodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Generate(self, request, context):
+        """Stream one generation of a causal-LM version (format "causal_lm"), batched step by
+        step with the node's other running generations. Leaving the stream ends it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +122,11 @@ def add_NodeServicer_to_server(servicer, server):
                     servicer.NodeInfo,
                     request_deserializer=ferryman_dot_v1_dot_node__pb2.NodeInfoRequest.FromString,
                     response_serializer=ferryman_dot_v1_dot_node__pb2.NodeInfoResponse.SerializeToString,
+            ),
+            'Generate': grpc.unary_stream_rpc_method_handler(
+                    servicer.Generate,
+                    request_deserializer=ferryman_dot_v1_dot_node__pb2.GenerateRequest.FromString,
+                    response_serializer=ferryman_dot_v1_dot_node__pb2.GenerateEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +237,33 @@ class Node:
             '/ferryman.v1.Node/NodeInfo',
             ferryman_dot_v1_dot_node__pb2.NodeInfoRequest.SerializeToString,
             ferryman_dot_v1_dot_node__pb2.NodeInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Generate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ferryman.v1.Node/Generate',
+            ferryman_dot_v1_dot_node__pb2.GenerateRequest.SerializeToString,
+            ferryman_dot_v1_dot_node__pb2.GenerateEvent.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from gpu_node.generation.engine import GREEDY, GenerationEngine, Sampling, TokenEvent
@@ -48,7 +48,7 @@ class GenerationDriver:
         self._thread = threading.Thread(target=self._run, name="generation", daemon=True)
         self._thread.start()
 
-    async def generate(self, seq: Sequence, sampling: Sampling = GREEDY) -> AsyncIterator[TokenEvent]:
+    async def generate(self, seq: Sequence, sampling: Sampling = GREEDY) -> AsyncGenerator[TokenEvent, None]:
         """Token events of ``seq``, the last one carrying its finish. Refuses (ValueError)
         before queueing what cannot run."""
         self._engine.check(seq)

@@ -1,0 +1,130 @@
+"""A causal-LM version on a node (format ``causal_lm``): its tokenizer and chat template,
+the slot cache and engine sized by the node's settings, the driver that steps them, and the
+text of each generation streamed as it decodes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ferryman.v1 import node_pb2
+from gpu_node.demo import smollm2
+from gpu_node.generation.driver import GenerationDriver
+from gpu_node.generation.engine import GenerationEngine, Sampling
+from gpu_node.generation.llama import SlotLlama
+from gpu_node.generation.scheduler import FinishReason, Scheduler, Sequence, VirtualTokenCounter
+
+REPLACEMENT = "\ufffd"
+"""What a tokenizer decodes half a multi-byte character to: held back until complete."""
+
+FINISH_TO_PROTO: dict[FinishReason, node_pb2.FinishReason] = {
+    FinishReason.STOP: node_pb2.FINISH_REASON_STOP,
+    FinishReason.LENGTH: node_pb2.FINISH_REASON_LENGTH,
+    FinishReason.CANCELLED: node_pb2.FINISH_REASON_CANCELLED,
+    FinishReason.QUOTA: node_pb2.FINISH_REASON_QUOTA,
+    FinishReason.DEADLINE: node_pb2.FINISH_REASON_DEADLINE,
+    FinishReason.ERROR: node_pb2.FINISH_REASON_ERROR,
+}
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """The engine's size on this node (NodeSettings' generation_* fields)."""
+
+    slots: int
+    max_len: int
+    step_tokens: int
+
+
+@dataclass
+class LoadedLM:
+    """What a causal-LM slot holds once loaded (before its driver starts on the loop)."""
+
+    tokenizer: Any
+    engine: GenerationEngine
+
+
+def load_causal_lm(path: Path, limits: EngineLimits) -> LoadedLM:
+    """Load the artifact and size its engine (in a worker thread: it takes seconds)."""
+    model, tokenizer = smollm2.load(path)
+    stop = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    engine = GenerationEngine(
+        SlotLlama(model, limits.slots, limits.max_len),
+        Scheduler(limits.slots, limits.step_tokens, VirtualTokenCounter()),
+        limits.max_len,
+        stop,
+    )
+    # Warm up: one short generation, so the first tenant does not pay for lazy init.
+    engine.submit(Sequence("warm-up", "", tokenizer("Ferryman")["input_ids"], max_tokens=2))
+    while not engine.idle:
+        engine.step()
+    return LoadedLM(tokenizer, engine)
+
+
+def sampling_of(params: node_pb2.SamplingParams) -> Sampling:
+    return Sampling(
+        temperature=params.temperature,
+        top_p=params.top_p or 1.0,
+        top_k=params.top_k,
+        seed=params.seed if params.HasField("seed") else None,
+    )
+
+
+class CausalLM:
+    """Generations of one loaded version, on the event loop."""
+
+    def __init__(self, loaded: LoadedLM, loop: asyncio.AbstractEventLoop) -> None:
+        self.tokenizer = loaded.tokenizer
+        self.driver = GenerationDriver(loaded.engine, loop)
+
+    def prompt_ids(self, request: node_pb2.GenerateRequest) -> list[int]:
+        """The prompt's token ids: chat messages through the chat template, or the raw prompt."""
+        if request.messages:
+            messages = [{"role": m.role, "content": m.content} for m in request.messages]
+            encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+            ids = encoded["input_ids"] if not isinstance(encoded, list) else encoded
+        else:
+            ids = self.tokenizer(request.prompt)["input_ids"]
+        return [int(i) for i in ids]
+
+    async def generate(
+        self, request: node_pb2.GenerateRequest, prompt: list[int], start_by: float
+    ) -> AsyncGenerator[node_pb2.GenerateEvent, None]:
+        """The request's events: text deltas as tokens decode, then the finish and usage.
+        Closing it early ends the generation at the engine's next step."""
+        seq = Sequence(
+            request.request_id,
+            request.tenant,
+            prompt,
+            request.max_tokens,
+            start_by=start_by,
+            priority=request.priority,
+        )
+        tokens: list[int] = []
+        sent = ""
+        # Closed explicitly: an async for does not close what it iterates when left early,
+        # and the driver frees the slot when its stream closes.
+        events = self.driver.generate(seq, sampling_of(request.sampling))
+        try:
+            async for event in events:
+                delta = node_pb2.GenerateEvent()
+                if event.token is not None:
+                    tokens.append(event.token)
+                    delta.token_ids.append(event.token)
+                    text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+                    if not text.endswith(REPLACEMENT):
+                        delta.text, sent = text[len(sent) :], text
+                if event.finish is not None:
+                    delta.finish_reason = FINISH_TO_PROTO[event.finish]
+                    delta.prompt_tokens = len(prompt)
+                    delta.completion_tokens = len(tokens)
+                yield delta
+        finally:
+            await events.aclose()
+
+    async def close(self) -> None:
+        """End its generations (CANCELLED) and stop its worker."""
+        await self.driver.close()
