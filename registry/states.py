@@ -83,3 +83,5 @@ class ModelFormat(StrEnum):
     TORCH_EXPORT = "torch_export"
     TORCHSCRIPT = "torchscript"
     PYTHON = "python"
+    CAUSAL_LM = "causal_lm"
+    """A generative model (gpu_node/generation): served by Node.Generate, not InferBatch."""

@@ -189,7 +189,7 @@ def model_register(
     name: str,
     version: Annotated[str, typer.Option(help="Version label.")],
     artifact: Annotated[str, typer.Option(help="Artifact path or file:// URI.")],
-    format: Annotated[str, typer.Option("--format", help="torch_export, torchscript or python.")],
+    format: Annotated[str, typer.Option("--format", help="torch_export, torchscript, python or causal_lm.")],
     schema: Annotated[str, typer.Option(help="IO schema: JSON text or a JSON file path.")],
     handler: Annotated[str, typer.Option(help="module:Class, for format python.")] = "",
     sha256: Annotated[str, typer.Option(help="Expected checksum (computed for local files).")] = "",

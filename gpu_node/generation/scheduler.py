@@ -152,6 +152,19 @@ class Scheduler:
             return None
         return self._waiting[self.counter.least(tenants)].popleft()[2]
 
+    def _expired(self, now: float) -> list[Sequence]:
+        """Waiting sequences past their start-by time, finished DEADLINE: refused at once,
+        slots free or not (a full engine must not hold them until a slot frees)."""
+        expired: list[Sequence] = []
+        for tenant, queue in self._waiting.items():
+            if any(now > e[2].start_by for e in queue):
+                expired += [e[2] for e in queue if now > e[2].start_by]
+                self._waiting[tenant] = deque(e for e in queue if now <= e[2].start_by)
+        for seq in expired:
+            seq.finish = FinishReason.DEADLINE
+            seq.move(SeqState.FINISHED)
+        return expired
+
     def plan(self, now: float) -> StepPlan:
         """The next step. Decodes come first (each running sequence's next token), then the
         chunks of prompts under way, then new admissions while slots and budget last."""
@@ -163,13 +176,8 @@ class Scheduler:
                 end = min(len(seq.prompt), seq.prefilled + budget)
                 prefill.append((seq, seq.prefilled, end))
                 budget -= end - seq.prefilled
-        refused: list[Sequence] = []
+        refused = self._expired(now)
         while self._free and budget > 0 and (new := self._next_waiting()) is not None:
-            if now > new.start_by:
-                new.finish = FinishReason.DEADLINE
-                new.move(SeqState.FINISHED)
-                refused.append(new)
-                continue
             new.slot = self._free.pop(0)
             new.move(SeqState.PREFILLING)
             self.running.append(new)

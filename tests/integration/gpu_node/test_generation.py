@@ -4,6 +4,7 @@ whose greedy outputs equal their solo runs and transformers' own generate()."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,9 +31,9 @@ QUESTIONS = [
 
 
 @pytest.fixture(scope="module")
-def smol(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+def smol(smollm2_artifact: Path) -> tuple[Any, Any]:
     torch.set_num_threads(1)
-    return smollm2.load(smollm2.build_artifact(tmp_path_factory.mktemp("smollm2") / "smollm2"))
+    return smollm2.load(smollm2_artifact)
 
 
 def chat(tokenizer: Any, question: str) -> list[int]:

@@ -128,9 +128,11 @@ def test_a_sequence_that_cannot_start_in_time_is_refused_without_a_slot() -> Non
     scheduler.add(running)
     scheduler.add(late)
     scheduler.plan(0.0)
-    scheduler.finish(running, FinishReason.LENGTH)
+    assert scheduler.plan(4.0).refused == [], "still in time"
+    # Refused while the only slot is still taken: it does not wait for one to free.
     plan = scheduler.plan(6.0)
     assert plan.refused == [late] and late.finish == FinishReason.DEADLINE and late.slot is None
+    assert scheduler.waiting == 0 and running.slot is not None, "the running one keeps its slot"
 
 
 def test_refusals_and_illegal_moves() -> None:

@@ -1,0 +1,119 @@
+"""Node.Generate over real gRPC on SmolLM2: a chat answer streamed as text deltas with its
+usage, a stream the client leaves frees its slot for the next, a generation that cannot
+start in time is refused without a slot, and bad requests are INVALID_ARGUMENT."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from harness import ServiceThread
+from internal import internal_channel, service_metadata
+from node_helpers import node_settings, spec
+
+from ferryman.kernel.config import CommonSettings
+from ferryman.v1 import node_pb2, node_pb2_grpc
+from gpu_node.demo import smollm2
+from gpu_node.server import serve_node
+
+CALL_S = 120.0
+FRANCE = node_pb2.ChatMessage(role="user", content="What is the capital of France?")
+
+
+@pytest.fixture(scope="module")
+def lm_node(
+    smollm2_artifact: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[node_pb2_grpc.NodeStub]:
+    """A node serving smollm2:1 with one generation slot (so a held slot is visible)."""
+    settings = node_settings(torch_threads=1, generation_slots=1, generation_max_len=512)
+    common = CommonSettings(data_dir=tmp_path_factory.mktemp("lm-node"))
+    service = ServiceThread(lambda stop, ready: serve_node(settings, common, stop, ready), "lm-node")
+    address = service.start()
+    with internal_channel(address) as channel:
+        stub = node_pb2_grpc.NodeStub(channel)
+        version = spec("smollm2", "1", smollm2_artifact, "causal_lm", smollm2.SCHEMA, max_batch_size=1)
+        loaded = stub.LoadModel(node_pb2.LoadModelRequest(spec=version), timeout=CALL_S)
+        assert loaded.state == node_pb2.VERSION_STATE_SERVING, loaded.reason
+        yield stub
+    service.stop()
+
+
+def request(**fields: object) -> node_pb2.GenerateRequest:
+    base: dict[str, object] = {"model": "smollm2", "version": "1", "request_id": "r", "tenant": "t"}
+    return node_pb2.GenerateRequest(**{**base, **fields})  # type: ignore[arg-type]
+
+
+def test_a_chat_answer_streams_with_its_usage(lm_node: node_pb2_grpc.NodeStub) -> None:
+    chat = request(messages=[FRANCE], max_tokens=16)
+    events = list(lm_node.Generate(chat, metadata=service_metadata(), timeout=CALL_S))
+    text = "".join(e.text for e in events)
+    assert "Paris" in text
+    last = events[-1]
+    assert last.finish_reason in (node_pb2.FINISH_REASON_STOP, node_pb2.FINISH_REASON_LENGTH)
+    assert last.completion_tokens == sum(len(e.token_ids) for e in events) <= 16
+    assert last.prompt_tokens > 10, "the chat template's tokens count as prompt"
+
+
+def test_a_stream_the_client_leaves_frees_its_slot(lm_node: node_pb2_grpc.NodeStub) -> None:
+    hog = lm_node.Generate(
+        request(request_id="hog", prompt="Once upon a time", max_tokens=400),
+        metadata=service_metadata(),
+        timeout=CALL_S,
+    )
+    assert next(hog).token_ids and next(hog).token_ids  # running: it holds the only slot
+    hog.cancel()
+    # The node has one slot: this finishes only because leaving the stream freed it.
+    events = list(
+        lm_node.Generate(
+            request(request_id="next", prompt="The sky is", max_tokens=3),
+            metadata=service_metadata(),
+            timeout=30,
+        )
+    )
+    assert events[-1].finish_reason == node_pb2.FINISH_REASON_LENGTH and events[-1].completion_tokens == 3
+
+
+def test_a_generation_that_cannot_start_in_time_takes_no_slot(lm_node: node_pb2_grpc.NodeStub) -> None:
+    hog = lm_node.Generate(
+        request(request_id="busy", prompt="Once upon a time", max_tokens=400),
+        metadata=service_metadata(),
+        timeout=CALL_S,
+    )
+    next(hog)
+    hurried = request(request_id="hurried", prompt="Hello", max_tokens=5)
+    hurried.start_within.FromMilliseconds(200)
+    events = list(lm_node.Generate(hurried, metadata=service_metadata(), timeout=30))
+    hog.cancel()
+    assert [(e.finish_reason, e.completion_tokens) for e in events] == [(node_pb2.FINISH_REASON_DEADLINE, 0)]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"prompt": "hi", "messages": [FRANCE], "max_tokens": 4}, "either a prompt or chat messages"),
+        ({"prompt": "hi", "max_tokens": 0}, "max_tokens"),
+        ({"prompt": "word " * 600, "max_tokens": 4}, "exceed the context"),
+    ],
+)
+def test_bad_requests_are_invalid_argument(
+    lm_node: node_pb2_grpc.NodeStub, fields: dict[str, object], message: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as refused:
+        list(lm_node.Generate(request(**fields), metadata=service_metadata(), timeout=CALL_S))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert message in (refused.value.details() or "")
+
+
+def test_infer_batch_on_a_generative_version_says_to_generate(lm_node: node_pb2_grpc.NodeStub) -> None:
+    with pytest.raises(grpc.RpcError) as refused:
+        lm_node.InferBatch(
+            node_pb2.InferBatchRequest(
+                model="smollm2", version="1", items=[node_pb2.BatchItem(request_id="x")]
+            ),
+            metadata=service_metadata(),
+            timeout=CALL_S,
+        )
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "Generate" in (refused.value.details() or "")
