@@ -13,6 +13,7 @@ steps). Tokens/s is generated tokens over the makespan; TTFT from arrival to fir
 TPOT the mean gap between a request's later tokens.
 
     python -m bench.scenarios.generation [--requests 24] [--rate 3] [--max-tokens 16 128]
+        [--slots 1 8 32] [--skip-solo]
 """
 
 from __future__ import annotations
@@ -171,6 +172,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, nargs=2, default=(16, 128))
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--skip-solo", action="store_true", help="leave out (a), the slowest")
+    parser.add_argument("--slots", type=int, nargs="+", default=[1, 8, 32], help="engine sizes to run")
     opts = parser.parse_args()
     torch.set_num_threads(1)
     model, tokenizer = smollm2.load(smollm2.build_artifact(default_data_dir() / "models" / "smollm2"))
@@ -182,7 +184,7 @@ def main() -> None:
         runs.append(("(a) generate(), one at a time", partial(baseline, model, batch_size=1, pad=pad)))
     for size in (8, 32):
         runs.append((f"(b) static batches of {size}", partial(baseline, model, batch_size=size, pad=pad)))
-    for slots in (1, 8, 32):
+    for slots in opts.slots:
         runs.append((f"(c) engine, {slots} slots", partial(engine_run, model, slots=slots)))
     prompts = [len(r.prompt) for r in requests]
     print(
