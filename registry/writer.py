@@ -364,29 +364,31 @@ class RegistryWriter:
             c.detail["targets"] = route.targets
         return route
 
-    def place(self, model: str, version: str, node_name: str = "*") -> None:
-        """Ask nodes (one by name, a pool by its name, or ``*`` for all) to load this version."""
+    @contextmanager
+    def _placement(
+        self, action: str, model: str, version: str, node_name: str
+    ) -> Iterator[tuple[Change, int, Placement | None]]:
+        """A placement change: (the change, the version's row id, the placement if it exists)."""
         if node_name != "*":
             v.check_name("node", node_name)
-        with self._change("placement.add", "placement", f"{model}:{version}@{node_name}") as c:
+        with self._change(action, "placement", f"{model}:{version}@{node_name}") as c:
             row = _version(c.session, model, version)
             exists = c.session.exec(
                 select(Placement).where(Placement.version_id == row.id, Placement.node_name == node_name)
             ).first()
+            yield c, row.id or 0, exists
+
+    def place(self, model: str, version: str, node_name: str = "*") -> None:
+        """Ask nodes (one by name, a pool by its name, or ``*`` for all) to load this version."""
+        with self._placement("placement.add", model, version, node_name) as (c, version_id, exists):
             if exists is not None:
                 raise v.RegistryError(f"{model}:{version} is already placed on {node_name}")
-            c.session.add(Placement(version_id=row.id or 0, node_name=node_name))
+            c.session.add(Placement(version_id=version_id, node_name=node_name))
 
     def unplace(self, model: str, version: str, node_name: str = "*") -> bool:
         """Take a placement back: the nodes it named unload the version (those another
         placement still names keep it). Whether there was one."""
-        if node_name != "*":
-            v.check_name("node", node_name)
-        with self._change("placement.remove", "placement", f"{model}:{version}@{node_name}") as c:
-            row = _version(c.session, model, version)
-            exists = c.session.exec(
-                select(Placement).where(Placement.version_id == row.id, Placement.node_name == node_name)
-            ).first()
+        with self._placement("placement.remove", model, version, node_name) as (c, _, exists):
             if exists is not None:
                 c.session.delete(exists)
             c.detail["removed"] = exists is not None

@@ -39,6 +39,21 @@ DEFAULT_MAX_MESSAGE_BYTES = RouterSettings.model_fields["max_message_bytes"].def
 DEFAULT_HTTP_MAX_CONNECTIONS = RouterSettings.model_fields["http_max_connections"].default
 
 
+def wait_known(routers: list[str], key: str, timeout_s: float = KEY_WAIT_S) -> None:
+    """Until every router's registry snapshot knows ``key``."""
+    deadline = time.monotonic() + timeout_s
+    metadata = [("authorization", f"Bearer {key}")]
+    for router in routers:
+        stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(router))
+        while True:
+            try:
+                stub.ListModels(inference_pb2.ListModelsRequest(), metadata=metadata, timeout=timeout_s)
+                break
+            except grpc.RpcError:
+                assert time.monotonic() < deadline, f"router {router} never learnt the key"
+                time.sleep(REGISTRY_REFRESH_S / 2)
+
+
 @dataclass
 class E2E:
     router: str
@@ -89,18 +104,9 @@ class E2E:
         key = self.writer.create_tenant(name).plaintext
         if limits is not None:
             self.writer.set_quota(name, limits)
-        stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(self.router))
-        deadline = time.monotonic() + KEY_WAIT_S
-        while True:
-            try:
-                stub.ListModels(
-                    inference_pb2.ListModelsRequest(), metadata=[("authorization", f"Bearer {key}")]
-                )
-                time.sleep(REGISTRY_REFRESH_S * 3)  # the quota policy: a later write, a later refresh
-                return key
-            except grpc.RpcError:
-                assert time.monotonic() < deadline, "the router never learnt the new key"
-                time.sleep(REGISTRY_REFRESH_S / 2)
+        wait_known([self.router], key)
+        time.sleep(REGISTRY_REFRESH_S * 3)  # the quota policy: a later write, a later refresh
+        return key
 
 
 def seed(writer: RegistryWriter, fx: Path) -> dict[str, str]:

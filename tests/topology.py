@@ -13,14 +13,12 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
 from batcher_platform import REGISTRY_REFRESH_S, wait_for_replicas
-from router_platform import E2E, EMBED, EMBED_VERSIONS, seed
+from router_platform import E2E, EMBED, EMBED_VERSIONS, seed, wait_known
 
 from ferryman.cli.up import is_serving
 from ferryman.kernel.config import CommonSettings
 from ferryman.kernel.net import free_port
-from ferryman.v1 import inference_pb2, inference_pb2_grpc
 from registry.db import make_engine
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
@@ -118,21 +116,6 @@ def _wait_serving(topology: Topology, roles: dict[str, str]) -> None:
             time.sleep(POLL_S)
 
 
-def _wait_known(routers: list[str], key: str) -> None:
-    """Until every router's registry snapshot has the seeded keys."""
-    deadline = time.monotonic() + START_S
-    for router in routers:
-        stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(router))
-        while True:
-            try:
-                metadata = [("authorization", f"Bearer {key}")]
-                stub.ListModels(inference_pb2.ListModelsRequest(), metadata=metadata, timeout=POLL_S * 50)
-                break
-            except grpc.RpcError:
-                assert time.monotonic() < deadline, f"router {router} never learnt the keys"
-                time.sleep(POLL_S)
-
-
 @contextmanager
 def run_topology(root: Path, registry_url: str, redis_url: str) -> Iterator[Topology]:
     """The seeded platform of the end-to-end suite as separate processes; all stopped on exit."""
@@ -186,5 +169,5 @@ def run_topology(root: Path, registry_url: str, redis_url: str) -> Iterator[Topo
         reader = RegistryReader(engine)
         wait_for_replicas(reader, ("rn1",), {"minilm:1", *(f"{EMBED}:{v}" for v in EMBED_VERSIONS)})
         wait_for_replicas(reader, NODES, {"mlp:1", "mlp:2", "echo:1", "echo:slow"})
-        _wait_known(routers, keys["acme"])
+        wait_known(routers, keys["acme"], START_S)
         yield topology

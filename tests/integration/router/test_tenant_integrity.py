@@ -18,7 +18,7 @@ import grpc
 import numpy as np
 import pytest
 import redis.asyncio as aioredis
-from router_platform import E2E, MINILM_PRICE_PER_1K_TOKENS
+from router_platform import E2E, MINILM_PRICE_PER_1K_TOKENS, wait_known
 from services import start_redis, wait_for_redis
 
 from ferryman.cli.up import is_serving
@@ -63,20 +63,6 @@ def new_tenant(e2e: E2E, limits: QuotaLimits) -> tuple[str, str]:
     return tenant, key
 
 
-def wait_known(routers: list[str], key: str) -> None:
-    """Every router has loaded the config that knows the new key."""
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    for router in routers:
-        stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(router))
-        while True:
-            try:
-                stub.ListModels(inference_pb2.ListModelsRequest(), metadata=auth(key), timeout=5)
-                break
-            except grpc.RpcError:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
-
-
 def redis_usage(redis_url: str, tenant: str, **limits: object) -> dict[str, float]:
     """Usage straight from the routers' Redis counters."""
     record = PolicyRecord(tenant, "", None, None, None, None, None, "hard")
@@ -103,7 +89,7 @@ def test_one_request_id_buys_one_request_across_two_routers(e2e: E2E, redis_url:
         ]
         for _ in range(2)
     ]
-    wait_known(routers, key)
+    wait_known(routers, key, RUN_TIMEOUT_S)
     stubs = [inference_pb2_grpc.InferenceStub(grpc.insecure_channel(r)) for r in routers]
 
     def attempt(i: int) -> grpc.StatusCode:
@@ -127,7 +113,7 @@ def test_one_request_id_buys_one_request_across_two_routers(e2e: E2E, redis_url:
 def test_cancelled_calls_free_their_concurrency_slots(e2e: E2E) -> None:
     _, key = new_tenant(e2e, QuotaLimits(max_concurrency=5))
     router, _ = e2e.start_router(QuotaSettings())  # its own: the slow calls teach it nothing shared
-    wait_known([router], key)
+    wait_known([router], key, RUN_TIMEOUT_S)
     stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(router))
     calls = [
         stub.Predict.future(
@@ -195,7 +181,7 @@ def test_cost_limit_holds_under_150_concurrent_requests(e2e: E2E, redis_url: str
         ]
         for _ in range(2)
     ]
-    wait_known(routers, key)
+    wait_known(routers, key, RUN_TIMEOUT_S)
     stubs = [inference_pb2_grpc.InferenceStub(grpc.insecure_channel(r)) for r in routers]
 
     def attempt(i: int) -> float:
@@ -301,7 +287,7 @@ def test_a_killed_routers_reservations_end_within_a_lease(e2e: E2E, redis_url: s
     lease_s = 3.0
     _, key = new_tenant(e2e, QuotaLimits(max_concurrency=4))
     survivor, _ = e2e.start_router(QuotaSettings(backend="redis", redis_url=redis_url, lease_s=lease_s))
-    wait_known([survivor], key)
+    wait_known([survivor], key, RUN_TIMEOUT_S)
     other = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(survivor))
     port = free_port()
     env = {
@@ -320,7 +306,7 @@ def test_a_killed_routers_reservations_end_within_a_lease(e2e: E2E, redis_url: s
         while not is_serving(address):
             assert doomed.poll() is None and time.monotonic() < deadline
             time.sleep(0.2)
-        wait_known([address], key)
+        wait_known([address], key, RUN_TIMEOUT_S)
         stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(address))
         slow = {"delay_ms": "8000"}  # one batch of the four, still running at the kill
         calls = [
