@@ -279,7 +279,12 @@ class NodeService:
             return False
         return True
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        """Stop the generation engines (their workers deliver to this loop), then the pools."""
+        for slot in self.slots.values():
+            if slot.lm is not None:
+                await slot.lm.close()
+                slot.lm = None
         self._batch_pool.shutdown(wait=False, cancel_futures=True)
         self._load_pool.shutdown(wait=False, cancel_futures=True)
 

@@ -74,7 +74,12 @@ class GenerationDriver:
             return
         if event.finish is not None:
             del self._events[event.seq_id]
-        self._loop.call_soon_threadsafe(events.put_nowait, event)
+        self._send(events, event)
+
+    def _send(self, events: asyncio.Queue[TokenEvent], event: TokenEvent) -> None:
+        # A loop that closed has no one left to read the event: drop it.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(events.put_nowait, event)
 
     def _apply(self, command: _Submit | _Finish) -> None:
         if isinstance(command, _Submit):
@@ -82,9 +87,7 @@ class GenerationDriver:
                 self._engine.submit(command.seq, command.sampling)
             except ValueError as exc:
                 log.warning("generation %s refused: %s", command.seq.id, exc)
-                self._loop.call_soon_threadsafe(
-                    command.events.put_nowait, TokenEvent(command.seq.id, None, FinishReason.ERROR)
-                )
+                self._send(command.events, TokenEvent(command.seq.id, None, FinishReason.ERROR))
                 return
             self._events[command.seq.id] = command.events
         elif self._engine.finish(command.seq_id, command.reason):
