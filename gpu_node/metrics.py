@@ -5,6 +5,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 COMPUTE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+TPOT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
 class NodeMetrics:
@@ -32,5 +34,43 @@ class NodeMetrics:
             "ferryman_node_item_errors",
             "Items that failed, by reason.",
             [*labels, "reason"],
+            registry=self.registry,
+        )
+        self.ttft = Histogram(
+            "ferryman_generation_ttft_seconds",
+            "Time from a generation's arrival at the node to its first token.",
+            labels,
+            buckets=TTFT_BUCKETS,
+            registry=self.registry,
+        )
+        self.tpot = Histogram(
+            "ferryman_generation_tpot_seconds",
+            "Mean time per output token after the first, one sample per generation.",
+            labels,
+            buckets=TPOT_BUCKETS,
+            registry=self.registry,
+        )
+        self.generated = Counter(
+            "ferryman_generation_tokens",
+            "Tokens of finished generations, by kind (prompt, completion).",
+            [*labels, "kind"],
+            registry=self.registry,
+        )
+        self.finished = Counter(
+            "ferryman_generation_finished",
+            "Generations ended, by finish reason (stop, length, cancelled, quota, deadline, error).",
+            [*labels, "reason"],
+            registry=self.registry,
+        )
+        self.sequences = Gauge(
+            "ferryman_generation_sequences",
+            "Generations in the engine, by state (running: holding a KV cache slot; waiting).",
+            [*labels, "state"],
+            registry=self.registry,
+        )
+        self.slots = Gauge(
+            "ferryman_generation_slots",
+            "KV cache slots of a causal-LM version (generations it can run at once).",
+            labels,
             registry=self.registry,
         )

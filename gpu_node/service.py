@@ -91,7 +91,8 @@ class NodeService:
             loaded = await loop.run_in_executor(self._load_pool, load_causal_lm, path, limits)
         except Exception as exc:
             raise LoadError(f"loading {path} as causal_lm failed: {type(exc).__name__}: {exc}") from exc
-        slot.lm, slot.schema = CausalLM(loaded, loop), parse_schema(slot.spec)
+        labels = {"model": slot.spec.model, "version": slot.spec.version}
+        slot.lm, slot.schema = CausalLM(loaded, loop, self.metrics, labels), parse_schema(slot.spec)
 
     async def load(self, spec: node_pb2.ModelVersionSpec) -> ModelSlot:
         """Load a version beside the others; a failure marks only it FAILED."""

@@ -32,6 +32,12 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     "ferryman_node_batches": ("counter", ("model", "version")),
     "ferryman_node_compute_seconds": ("histogram", ("model", "version")),
     "ferryman_node_item_errors": ("counter", ("model", "version", "reason")),
+    "ferryman_generation_ttft_seconds": ("histogram", ("model", "version")),
+    "ferryman_generation_tpot_seconds": ("histogram", ("model", "version")),
+    "ferryman_generation_tokens": ("counter", ("model", "version", "kind")),
+    "ferryman_generation_finished": ("counter", ("model", "version", "reason")),
+    "ferryman_generation_sequences": ("gauge", ("model", "version", "state")),
+    "ferryman_generation_slots": ("gauge", ("model", "version")),
 }
 
 SUFFIXES = {

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
 from gpu_node.generation.engine import GREEDY, GenerationEngine, Sampling, TokenEvent
@@ -40,9 +40,16 @@ class _Finish:
 class GenerationDriver:
     """``generate`` yields a sequence's token events until its finish."""
 
-    def __init__(self, engine: GenerationEngine, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        engine: GenerationEngine,
+        loop: asyncio.AbstractEventLoop,
+        on_step: Callable[[int, int], None] = lambda running, waiting: None,
+    ) -> None:
+        """``on_step(running, waiting)`` is called on the worker after every step."""
         self._engine = engine
         self._loop = loop
+        self._on_step = on_step
         self._inbox: queue.SimpleQueue[_Submit | _Finish | None] = queue.SimpleQueue()
         self._events: dict[str, asyncio.Queue[TokenEvent]] = {}
         self._thread = threading.Thread(target=self._run, name="generation", daemon=True)
@@ -110,17 +117,21 @@ class GenerationDriver:
 
     def _run(self) -> None:
         while self._drain(block=self._engine.idle):
-            if self._engine.idle:
-                continue
-            try:
-                events = self._engine.step()
-            except Exception:
-                log.exception("a generation step failed: ending every running sequence")
-                self._end(FinishReason.ERROR)
-                continue
-            for event in events:
-                self._deliver(event)
+            if not self._engine.idle:
+                self._step()
+            self._on_step(len(self._engine.scheduler.running), self._engine.scheduler.waiting)
         self._end(FinishReason.CANCELLED)
+        self._on_step(0, 0)
+
+    def _step(self) -> None:
+        try:
+            events = self._engine.step()
+        except Exception:
+            log.exception("a generation step failed: ending every running sequence")
+            self._end(FinishReason.ERROR)
+            return
+        for event in events:
+            self._deliver(event)
 
     def _end(self, reason: FinishReason) -> None:
         for seq_id in self._engine.live():

@@ -5,6 +5,7 @@ text of each generation streamed as it decodes."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from gpu_node.generation.driver import GenerationDriver
 from gpu_node.generation.engine import GenerationEngine, Sampling
 from gpu_node.generation.llama import SlotLlama
 from gpu_node.generation.scheduler import FinishReason, Scheduler, Sequence, VirtualTokenCounter
+from gpu_node.metrics import NodeMetrics
 
 REPLACEMENT = "\ufffd"
 """What a tokenizer decodes half a multi-byte character to: held back until complete."""
@@ -45,6 +47,7 @@ class LoadedLM:
 
     tokenizer: Any
     engine: GenerationEngine
+    slots: int
 
 
 def load_causal_lm(path: Path, limits: EngineLimits) -> LoadedLM:
@@ -61,7 +64,7 @@ def load_causal_lm(path: Path, limits: EngineLimits) -> LoadedLM:
     engine.submit(Sequence("warm-up", "", tokenizer("Ferryman")["input_ids"], max_tokens=2))
     while not engine.idle:
         engine.step()
-    return LoadedLM(tokenizer, engine)
+    return LoadedLM(tokenizer, engine, limits.slots)
 
 
 def sampling_of(params: node_pb2.SamplingParams) -> Sampling:
@@ -76,9 +79,20 @@ def sampling_of(params: node_pb2.SamplingParams) -> Sampling:
 class CausalLM:
     """Generations of one loaded version, on the event loop."""
 
-    def __init__(self, loaded: LoadedLM, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, loaded: LoadedLM, loop: asyncio.AbstractEventLoop, metrics: NodeMetrics, labels: dict[str, str]
+    ) -> None:
         self.tokenizer = loaded.tokenizer
-        self.driver = GenerationDriver(loaded.engine, loop)
+        self._metrics, self._labels = metrics, labels
+        running = metrics.sequences.labels(**labels, state="running")
+        waiting = metrics.sequences.labels(**labels, state="waiting")
+
+        def gauges(now_running: int, now_waiting: int) -> None:
+            running.set(now_running)
+            waiting.set(now_waiting)
+
+        metrics.slots.labels(**labels).set(loaded.slots)
+        self.driver = GenerationDriver(loaded.engine, loop, gauges)
 
     def prompt_ids(self, request: node_pb2.GenerateRequest) -> list[int]:
         """The prompt's token ids: chat messages through the chat template, or the raw prompt."""
@@ -105,6 +119,8 @@ class CausalLM:
         )
         tokens: list[int] = []
         sent = ""
+        arrived = time.monotonic()
+        first_at = arrived
         # Closed explicitly: an async for does not close what it iterates when left early,
         # and the driver frees the slot when its stream closes.
         events = self.driver.generate(seq, sampling_of(request.sampling))
@@ -112,6 +128,9 @@ class CausalLM:
             async for event in events:
                 delta = node_pb2.GenerateEvent()
                 if event.token is not None:
+                    if not tokens:
+                        first_at = time.monotonic()
+                        self._metrics.ttft.labels(**self._labels).observe(first_at - arrived)
                     tokens.append(event.token)
                     delta.token_ids.append(event.token)
                     text = self.tokenizer.decode(tokens, skip_special_tokens=True)
@@ -121,9 +140,18 @@ class CausalLM:
                     delta.finish_reason = FINISH_TO_PROTO[event.finish]
                     delta.prompt_tokens = len(prompt)
                     delta.completion_tokens = len(tokens)
+                    self._finished(event.finish, len(prompt), tokens, first_at)
                 yield delta
         finally:
             await events.aclose()
+
+    def _finished(self, reason: FinishReason, prompt: int, tokens: list[int], first_at: float) -> None:
+        m, labels = self._metrics, self._labels
+        m.finished.labels(**labels, reason=reason.value).inc()
+        m.generated.labels(**labels, kind="prompt").inc(prompt)
+        m.generated.labels(**labels, kind="completion").inc(len(tokens))
+        if len(tokens) > 1:
+            m.tpot.labels(**labels).observe((time.monotonic() - first_at) / (len(tokens) - 1))
 
     async def close(self) -> None:
         """End its generations (CANCELLED) and stop its worker."""

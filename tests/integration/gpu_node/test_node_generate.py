@@ -4,6 +4,7 @@ start in time is refused without a slot, and bad requests are INVALID_ARGUMENT."
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,15 +12,23 @@ import grpc
 import pytest
 from harness import ServiceThread
 from internal import internal_channel, service_metadata
+from metrics_scrape import sample
 from node_helpers import node_settings, spec
 
 from ferryman.kernel.config import CommonSettings
+from ferryman.kernel.net import free_port
 from ferryman.v1 import node_pb2, node_pb2_grpc
 from gpu_node.demo import smollm2
 from gpu_node.server import serve_node
 
 CALL_S = 120.0
+KINDS = ("prompt", "completion")
+GAUGE_WAIT_S = 5.0
 FRANCE = node_pb2.ChatMessage(role="user", content="What is the capital of France?")
+
+
+METRICS = f"127.0.0.1:{free_port()}"
+LABELS = {"model": "smollm2", "version": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +36,9 @@ def lm_node(
     smollm2_artifact: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[node_pb2_grpc.NodeStub]:
     """A node serving smollm2:1 with one generation slot (so a held slot is visible)."""
-    settings = node_settings(torch_threads=1, generation_slots=1, generation_max_len=512)
+    settings = node_settings(
+        torch_threads=1, generation_slots=1, generation_max_len=512, metrics_listen=METRICS
+    )
     common = CommonSettings(data_dir=tmp_path_factory.mktemp("lm-node"))
     service = ServiceThread(lambda stop, ready: serve_node(settings, common, stop, ready), "lm-node")
     address = service.start()
@@ -46,6 +57,9 @@ def request(**fields: object) -> node_pb2.GenerateRequest:
 
 
 def test_a_chat_answer_streams_with_its_usage(lm_node: node_pb2_grpc.NodeStub) -> None:
+    url = f"http://{METRICS}/metrics"
+    before = {kind: sample(url, "ferryman_generation_tokens_total", **LABELS, kind=kind) for kind in KINDS}
+    ttft_before = sample(url, "ferryman_generation_ttft_seconds_count", **LABELS)
     chat = request(messages=[FRANCE], max_tokens=16)
     events = list(lm_node.Generate(chat, metadata=service_metadata(), timeout=CALL_S))
     text = "".join(e.text for e in events)
@@ -54,6 +68,16 @@ def test_a_chat_answer_streams_with_its_usage(lm_node: node_pb2_grpc.NodeStub) -
     assert last.finish_reason in (node_pb2.FINISH_REASON_STOP, node_pb2.FINISH_REASON_LENGTH)
     assert last.completion_tokens == sum(len(e.token_ids) for e in events) <= 16
     assert last.prompt_tokens > 10, "the chat template's tokens count as prompt"
+    counted = {kind: sample(url, "ferryman_generation_tokens_total", **LABELS, kind=kind) for kind in KINDS}
+    assert counted["prompt"] - before["prompt"] == last.prompt_tokens
+    assert counted["completion"] - before["completion"] == last.completion_tokens
+    assert sample(url, "ferryman_generation_ttft_seconds_count", **LABELS) == ttft_before + 1
+    assert sample(url, "ferryman_generation_slots", **LABELS) == 1
+    # The worker sets the gauges just after it hands out the step's tokens.
+    deadline = time.monotonic() + GAUGE_WAIT_S
+    while sample(url, "ferryman_generation_sequences", **LABELS, state="running") != 0:
+        assert time.monotonic() < deadline, "the finished generation still counts as running"
+        time.sleep(0.05)
 
 
 def test_a_stream_the_client_leaves_frees_its_slot(lm_node: node_pb2_grpc.NodeStub) -> None:
