@@ -16,7 +16,7 @@ def sample(url: str, name: str, **labels: str) -> float:
     return scrape(url).get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def total(url: str, name: str, **labels: str) -> float:
-    """The sum of ``name`` over every series whose labels include ``labels``."""
-    series = scrape(url).items()
-    return sum(v for (n, have), v in series if n == name and labels.items() <= dict(have).items())
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of ``name`` over every series in ``samples`` whose labels include ``labels``."""
+    want = set(labels.items())
+    return sum(v for (n, have), v in samples.items() if n == name and want <= set(have))

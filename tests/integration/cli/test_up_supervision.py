@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ import numpy as np
 import psutil
 import pytest
 from figures import report
+from sdk_load import SdkLoad
 
 from ferryman.bench.neighbors import ferryman_up, start_up
 from ferryman.kernel.net import free_port
@@ -28,7 +28,7 @@ from ferryman.sdk.errors import FerrymanError
 RECOVER_S = 90.0
 """A restarted node reloads its models; the rest come back in a few seconds."""
 GONE_S = 30.0
-LOAD_TIMEOUT_S = 30.0
+LOAD_CLIENTS = 2
 PAUSE_S = 0.02
 ROLES = {"node-1": "--name node-1", "batcher": "serve batcher", "router": "serve router"}
 
@@ -47,33 +47,6 @@ def child_pid(up_pid: int, role: str) -> int | None:
         except psutil.NoSuchProcess:
             continue
     return None
-
-
-class Load:
-    """Two closed-loop clients (the SDK, with its retries) until stopped; counts outcomes."""
-
-    def __init__(self, router: str, key: str) -> None:
-        self.ok = 0
-        self.failed: list[str] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(router, key)) for _ in range(2)]
-        for thread in self._threads:
-            thread.start()
-
-    def _run(self, router: str, key: str) -> None:
-        with Client(router, key, timeout=LOAD_TIMEOUT_S) as client:
-            while not self._stop.is_set():
-                try:
-                    client.predict("mlp", np.random.rand(1, 512).astype(np.float32))
-                    self.ok += 1
-                except FerrymanError as exc:
-                    self.failed.append(type(exc).__name__)
-                time.sleep(PAUSE_S)
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
 
 
 def serving_again(router: str, key: str) -> float:
@@ -99,7 +72,7 @@ def up(data_dir: Path) -> Iterator[dict[str, Any]]:
 def test_a_killed_child_is_restarted_and_the_platform_serves_again(up: dict[str, Any], role: str) -> None:
     victim = child_pid(up["pid"], role)
     assert victim is not None, f"no {role} under ferryman up"
-    load = Load(up["router"], up["api_key"])
+    load = SdkLoad(up["router"], up["api_key"], clients=LOAD_CLIENTS, pause_s=PAUSE_S)
     time.sleep(1.0)
     os.kill(victim, signal.SIGKILL)
     recovered = serving_again(up["router"], up["api_key"])

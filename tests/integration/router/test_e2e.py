@@ -5,7 +5,6 @@ ends with a kill -9 of one of each under load."""
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections import Counter
@@ -18,6 +17,7 @@ import torch
 from figures import report
 from metrics_scrape import sample
 from router_platform import E2E, SLOW_MS
+from sdk_load import SdkLoad
 from topology import Topology
 
 import ferryman
@@ -29,7 +29,6 @@ from gpu_node.demo import echo, mlp
 RNG = np.random.default_rng(11)
 PLATFORMS = ("in-process", "topology")
 LOAD_CLIENTS = 4
-LOAD_TIMEOUT_S = 30.0
 RECOVER_S = 30.0
 SETTLE_S = 1.0
 PAUSE_S = 0.01
@@ -377,54 +376,16 @@ def test_identical_requests_through_both_routers_share_one_execution(topology: T
     assert sum(not a.coalesced for a in answers) == 1, "one execution served all six"
 
 
-class Load:
-    """Closed-loop SDK clients (with their retries) on every router until stopped."""
-
-    def __init__(self, target: str, key: str) -> None:
-        self.ok = 0
-        self.failed: list[str] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(target, key)) for _ in range(LOAD_CLIENTS)]
-        for thread in self._threads:
-            thread.start()
-
-    def _run(self, target: str, key: str) -> None:
-        with ferryman.Client(target, key, timeout=LOAD_TIMEOUT_S) as client:
-            while not self._stop.is_set():
-                try:
-                    client.predict("mlp", RNG.random((1, 512), np.float32))
-                    with self._lock:
-                        self.ok += 1
-                except ferryman.FerrymanError as exc:
-                    with self._lock:
-                        self.failed.append(f"{type(exc).__name__}: {exc}")
-                time.sleep(PAUSE_S)
-
-    def answered_after(self, count: int) -> float:
-        """Seconds until ``count`` more requests are answered."""
-        started, target = time.monotonic(), self.ok + count
-        while self.ok < target:
-            assert time.monotonic() - started < RECOVER_S, f"not serving {RECOVER_S} s later"
-            time.sleep(PAUSE_S)
-        return time.monotonic() - started
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join()
-
-
 def test_the_topology_serves_through_kill_9_of_a_node_a_batcher_and_a_router(topology: Topology) -> None:
     """Last in this module: nothing restarts what it kills (Kubernetes would)."""
-    load = Load(topology.target, topology.e2e.keys["acme"])
+    load = SdkLoad(topology.target, topology.e2e.keys["acme"], clients=LOAD_CLIENTS, pause_s=PAUSE_S)
     try:
-        load.answered_after(LOAD_CLIENTS * 10)
+        load.answered_after(LOAD_CLIENTS * 10, RECOVER_S)
         failed: dict[str, list[str]] = {}
         for victim in ("rn2", topology.owner("mlp"), "router-0"):
             before = len(load.failed)
             topology.kill(victim)
-            recovered_s = load.answered_after(LOAD_CLIENTS * 10)
+            recovered_s = load.answered_after(LOAD_CLIENTS * 10, RECOVER_S)
             time.sleep(SETTLE_S)
             failed[victim] = load.failed[before:]
             figures = {"serving_again_s": round(recovered_s, 2), "failed": len(failed[victim])}

@@ -7,21 +7,16 @@ import uuid
 
 import grpc
 import numpy as np
-from metrics_scrape import scrape
+from metrics_scrape import scrape, total
 from router_platform import E2E
 
 from ferryman.kernel.metrics_catalog import CATALOG, family
 from ferryman.tensors import encode
+from ferryman.top import Samples
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from gpu_node.demo import echo
 
 REQUESTS = 12
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def total(samples: Samples, name: str, **labels: str) -> float:
-    want = set(labels.items())
-    return sum(v for (n, ls), v in samples.items() if n == name and want <= set(ls))
 
 
 def all_of(urls: list[str]) -> Samples:

@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
-from metrics_scrape import total
+from metrics_scrape import scrape, total
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
@@ -215,7 +215,7 @@ def test_metrics_are_pushed_over_otlp_with_the_prometheus_numbers(collected: Col
     with ferryman.Client(running.address, running.key) as client:
         for _ in range(3):
             client.predict("mlp", np.random.rand(1, 512).astype(np.float32))
-    scraped = total(collected.router_metrics, "ferryman_requests_total", model="mlp", code="OK")
+    scraped = total(scrape(collected.router_metrics), "ferryman_requests_total", model="mlp", code="OK")
     assert scraped >= 3
     deadline = time.monotonic() + EXPORT_WAIT_S
     while metrics.value("ferryman-router", "ferryman_requests", model="mlp", code="OK") < scraped:
