@@ -152,8 +152,7 @@ class GenerationEngine:
             self.prefill_forwards += 1
             seq.prefilled = end
             if end < len(seq.prompt):
-                seq.move(SeqState.PREFILLING)
-                continue
+                continue  # more chunks in later steps
             seq.move(SeqState.DECODING)
             self._emit(seq, self._sample(seq, logits), events)
         decode = [s for s in plan.decode if s.state == SeqState.DECODING]

@@ -7,8 +7,8 @@ OSDI 2024): the tenant that has received the least service, weighted, goes first
 from __future__ import annotations
 
 import enum
+import heapq
 import itertools
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -22,7 +22,7 @@ class SeqState(enum.Enum):
 
 TRANSITIONS: dict[SeqState, frozenset[SeqState]] = {
     SeqState.WAITING: frozenset({SeqState.PREFILLING, SeqState.FINISHED}),
-    SeqState.PREFILLING: frozenset({SeqState.PREFILLING, SeqState.DECODING, SeqState.FINISHED}),
+    SeqState.PREFILLING: frozenset({SeqState.DECODING, SeqState.FINISHED}),
     SeqState.DECODING: frozenset({SeqState.FINISHED}),
     SeqState.FINISHED: frozenset(),
 }
@@ -113,7 +113,8 @@ class Scheduler:
         self._step_tokens = step_tokens
         self._free = list(range(slots))
         self._order = itertools.count()
-        self._waiting: dict[str, deque[tuple[int, int, Sequence]]] = {}
+        # Per tenant, a heap by (priority, arrival): its head is the next to admit.
+        self._waiting: dict[str, list[tuple[int, int, Sequence]]] = {}
         self.running: list[Sequence] = []
 
     @property
@@ -124,20 +125,19 @@ class Scheduler:
         return {s.tenant for s in self.running} | {t for t, q in self._waiting.items() if q}
 
     def add(self, seq: Sequence) -> None:
-        if seq.tenant not in self.busy_tenants():
-            self.counter.arrive(seq.tenant, self.busy_tenants())
-        queue = self._waiting.setdefault(seq.tenant, deque())
-        queue.append((seq.priority, next(self._order), seq))
-        # Priorities are few; a sorted insert keeps the head the next to admit.
-        self._waiting[seq.tenant] = deque(sorted(queue, key=lambda e: (e[0], e[1])))
+        busy = self.busy_tenants()
+        if seq.tenant not in busy:
+            self.counter.arrive(seq.tenant, busy)
+        heapq.heappush(self._waiting.setdefault(seq.tenant, []), (seq.priority, next(self._order), seq))
 
     def finish(self, seq: Sequence, reason: FinishReason) -> None:
         """End ``seq`` now, wherever it is; its slot is free for the next step."""
         if seq.state == SeqState.FINISHED:
             return
         if seq.state == SeqState.WAITING:
-            queue = self._waiting.get(seq.tenant, deque())
-            self._waiting[seq.tenant] = deque(e for e in queue if e[2] is not seq)
+            queue = [e for e in self._waiting.get(seq.tenant, []) if e[2] is not seq]
+            heapq.heapify(queue)
+            self._waiting[seq.tenant] = queue
         else:
             self.running.remove(seq)
         if seq.slot is not None:
@@ -150,7 +150,7 @@ class Scheduler:
         tenants = [t for t, q in self._waiting.items() if q]
         if not tenants:
             return None
-        return self._waiting[self.counter.least(tenants)].popleft()[2]
+        return heapq.heappop(self._waiting[self.counter.least(tenants)])[2]
 
     def _expired(self, now: float) -> list[Sequence]:
         """Waiting sequences past their start-by time, finished DEADLINE: refused at once,
@@ -159,7 +159,9 @@ class Scheduler:
         for tenant, queue in self._waiting.items():
             if any(now > e[2].start_by for e in queue):
                 expired += [e[2] for e in queue if now > e[2].start_by]
-                self._waiting[tenant] = deque(e for e in queue if now <= e[2].start_by)
+                kept = [e for e in queue if now <= e[2].start_by]
+                heapq.heapify(kept)
+                self._waiting[tenant] = kept
         for seq in expired:
             seq.finish = FinishReason.DEADLINE
             seq.move(SeqState.FINISHED)
