@@ -11,12 +11,13 @@ from pathlib import Path
 import grpc
 import pytest
 from harness import ServiceThread
-from internal import internal_channel, service_metadata
+from internal import internal_channel
 from metrics_scrape import sample
 from node_helpers import node_settings, spec
 
 from ferryman.kernel.config import CommonSettings
 from ferryman.kernel.net import free_port
+from ferryman.kernel.security import TOKEN_HEADER
 from ferryman.v1 import node_pb2, node_pb2_grpc
 from gpu_node.demo import smollm2
 from gpu_node.server import serve_node
@@ -32,9 +33,7 @@ LABELS = {"model": "smollm2", "version": "1"}
 
 
 @pytest.fixture(scope="module")
-def lm_node(
-    smollm2_artifact: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[node_pb2_grpc.NodeStub]:
+def lm_address(smollm2_artifact: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A node serving smollm2:1 with one generation slot (so a held slot is visible)."""
     settings = node_settings(
         torch_threads=1, generation_slots=1, generation_max_len=512, metrics_listen=METRICS
@@ -47,8 +46,15 @@ def lm_node(
         version = spec("smollm2", "1", smollm2_artifact, "causal_lm", smollm2.SCHEMA, max_batch_size=1)
         loaded = stub.LoadModel(node_pb2.LoadModelRequest(spec=version), timeout=CALL_S)
         assert loaded.state == node_pb2.VERSION_STATE_SERVING, loaded.reason
-        yield stub
+    yield address
     service.stop()
+
+
+@pytest.fixture(scope="module")
+def lm_node(lm_address: str) -> Iterator[node_pb2_grpc.NodeStub]:
+    """A stub that authenticates as a platform service (the channel adds the token)."""
+    with internal_channel(lm_address) as channel:
+        yield node_pb2_grpc.NodeStub(channel)
 
 
 def request(**fields: object) -> node_pb2.GenerateRequest:
@@ -61,7 +67,7 @@ def test_a_chat_answer_streams_with_its_usage(lm_node: node_pb2_grpc.NodeStub) -
     before = {kind: sample(url, "ferryman_generation_tokens_total", **LABELS, kind=kind) for kind in KINDS}
     ttft_before = sample(url, "ferryman_generation_ttft_seconds_count", **LABELS)
     chat = request(messages=[FRANCE], max_tokens=16)
-    events = list(lm_node.Generate(chat, metadata=service_metadata(), timeout=CALL_S))
+    events = list(lm_node.Generate(chat, timeout=CALL_S))
     text = "".join(e.text for e in events)
     assert "Paris" in text
     last = events[-1]
@@ -83,7 +89,6 @@ def test_a_chat_answer_streams_with_its_usage(lm_node: node_pb2_grpc.NodeStub) -
 def test_a_stream_the_client_leaves_frees_its_slot(lm_node: node_pb2_grpc.NodeStub) -> None:
     hog = lm_node.Generate(
         request(request_id="hog", prompt="Once upon a time", max_tokens=400),
-        metadata=service_metadata(),
         timeout=CALL_S,
     )
     assert next(hog).token_ids and next(hog).token_ids  # running: it holds the only slot
@@ -92,7 +97,6 @@ def test_a_stream_the_client_leaves_frees_its_slot(lm_node: node_pb2_grpc.NodeSt
     events = list(
         lm_node.Generate(
             request(request_id="next", prompt="The sky is", max_tokens=3),
-            metadata=service_metadata(),
             timeout=30,
         )
     )
@@ -102,13 +106,12 @@ def test_a_stream_the_client_leaves_frees_its_slot(lm_node: node_pb2_grpc.NodeSt
 def test_a_generation_that_cannot_start_in_time_takes_no_slot(lm_node: node_pb2_grpc.NodeStub) -> None:
     hog = lm_node.Generate(
         request(request_id="busy", prompt="Once upon a time", max_tokens=400),
-        metadata=service_metadata(),
         timeout=CALL_S,
     )
     next(hog)
     hurried = request(request_id="hurried", prompt="Hello", max_tokens=5)
     hurried.start_within.FromMilliseconds(200)
-    events = list(lm_node.Generate(hurried, metadata=service_metadata(), timeout=30))
+    events = list(lm_node.Generate(hurried, timeout=30))
     hog.cancel()
     assert [(e.finish_reason, e.completion_tokens) for e in events] == [(node_pb2.FINISH_REASON_DEADLINE, 0)]
 
@@ -125,7 +128,7 @@ def test_bad_requests_are_invalid_argument(
     lm_node: node_pb2_grpc.NodeStub, fields: dict[str, object], message: str
 ) -> None:
     with pytest.raises(grpc.RpcError) as refused:
-        list(lm_node.Generate(request(**fields), metadata=service_metadata(), timeout=CALL_S))
+        list(lm_node.Generate(request(**fields), timeout=CALL_S))
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert message in (refused.value.details() or "")
 
@@ -136,8 +139,18 @@ def test_infer_batch_on_a_generative_version_says_to_generate(lm_node: node_pb2_
             node_pb2.InferBatchRequest(
                 model="smollm2", version="1", items=[node_pb2.BatchItem(request_id="x")]
             ),
-            metadata=service_metadata(),
             timeout=CALL_S,
         )
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "Generate" in (refused.value.details() or "")
+
+
+def test_generate_demands_the_service_token(lm_address: str) -> None:
+    """Only the platform's services may generate on a node: no token, no tokens."""
+    with grpc.insecure_channel(lm_address) as channel:
+        anonymous = node_pb2_grpc.NodeStub(channel)
+        asked = request(prompt="hi", max_tokens=2)
+        for metadata in ((), ((TOKEN_HEADER, "guessed"),)):
+            with pytest.raises(grpc.RpcError) as refused:
+                list(anonymous.Generate(asked, metadata=metadata, timeout=CALL_S))
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
