@@ -18,7 +18,7 @@ from ferryman.errors import Reason, make_status
 from ferryman.kernel.security import Security, aio_channel
 from ferryman.kernel.serving import channel_options
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
-from router.discovery import Member, Resolver, flatten, resolve, system_resolver
+from router.discovery import Member, Resolver, flatten, resolve, split, system_resolver
 
 log = logging.getLogger("ferryman.router.batchers")
 
@@ -119,6 +119,8 @@ class BatcherPool:
     ) -> None:
         if not addresses:
             raise ValueError("the router needs at least one batcher address")
+        for address in addresses:
+            split(address)  # a misconfigured address stops the router at start, not at first use
         self._configured = addresses
         self._resolver = resolver
         self._members = {a: [Member(a)] for a in addresses}

@@ -21,10 +21,11 @@ def _overrides(**values: Any) -> dict[str, Any]:
 
 
 def _serve(main: Coroutine[Any, Any, int]) -> NoReturn:
-    """Run a service to its exit code; a port it cannot bind is a one-line error."""
+    """Run a service to its exit code; a port it cannot bind, or a setting it cannot use
+    (a ValueError while it starts, e.g. a batcher address without a port), is a one-line error."""
     try:
         code = uvloop.run(main)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         fail(str(exc))
     raise typer.Exit(code)
 

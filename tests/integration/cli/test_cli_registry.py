@@ -244,3 +244,18 @@ def test_an_unreachable_registry_is_one_line_not_a_traceback(tmp_path: Path) -> 
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: the registry database cannot be reached"), lines
+
+
+def test_a_batcher_address_without_a_port_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    env = {**os.environ, "FERRYMAN_DATA_DIR": str(tmp_path)}
+    env.pop("FERRYMAN_DATABASE_URL", None)
+
+    def ferryman(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "ferryman", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+    assert ferryman("db", "upgrade").returncode == 0
+    done = ferryman("serve", "router", "--listen", f"127.0.0.1:{free_port()}", "--batchers", "nohost")
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert lines == ["error: batcher address 'nohost' is not host:port"], lines

@@ -51,6 +51,8 @@ def test_addresses_must_name_a_port() -> None:
     assert split("[fd00::1]:7003") == ("fd00::1", 7003)
     with pytest.raises(ValueError, match="host:port"):
         split("batcher")
+    with pytest.raises(ValueError, match="'batcher' is not host:port"):
+        BatcherPool(["10.0.0.1:7003", "batcher"], 1, 1 << 20, Security())
 
 
 def test_a_new_batcher_takes_only_the_models_it_now_owns() -> None:
