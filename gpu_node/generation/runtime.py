@@ -76,6 +76,34 @@ def sampling_of(params: node_pb2.SamplingParams) -> Sampling:
     )
 
 
+class IncrementalText:
+    """Text deltas of a growing token list, decoding only a short window each token (as
+    TGI does): the tokens since the last emitted text, with a few before them as context
+    (a token's text can depend on its neighbour, e.g. a leading space)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._tokens: list[int] = []
+        self._prefix = 0
+        """Start of the window: tokens before it are never decoded again."""
+        self._read = 0
+        """Tokens up to here have had their text emitted."""
+
+    def _decode(self, tokens: list[int]) -> str:
+        text: str = self._tokenizer.decode(tokens, skip_special_tokens=True)
+        return text
+
+    def add(self, token: int) -> str:
+        """The text ``token`` completes ("" while a character is still split)."""
+        self._tokens.append(token)
+        emitted = self._decode(self._tokens[self._prefix : self._read])
+        window = self._decode(self._tokens[self._prefix :])
+        if len(window) <= len(emitted) or window.endswith(REPLACEMENT):
+            return ""
+        self._prefix, self._read = self._read, len(self._tokens)
+        return window[len(emitted) :]
+
+
 class CausalLM:
     """Generations of one loaded version, on the event loop."""
 
@@ -118,7 +146,7 @@ class CausalLM:
             priority=request.priority,
         )
         tokens: list[int] = []
-        sent = ""
+        text = IncrementalText(self.tokenizer)
         arrived = time.monotonic()
         first_at = arrived
         # Closed explicitly: an async for does not close what it iterates when left early,
@@ -133,9 +161,7 @@ class CausalLM:
                         self._metrics.ttft.labels(**self._labels).observe(first_at - arrived)
                     tokens.append(event.token)
                     delta.token_ids.append(event.token)
-                    text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-                    if not text.endswith(REPLACEMENT):
-                        delta.text, sent = text[len(sent) :], text
+                    delta.text = text.add(event.token)
                 if event.finish is not None:
                     delta.finish_reason = FINISH_TO_PROTO[event.finish]
                     delta.prompt_tokens = len(prompt)

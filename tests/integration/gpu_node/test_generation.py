@@ -13,6 +13,7 @@ import torch
 from gpu_node.demo import smollm2
 from gpu_node.generation.engine import GenerationEngine
 from gpu_node.generation.llama import SlotLlama
+from gpu_node.generation.runtime import IncrementalText
 from gpu_node.generation.scheduler import FinishReason, Scheduler, Sequence, VirtualTokenCounter
 
 SLOTS = 8
@@ -86,3 +87,14 @@ def test_batched_greedy_outputs_equal_solo_runs_and_transformers(smol: tuple[Any
     prompt = torch.tensor([chat(tokenizer, question)])
     reference = model.generate(prompt, max_new_tokens=max_tokens, do_sample=False)[0, prompt.shape[1] :]
     assert batched[question] == [int(t) for t in reference][: len(batched[question])]
+
+
+def test_streamed_text_adds_up_to_the_whole_decode(smol: tuple[Any, Any]) -> None:
+    """Deltas from a short decode window, characters split across tokens held back, join
+    into exactly what decoding every token at once gives."""
+    tokenizer = smol[1]
+    tokens = tokenizer("Grüße, naïve café 😀 東京 — the ferry leaves at 6:30!")["input_ids"]
+    text = IncrementalText(tokenizer)
+    deltas = [text.add(int(t)) for t in tokens]
+    assert "".join(deltas) == tokenizer.decode(tokens, skip_special_tokens=True)
+    assert "" in deltas, "a character split across tokens waits for its last byte"
