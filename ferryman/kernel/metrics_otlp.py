@@ -48,6 +48,7 @@ log = logging.getLogger("ferryman.metrics")
 DEFAULT_INTERVAL_MS = 60_000.0
 """The OpenTelemetry specification's default for OTEL_METRIC_EXPORT_INTERVAL."""
 DEFAULT_TIMEOUT_MS = 30_000.0
+FINAL_PUSH_S = 2.0
 NS_PER_S = 1_000_000_000
 MS_PER_S = 1000
 SCOPE = InstrumentationScope("ferryman")
@@ -172,12 +173,13 @@ class OtlpMetricsPusher:
     def start(self) -> None:
         self._thread.start()
 
-    def push(self) -> bool:
-        """Export one scrape now; whether the receiver took it."""
+    def push(self, timeout_ms: float | None = None) -> bool:
+        """Export one scrape now (within ``timeout_ms``, else OTEL_METRIC_EXPORT_TIMEOUT);
+        whether the receiver took it."""
         metrics = translate(self._registry.collect(), self._start_ns, time.time_ns())
         data = MetricsData([ResourceMetrics(self._resource, [ScopeMetrics(SCOPE, metrics, "")], "")])
         try:
-            result = self._exporter.export(data, timeout_millis=self._timeout_ms)
+            result = self._exporter.export(data, timeout_millis=timeout_ms or self._timeout_ms)
         except Exception:
             log.exception("exporting metrics over OTLP failed")
             return False
@@ -188,9 +190,13 @@ class OtlpMetricsPusher:
             self.push()
 
     def stop(self) -> None:
+        """The last push, bounded by FINAL_PUSH_S: a receiver that is down must not hold a
+        stopping service past its termination grace (the export timeout is 30 s)."""
         self._stop.set()
-        self._thread.join(self._timeout_ms / MS_PER_S)
-        self.push()
+        final_ms = min(self._timeout_ms, FINAL_PUSH_S * MS_PER_S)
+        self._thread.join(final_ms / MS_PER_S)
+        if not self._thread.is_alive():  # else a push is still under way, and it waits on that one
+            self.push(final_ms)
         self._exporter.shutdown()
 
 

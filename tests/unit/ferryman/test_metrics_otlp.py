@@ -6,12 +6,26 @@ import math
 import time
 
 import pytest
-from opentelemetry.sdk.metrics.export import AggregationTemporality, Gauge, Histogram, Sum
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Gauge,
+    Histogram,
+    MetricExporter,
+    MetricExportResult,
+    Sum,
+)
+from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client import Gauge as PromGauge
 from prometheus_client import Histogram as PromHistogram
 
-from ferryman.kernel.metrics_otlp import NS_PER_S, otlp_metrics_enabled, translate
+from ferryman.kernel.metrics_otlp import (
+    FINAL_PUSH_S,
+    NS_PER_S,
+    OtlpMetricsPusher,
+    otlp_metrics_enabled,
+    translate,
+)
 
 START_NS = time.time_ns() - NS_PER_S
 """Before any series here is created: their own ``_created`` times come after it."""
@@ -83,3 +97,35 @@ def test_otlp_export_is_opt_in_by_the_standard_variable(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert otlp_metrics_enabled() is enabled
+
+
+class StuckExporter(MetricExporter):
+    """A receiver that is down: every export hangs until its timeout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.exports = 0
+
+    def export(self, metrics_data: object, timeout_millis: float = 10_000, **_: object) -> MetricExportResult:
+        self.exports += 1
+        time.sleep(timeout_millis / 1000)
+        return MetricExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **_: object) -> None:
+        return None
+
+
+def test_a_receiver_that_is_down_does_not_hold_a_stopping_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "50")
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_TIMEOUT", "20000")
+    exporter = StuckExporter()
+    pusher = OtlpMetricsPusher(CollectorRegistry(), Resource.create({}), exporter)
+    pusher.start()
+    time.sleep(0.2)  # a push is under way, stuck for 20 s
+    started = time.monotonic()
+    pusher.stop()
+    assert time.monotonic() - started < FINAL_PUSH_S + 1.0
+    assert exporter.exports == 1, "no second push piles up behind the stuck one"
