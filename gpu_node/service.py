@@ -21,6 +21,7 @@ from ferryman.kernel.serving import NOT_SERVING, SERVING
 from ferryman.kernel.telemetry import links, parent_context, tracer
 from ferryman.v1 import node_pb2
 from gpu_node.executor import run_batch
+from gpu_node.generation.limits import OverBudget
 from gpu_node.loader import LoadError, load_version, locate, parse_schema
 from gpu_node.metrics import NodeMetrics
 from gpu_node.settings import NodeSettings
@@ -225,7 +226,7 @@ class NodeService:
         response.compute.FromNanoseconds(int(result.compute_seconds * 1e9))
         return response
 
-    async def generate(self, request: node_pb2.GenerateRequest) -> AsyncIterator[node_pb2.GenerateEvent]:
+    async def generate(self, request: node_pb2.NodeGenerateRequest) -> AsyncIterator[node_pb2.GenerateEvent]:
         """Stream one generation; refusals (NodeRefusal) come before the first event."""
         if self.lifecycle == NodeLifecycle.DRAINING:
             raise NodeRefusal("UNAVAILABLE", "node is draining")
@@ -248,6 +249,8 @@ class NodeService:
         try:
             try:
                 first = await anext(stream)
+            except OverBudget as exc:
+                raise NodeRefusal("RESOURCE_EXHAUSTED", str(exc)) from None
             except ValueError as exc:
                 raise NodeRefusal("INVALID_ARGUMENT", str(exc)) from None
             yield first

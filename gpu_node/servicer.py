@@ -38,7 +38,7 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
         )
 
     async def Generate(
-        self, request: node_pb2.GenerateRequest, context: ServicerContext
+        self, request: node_pb2.NodeGenerateRequest, context: ServicerContext
     ) -> AsyncIterator[node_pb2.GenerateEvent]:
         try:
             async for event in self._service.generate(request):

@@ -39,9 +39,19 @@ class Harness:
         *,
         fingerprint: str = "",
         lease_s: float = LONG_LEASE_S,
+        min_tokens: int = 0,
+        cost_per_token: float = 0.0,
     ) -> Verdict:
         return await self.backend.reserve(
-            request_id, limits, tokens, cost, fingerprint or f"fp:{request_id}", lease_s, BUDGET_S
+            request_id,
+            limits,
+            tokens,
+            cost,
+            fingerprint or f"fp:{request_id}",
+            lease_s,
+            BUDGET_S,
+            min_tokens,
+            cost_per_token,
         )
 
     async def decisions(self, ids: Sequence[str], limits: Sequence[Limits]) -> list[Decision]:
@@ -172,6 +182,31 @@ async def reserving_the_bound_never_overshoots_cost(q: Harness) -> None:
     assert usage["t:cost_per_day"] == pytest.approx((len(admitted) + len(more)) * actual)
 
 
+async def a_partial_ask_takes_what_the_limits_leave(q: Harness) -> None:
+    """A generation asks for prompt + max_tokens but can be cut short: hard tpm and cost
+    limits grant what they leave, down to its minimum, and never more."""
+    limits = [Limits(scope="t", tpm=200)]
+    whole = await q.reserve("a", limits, 150, min_tokens=20)
+    assert whole.decision == Decision.ADMIT and whole.tokens == 0  # all of it: as asked
+    cut = await q.reserve("b", limits, 150, min_tokens=20)
+    assert cut.decision == Decision.ADMIT and cut.tokens == 50  # the 50 that are left
+    refused = await q.reserve("c", limits, 150, min_tokens=20)
+    assert refused.decision == Decision.REJECT and refused.violations[0].limit == "tpm"
+    assert 0 < refused.retry_after_s <= 20 / (200 / 60) + 0.01  # when 20 tokens are back
+    assert (await q.usage(limits))["t:tpm"] == pytest.approx(200)
+    retry = await q.reserve("b", limits, 150, min_tokens=20)
+    assert retry.tokens == 50 and retry.repeat and not retry.held
+    # Cost: $0.01 fixed + $0.001 a token, $0.10 a day; half spent by a whole request.
+    per_day = [Limits(scope="u", cost_per_day_usd=0.1)]
+    assert (await q.reserve("d", per_day, 40, 0.05)).decision == Decision.ADMIT
+    priced = await q.reserve("e", per_day, 100, 0.11, min_tokens=10, cost_per_token=0.001)
+    assert priced.decision == Decision.ADMIT and priced.tokens == 40  # 0.05 + 0.01 + 0.04
+    assert (await q.usage(per_day))["u:cost_per_day"] <= 0.1 + 1e-9
+    soft = [Limits(scope="v", tpm=10, soft=True)]
+    degraded = await q.reserve("f", soft, 50, min_tokens=5)
+    assert degraded.decision == Decision.DEGRADE and degraded.tokens == 0  # soft limits never cut
+
+
 SCENARIOS: list[Callable[[Harness], Awaitable[None]]] = [
     rpm_admits_n_in_any_minute,
     rpm_log_slides_and_a_refund_frees_its_place,
@@ -183,4 +218,5 @@ SCENARIOS: list[Callable[[Harness], Awaitable[None]]] = [
     a_refused_id_is_judged_anew_on_retry,
     all_or_nothing_across_policies,
     reserving_the_bound_never_overshoots_cost,
+    a_partial_ask_takes_what_the_limits_leave,
 ]

@@ -1,6 +1,7 @@
 import datetime
 
 from ferryman.v1 import common_pb2 as _common_pb2
+from ferryman.v1 import node_pb2 as _node_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.rpc import status_pb2 as _status_pb2

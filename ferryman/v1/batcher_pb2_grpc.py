@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from ferryman.v1 import batcher_pb2 as ferryman_dot_v1_dot_batcher__pb2
+from ferryman.v1 import node_pb2 as ferryman_dot_v1_dot_node__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -44,6 +45,11 @@ class BatcherStub:
                 request_serializer=ferryman_dot_v1_dot_batcher__pb2.QueueStatsRequest.SerializeToString,
                 response_deserializer=ferryman_dot_v1_dot_batcher__pb2.QueueStatsResponse.FromString,
                 _registered_method=True)
+        self.Generate = channel.unary_stream(
+                '/ferryman.v1.Batcher/Generate',
+                request_serializer=ferryman_dot_v1_dot_node__pb2.NodeGenerateRequest.SerializeToString,
+                response_deserializer=ferryman_dot_v1_dot_node__pb2.GenerateEvent.FromString,
+                _registered_method=True)
 
 
 class BatcherServicer:
@@ -65,6 +71,15 @@ class BatcherServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Generate(self, request, context):
+        """One generation on a node serving its version (the node batches generations per
+        step). Tried on another replica only before the first event; the call's deadline
+        bounds it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BatcherServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -77,6 +92,11 @@ def add_BatcherServicer_to_server(servicer, server):
                     servicer.QueueStats,
                     request_deserializer=ferryman_dot_v1_dot_batcher__pb2.QueueStatsRequest.FromString,
                     response_serializer=ferryman_dot_v1_dot_batcher__pb2.QueueStatsResponse.SerializeToString,
+            ),
+            'Generate': grpc.unary_stream_rpc_method_handler(
+                    servicer.Generate,
+                    request_deserializer=ferryman_dot_v1_dot_node__pb2.NodeGenerateRequest.FromString,
+                    response_serializer=ferryman_dot_v1_dot_node__pb2.GenerateEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -133,6 +153,33 @@ class Batcher:
             '/ferryman.v1.Batcher/QueueStats',
             ferryman_dot_v1_dot_batcher__pb2.QueueStatsRequest.SerializeToString,
             ferryman_dot_v1_dot_batcher__pb2.QueueStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Generate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ferryman.v1.Batcher/Generate',
+            ferryman_dot_v1_dot_node__pb2.NodeGenerateRequest.SerializeToString,
+            ferryman_dot_v1_dot_node__pb2.GenerateEvent.FromString,
             options,
             channel_credentials,
             insecure,

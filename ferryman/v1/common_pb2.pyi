@@ -30,6 +30,16 @@ class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PRIORITY_LOW: _ClassVar[Priority]
     PRIORITY_NORMAL: _ClassVar[Priority]
     PRIORITY_HIGH: _ClassVar[Priority]
+
+class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
+    FINISH_REASON_STOP: _ClassVar[FinishReason]
+    FINISH_REASON_LENGTH: _ClassVar[FinishReason]
+    FINISH_REASON_CANCELLED: _ClassVar[FinishReason]
+    FINISH_REASON_QUOTA: _ClassVar[FinishReason]
+    FINISH_REASON_DEADLINE: _ClassVar[FinishReason]
+    FINISH_REASON_ERROR: _ClassVar[FinishReason]
 DATA_TYPE_UNSPECIFIED: DataType
 DATA_TYPE_BOOL: DataType
 DATA_TYPE_UINT8: DataType
@@ -45,6 +55,13 @@ PRIORITY_UNSPECIFIED: Priority
 PRIORITY_LOW: Priority
 PRIORITY_NORMAL: Priority
 PRIORITY_HIGH: Priority
+FINISH_REASON_UNSPECIFIED: FinishReason
+FINISH_REASON_STOP: FinishReason
+FINISH_REASON_LENGTH: FinishReason
+FINISH_REASON_CANCELLED: FinishReason
+FINISH_REASON_QUOTA: FinishReason
+FINISH_REASON_DEADLINE: FinishReason
+FINISH_REASON_ERROR: FinishReason
 
 class Tensor(_message.Message):
     __slots__ = ("dtype", "shape", "data")
@@ -121,3 +138,23 @@ class IOSchema(_message.Message):
     max_items: int
     max_bytes: int
     def __init__(self, inputs: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., outputs: _Optional[_Iterable[_Union[TensorSpec, _Mapping]]] = ..., max_items: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class ChatMessage(_message.Message):
+    __slots__ = ("role", "content")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    content: str
+    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+
+class SamplingParams(_message.Message):
+    __slots__ = ("temperature", "top_p", "top_k", "seed")
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int
+    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...

@@ -54,6 +54,11 @@ class InferenceStub:
                 request_serializer=ferryman_dot_v1_dot_inference__pb2.GetModelRequest.SerializeToString,
                 response_deserializer=ferryman_dot_v1_dot_inference__pb2.ModelInfo.FromString,
                 _registered_method=True)
+        self.Generate = channel.unary_stream(
+                '/ferryman.v1.Inference/Generate',
+                request_serializer=ferryman_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
+                response_deserializer=ferryman_dot_v1_dot_inference__pb2.GenerateResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServicer:
@@ -87,6 +92,16 @@ class InferenceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Generate(self, request, context):
+        """Generate text with a causal LM, streamed as it is produced: token deltas, then a
+        last message with the finish reason and the usage. A failure before the first
+        token is the call's error (same codes and details as Predict); once tokens flow,
+        the stream ends with a finish reason instead (quota, deadline, error).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +124,11 @@ def add_InferenceServicer_to_server(servicer, server):
                     servicer.GetModel,
                     request_deserializer=ferryman_dot_v1_dot_inference__pb2.GetModelRequest.FromString,
                     response_serializer=ferryman_dot_v1_dot_inference__pb2.ModelInfo.SerializeToString,
+            ),
+            'Generate': grpc.unary_stream_rpc_method_handler(
+                    servicer.Generate,
+                    request_deserializer=ferryman_dot_v1_dot_inference__pb2.GenerateRequest.FromString,
+                    response_serializer=ferryman_dot_v1_dot_inference__pb2.GenerateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +239,33 @@ class Inference:
             '/ferryman.v1.Inference/GetModel',
             ferryman_dot_v1_dot_inference__pb2.GetModelRequest.SerializeToString,
             ferryman_dot_v1_dot_inference__pb2.ModelInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Generate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ferryman.v1.Inference/Generate',
+            ferryman_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
+            ferryman_dot_v1_dot_inference__pb2.GenerateResponse.FromString,
             options,
             channel_credentials,
             insecure,

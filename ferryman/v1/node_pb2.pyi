@@ -12,16 +12,6 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
-    FINISH_REASON_STOP: _ClassVar[FinishReason]
-    FINISH_REASON_LENGTH: _ClassVar[FinishReason]
-    FINISH_REASON_CANCELLED: _ClassVar[FinishReason]
-    FINISH_REASON_QUOTA: _ClassVar[FinishReason]
-    FINISH_REASON_DEADLINE: _ClassVar[FinishReason]
-    FINISH_REASON_ERROR: _ClassVar[FinishReason]
-
 class VersionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     VERSION_STATE_UNSPECIFIED: _ClassVar[VersionState]
@@ -29,41 +19,14 @@ class VersionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     VERSION_STATE_SERVING: _ClassVar[VersionState]
     VERSION_STATE_FAILED: _ClassVar[VersionState]
     VERSION_STATE_UNLOADING: _ClassVar[VersionState]
-FINISH_REASON_UNSPECIFIED: FinishReason
-FINISH_REASON_STOP: FinishReason
-FINISH_REASON_LENGTH: FinishReason
-FINISH_REASON_CANCELLED: FinishReason
-FINISH_REASON_QUOTA: FinishReason
-FINISH_REASON_DEADLINE: FinishReason
-FINISH_REASON_ERROR: FinishReason
 VERSION_STATE_UNSPECIFIED: VersionState
 VERSION_STATE_LOADING: VersionState
 VERSION_STATE_SERVING: VersionState
 VERSION_STATE_FAILED: VersionState
 VERSION_STATE_UNLOADING: VersionState
 
-class ChatMessage(_message.Message):
-    __slots__ = ("role", "content")
-    ROLE_FIELD_NUMBER: _ClassVar[int]
-    CONTENT_FIELD_NUMBER: _ClassVar[int]
-    role: str
-    content: str
-    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
-
-class SamplingParams(_message.Message):
-    __slots__ = ("temperature", "top_p", "top_k", "seed")
-    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
-    TOP_P_FIELD_NUMBER: _ClassVar[int]
-    TOP_K_FIELD_NUMBER: _ClassVar[int]
-    SEED_FIELD_NUMBER: _ClassVar[int]
-    temperature: float
-    top_p: float
-    top_k: int
-    seed: int
-    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
-
-class GenerateRequest(_message.Message):
-    __slots__ = ("model", "version", "request_id", "tenant", "prompt", "messages", "max_tokens", "sampling", "start_within", "priority")
+class NodeGenerateRequest(_message.Message):
+    __slots__ = ("model", "version", "request_id", "tenant", "prompt", "messages", "max_tokens", "sampling", "start_within", "priority", "token_budget", "stop")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -74,17 +37,21 @@ class GenerateRequest(_message.Message):
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     START_WITHIN_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
     model: str
     version: str
     request_id: str
     tenant: str
     prompt: str
-    messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
+    messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.ChatMessage]
     max_tokens: int
-    sampling: SamplingParams
+    sampling: _common_pb2.SamplingParams
     start_within: _duration_pb2.Duration
     priority: int
-    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., start_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., priority: _Optional[int] = ...) -> None: ...
+    token_budget: int
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., start_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., priority: _Optional[int] = ..., token_budget: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GenerateEvent(_message.Message):
     __slots__ = ("text", "token_ids", "finish_reason", "prompt_tokens", "completion_tokens")
@@ -95,10 +62,10 @@ class GenerateEvent(_message.Message):
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    finish_reason: FinishReason
+    finish_reason: _common_pb2.FinishReason
     prompt_tokens: int
     completion_tokens: int
-    def __init__(self, text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
+    def __init__(self, text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
 
 class BatchItem(_message.Message):
     __slots__ = ("request_id", "inputs", "traceparent")

@@ -56,7 +56,7 @@ class NodeStub:
                 _registered_method=True)
         self.Generate = channel.unary_stream(
                 '/ferryman.v1.Node/Generate',
-                request_serializer=ferryman_dot_v1_dot_node__pb2.GenerateRequest.SerializeToString,
+                request_serializer=ferryman_dot_v1_dot_node__pb2.NodeGenerateRequest.SerializeToString,
                 response_deserializer=ferryman_dot_v1_dot_node__pb2.GenerateEvent.FromString,
                 _registered_method=True)
 
@@ -125,7 +125,7 @@ def add_NodeServicer_to_server(servicer, server):
             ),
             'Generate': grpc.unary_stream_rpc_method_handler(
                     servicer.Generate,
-                    request_deserializer=ferryman_dot_v1_dot_node__pb2.GenerateRequest.FromString,
+                    request_deserializer=ferryman_dot_v1_dot_node__pb2.NodeGenerateRequest.FromString,
                     response_serializer=ferryman_dot_v1_dot_node__pb2.GenerateEvent.SerializeToString,
             ),
     }
@@ -262,7 +262,7 @@ class Node:
             request,
             target,
             '/ferryman.v1.Node/Generate',
-            ferryman_dot_v1_dot_node__pb2.GenerateRequest.SerializeToString,
+            ferryman_dot_v1_dot_node__pb2.NodeGenerateRequest.SerializeToString,
             ferryman_dot_v1_dot_node__pb2.GenerateEvent.FromString,
             options,
             channel_credentials,

@@ -104,6 +104,11 @@ class GenerationEngine:
         return True
 
     @property
+    def context(self) -> int:
+        """Positions a sequence may use: its prompt plus all but its last generated token."""
+        return self._max_len
+
+    @property
     def idle(self) -> bool:
         return not self._sequences
 
@@ -134,7 +139,7 @@ class GenerationEngine:
         if token in self._stop_tokens:
             finish = FinishReason.STOP
         elif len(seq.generated) >= seq.max_tokens:
-            finish = FinishReason.LENGTH
+            finish = seq.length_reason
         if finish is not None:
             self.finish(seq.id, finish)
         events.append(TokenEvent(seq.id, token, finish))

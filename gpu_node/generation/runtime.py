@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ferryman.v1 import node_pb2
+from ferryman.v1 import common_pb2, node_pb2
 from gpu_node.demo import smollm2
 from gpu_node.generation.driver import GenerationDriver
 from gpu_node.generation.engine import GenerationEngine, Sampling
+from gpu_node.generation.limits import StopText, completion_limit
 from gpu_node.generation.llama import SlotLlama
 from gpu_node.generation.scheduler import FinishReason, Scheduler, Sequence, VirtualTokenCounter
 from gpu_node.metrics import NodeMetrics
@@ -22,13 +23,13 @@ from gpu_node.metrics import NodeMetrics
 REPLACEMENT = "\ufffd"
 """What a tokenizer decodes half a multi-byte character to: held back until complete."""
 
-FINISH_TO_PROTO: dict[FinishReason, node_pb2.FinishReason] = {
-    FinishReason.STOP: node_pb2.FINISH_REASON_STOP,
-    FinishReason.LENGTH: node_pb2.FINISH_REASON_LENGTH,
-    FinishReason.CANCELLED: node_pb2.FINISH_REASON_CANCELLED,
-    FinishReason.QUOTA: node_pb2.FINISH_REASON_QUOTA,
-    FinishReason.DEADLINE: node_pb2.FINISH_REASON_DEADLINE,
-    FinishReason.ERROR: node_pb2.FINISH_REASON_ERROR,
+FINISH_TO_PROTO: dict[FinishReason, common_pb2.FinishReason] = {
+    FinishReason.STOP: common_pb2.FINISH_REASON_STOP,
+    FinishReason.LENGTH: common_pb2.FINISH_REASON_LENGTH,
+    FinishReason.CANCELLED: common_pb2.FINISH_REASON_CANCELLED,
+    FinishReason.QUOTA: common_pb2.FINISH_REASON_QUOTA,
+    FinishReason.DEADLINE: common_pb2.FINISH_REASON_DEADLINE,
+    FinishReason.ERROR: common_pb2.FINISH_REASON_ERROR,
 }
 
 
@@ -67,7 +68,7 @@ def load_causal_lm(path: Path, limits: EngineLimits) -> LoadedLM:
     return LoadedLM(tokenizer, engine, limits.slots)
 
 
-def sampling_of(params: node_pb2.SamplingParams) -> Sampling:
+def sampling_of(params: common_pb2.SamplingParams) -> Sampling:
     return Sampling(
         temperature=params.temperature,
         top_p=params.top_p or 1.0,
@@ -120,9 +121,10 @@ class CausalLM:
             waiting.set(now_waiting)
 
         metrics.slots.labels(**labels).set(loaded.slots)
+        self._context = loaded.engine.context
         self.driver = GenerationDriver(loaded.engine, loop, gauges)
 
-    def prompt_ids(self, request: node_pb2.GenerateRequest) -> list[int]:
+    def prompt_ids(self, request: node_pb2.NodeGenerateRequest) -> list[int]:
         """The prompt's token ids: chat messages through the chat template, or the raw prompt."""
         if request.messages:
             messages = [{"role": m.role, "content": m.content} for m in request.messages]
@@ -133,41 +135,54 @@ class CausalLM:
         return [int(i) for i in ids]
 
     async def generate(
-        self, request: node_pb2.GenerateRequest, prompt: list[int], start_by: float
+        self, request: node_pb2.NodeGenerateRequest, prompt: list[int], start_by: float
     ) -> AsyncGenerator[node_pb2.GenerateEvent, None]:
         """The request's events: text deltas as tokens decode, then the finish and usage.
-        Closing it early ends the generation at the engine's next step."""
+        Every event carries the prompt's tokens and the tokens generated so far. Closing
+        it early ends the generation at the engine's next step. Refusals (OverBudget,
+        ValueError) come before the first event."""
+        limit, length_reason = completion_limit(
+            len(prompt), request.max_tokens, request.token_budget, self._context
+        )
         seq = Sequence(
             request.request_id,
             request.tenant,
             prompt,
-            request.max_tokens,
+            limit,
             start_by=start_by,
             priority=request.priority,
+            length_reason=length_reason,
         )
         tokens: list[int] = []
         text = IncrementalText(self.tokenizer)
+        stops = StopText(request.stop)
         arrived = time.monotonic()
         first_at = arrived
         # Closed explicitly: an async for does not close what it iterates when left early,
-        # and the driver frees the slot when its stream closes.
+        # and the driver frees the slot when its stream closes (a stop string ends it so).
         events = self.driver.generate(seq, sampling_of(request.sampling))
         try:
             async for event in events:
-                delta = node_pb2.GenerateEvent()
+                delta = node_pb2.GenerateEvent(prompt_tokens=len(prompt))
+                finish = event.finish
                 if event.token is not None:
                     if not tokens:
                         first_at = time.monotonic()
                         self._metrics.ttft.labels(**self._labels).observe(first_at - arrived)
                     tokens.append(event.token)
                     delta.token_ids.append(event.token)
-                    delta.text = text.add(event.token)
-                if event.finish is not None:
-                    delta.finish_reason = FINISH_TO_PROTO[event.finish]
-                    delta.prompt_tokens = len(prompt)
-                    delta.completion_tokens = len(tokens)
-                    self._finished(event.finish, len(prompt), tokens, first_at)
+                    delta.text, stopped = stops.add(text.add(event.token))
+                    if stopped:
+                        finish = FinishReason.STOP
+                delta.completion_tokens = len(tokens)
+                if finish is not None:
+                    if finish is event.finish:
+                        delta.text += stops.flush()
+                    delta.finish_reason = FINISH_TO_PROTO[finish]
+                    self._finished(finish, len(prompt), tokens, first_at)
                 yield delta
+                if finish is not None:
+                    return
         finally:
             await events.aclose()
 

@@ -50,6 +50,8 @@ class Sequence:
     still waiting then is refused before it takes a slot."""
     priority: int = 0
     """Lower first, within its tenant's turn."""
+    length_reason: FinishReason = FinishReason.LENGTH
+    """Why reaching ``max_tokens`` ends it: LENGTH, or QUOTA when its token budget set it."""
     state: SeqState = SeqState.WAITING
     slot: int | None = None
     prefilled: int = 0

@@ -19,6 +19,8 @@ FROM_PROTO = {
 
 
 class QuotaClient(Protocol):
+    """Reserve's ``min_tokens`` and ``cost_per_token``: see ``router.quota.policy.Ask``."""
+
     async def reserve(
         self,
         request_id: str,
@@ -28,6 +30,8 @@ class QuotaClient(Protocol):
         cost: float,
         fingerprint: str,
         budget_s: float,
+        min_tokens: int = 0,
+        cost_per_token: float = 0.0,
     ) -> Verdict: ...
     async def renew(self, request_ids: list[str], budget_s: float) -> int: ...
     async def commit(self, request_id: str, tokens: int, cost: float, budget_s: float) -> bool: ...
@@ -49,8 +53,19 @@ class LocalQuota:
         cost: float,
         fingerprint: str,
         budget_s: float,
+        min_tokens: int = 0,
+        cost_per_token: float = 0.0,
     ) -> Verdict:
-        return await self.service.reserve(request_id, tenant, model, tokens, cost, fingerprint)
+        return await self.service.reserve(
+            request_id,
+            tenant,
+            model,
+            tokens,
+            cost,
+            fingerprint,
+            min_tokens=min_tokens,
+            cost_per_token=cost_per_token,
+        )
 
     async def renew(self, request_ids: list[str], budget_s: float) -> int:
         return await self.service.renew(request_ids)
@@ -78,6 +93,8 @@ class RemoteQuota:
         cost: float,
         fingerprint: str,
         budget_s: float,
+        min_tokens: int = 0,
+        cost_per_token: float = 0.0,
     ) -> Verdict:
         request = quota_pb2.ReserveRequest(
             request_id=request_id,
@@ -86,6 +103,8 @@ class RemoteQuota:
             estimated_tokens=tokens,
             estimated_cost_usd=cost,
             fingerprint=fingerprint,
+            min_tokens=min_tokens,
+            cost_per_token_usd=cost_per_token,
         )
         try:
             response: quota_pb2.ReserveResponse = await self._stub.Reserve(
@@ -99,6 +118,8 @@ class RemoteQuota:
             tuple(Violation(v.limit, v.current, v.maximum) for v in response.violations),
             response.retry_after.ToTimedelta().total_seconds(),
             held=response.held,
+            tokens=response.granted_tokens,
+            repeat=response.repeat,
         )
 
     async def renew(self, request_ids: list[str], budget_s: float) -> int:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from router.quota.policy import (
     DAY_S,
     WINDOW_S,
+    Ask,
     Counters,
     Decision,
     Limits,
@@ -17,6 +18,7 @@ from router.quota.policy import (
     charge,
     check,
     combine,
+    grant,
     prune_log,
     refill,
     settle,
@@ -78,6 +80,8 @@ class MemoryQuota:
         fingerprint: str,
         lease_s: float,
         budget_s: float,
+        min_tokens: int = 0,
+        cost_per_token: float = 0.0,
     ) -> Verdict:
         now = self._clock()
         self._expire(now)
@@ -86,11 +90,18 @@ class MemoryQuota:
             if known.fingerprint != fingerprint:
                 return Verdict(Decision.CONFLICT, held=False)
             # A retry is answered as the first call was; only that first call settles.
-            return replace(known.verdict, held=False)
+            return replace(known.verdict, held=False, repeat=True)
+        asked = tokens
+        ask = grant(
+            [(p, self._state(p.scope)) for p in policies], now, Ask(tokens, cost, min_tokens, cost_per_token)
+        )
+        tokens, cost = ask.tokens, ask.cost
         result = combine([(p, check(p, self._state(p.scope), now, tokens, cost)) for p in policies])
         if result.decision == Decision.REJECT:
             # A refusal charges nothing and is not remembered: a retry is judged anew.
             return replace(result, held=False)
+        if tokens < asked:
+            result = replace(result, tokens=tokens)
         expiry = now + lease_s
         for p in policies:
             charge(p, self._state(p.scope), now, request_id, tokens, cost, expiry)

@@ -15,6 +15,7 @@ nothing is charged (all or nothing). A soft policy admits but says "degrade".
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -61,6 +62,30 @@ class Verdict:
     retry_after_s: float = 0.0
     held: bool = True
     """A reservation was taken and must be committed or released (not when no limit applies)."""
+    tokens: int = 0
+    """Tokens reserved when fewer than asked were granted (``Ask.min_tokens``); 0: as asked."""
+    repeat: bool = False
+    """This answers a repeat of an earlier Reserve of the same request id."""
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a Reserve asks for: ``tokens`` and their ``cost``; with ``min_tokens`` (0 <
+    min_tokens < tokens), any amount down to it will do (a generation that can be cut
+    short), the cost falling by ``cost_per_token`` per token not granted."""
+
+    tokens: int
+    cost: float
+    min_tokens: int = 0
+    cost_per_token: float = 0.0
+
+    @property
+    def partial(self) -> bool:
+        return 0 < self.min_tokens < self.tokens
+
+    def cut(self, tokens: int) -> Ask:
+        """The same ask for ``tokens`` only."""
+        return Ask(tokens, max(0.0, self.cost - (self.tokens - tokens) * self.cost_per_token))
 
 
 @dataclass
@@ -100,6 +125,30 @@ def prune_log(state: Counters, now: float) -> None:
         order.popleft()
         if at <= now - WINDOW_S and admitted.get(request_id) == at:
             del admitted[request_id]
+
+
+def grant(policies: list[tuple[Limits, Counters]], now: float, ask: Ask) -> Ask:
+    """What to reserve: ``ask`` as it is, or, for a partial ask, the most tokens (down to
+    ``min_tokens``) that every hard tpm and cost limit leaves. When not even ``min_tokens``
+    fit, the ask for ``min_tokens``, which ``check`` then refuses with that amount's wait."""
+    if not ask.partial:
+        return ask
+    fixed = ask.cost - ask.tokens * ask.cost_per_token
+    most = ask.tokens
+    for limits, state in policies:
+        if limits.soft:
+            continue  # soft limits degrade, they never shorten
+        if limits.tpm is not None:
+            level = refill(state.tpm_tokens, state.tpm_at, limits.tpm, limits.tpm / WINDOW_S, now)
+            most = min(most, math.floor(level))
+        if limits.cost_per_day_usd is not None and ask.cost_per_token > 0:
+            day = int(now // DAY_S)
+            spent = state.cost_spent if state.cost_day == day else 0.0
+            fits = math.floor((limits.cost_per_day_usd - spent - fixed) / ask.cost_per_token)
+            while fits > 0 and spent + fixed + fits * ask.cost_per_token > limits.cost_per_day_usd:
+                fits -= 1  # floating point: the grant must never break the limit
+            most = min(most, fits)
+    return ask.cut(max(most, ask.min_tokens))
 
 
 def check(

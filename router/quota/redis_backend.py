@@ -34,20 +34,49 @@ local now, rid = tonumber(ARGV[1]), ARGV[2]
 local tokens, cost, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local prefix, n = ARGV[6], tonumber(ARGV[7])
 local fp, lease, give_up, conc_wait = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+local min_tokens, cpt = tonumber(ARGV[12]), tonumber(ARGV[13])
+local P = 14
 local WINDOW, DAY = 60000, 86400000
 local known = redis.call('HMGET', KEYS[1], 'verdict', 'fp')
 if known[1] then
-  if known[2] ~= fp then return cjson.encode({'conflict', 0, {}}) end
+  if known[2] ~= fp then return cjson.encode({'conflict', 0, {}, 0}) end
   -- A retry is answered as the first call was; only that first call settles.
   local verdict = cjson.decode(known[1])
-  verdict[4] = 'retry'
+  verdict[5] = 'retry'
   return cjson.encode(verdict)
+end
+local function base_of(scope) return prefix .. '{' .. string.match(scope, '^[^/]+') .. '}:' .. scope end
+-- A partial ask takes the most tokens every hard tpm and cost limit leaves, down to
+-- min_tokens (policy.grant); when not even that fits, min_tokens, refused below.
+local asked = tokens
+if min_tokens > 0 and min_tokens < tokens then
+  local fixed, most = cost - tokens * cpt, tokens
+  local day0 = math.floor(now / DAY)
+  for i = 0, n - 1 do
+    local o = P + i * 7
+    local tpm, costl, soft = tonumber(ARGV[o+3]), tonumber(ARGV[o+4]), ARGV[o+6] == '1'
+    local base = base_of(ARGV[o])
+    if not soft and tpm >= 0 then
+      local b = redis.call('HMGET', base .. ':tpm', 't', 'at')
+      local level = tpm
+      if b[1] then level = math.min(tpm, tonumber(b[1]) + (now - tonumber(b[2])) * tpm / WINDOW) end
+      most = math.min(most, math.floor(level))
+    end
+    if not soft and costl >= 0 and cpt > 0 then
+      local spent = tonumber(redis.call('GET', base .. ':cost:' .. day0) or '0')
+      local fits = math.floor((costl - spent - fixed) / cpt)
+      while fits > 0 and spent + fixed + fits * cpt > costl do fits = fits - 1 end
+      most = math.min(most, fits)
+    end
+  end
+  tokens = math.max(most, min_tokens)
+  cost = math.max(0, fixed + tokens * cpt)
 end
 -- A script that waited in a socket past its caller's give-up time charges nothing:
 -- that caller has answered already and will never settle it.
 local clock = redis.call('TIME')
 if tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) > give_up then
-  return cjson.encode({'stale', 0, {}})
+  return cjson.encode({'stale', 0, {}, 0})
 end
 local day = math.floor(now / DAY)
 local broken, plans = {}, {}
@@ -57,10 +86,10 @@ local function brk(limit, current, maximum, wait, soft)
   if not soft then any_hard = true; if wait > hard_wait then hard_wait = wait end end
 end
 for i = 0, n - 1 do
-  local o = 12 + i * 7
+  local o = P + i * 7
   local scope, rpm, burst, tpm = ARGV[o], tonumber(ARGV[o+1]), tonumber(ARGV[o+2]), tonumber(ARGV[o+3])
   local costl, conc, soft = tonumber(ARGV[o+4]), tonumber(ARGV[o+5]), ARGV[o+6] == '1'
-  local base = prefix .. '{' .. string.match(scope, '^[^/]+') .. '}:' .. scope
+  local base = base_of(scope)
   local inflight = base .. ':inflight'
   local gone = redis.call('ZRANGEBYSCORE', inflight, '-inf', now)
   if #gone > 0 then
@@ -112,7 +141,9 @@ for i = 0, n - 1 do
 end
 local decision = 'admit'
 if any_hard then decision = 'reject' elseif #broken > 0 then decision = 'degrade' end
-local result = cjson.encode({decision, hard_wait, broken})
+local granted = 0
+if tokens < asked then granted = tokens end
+local result = cjson.encode({decision, hard_wait, broken, granted})
 -- A refusal charges nothing and is not remembered: a retry after retry_after is judged anew.
 if decision == 'reject' then return result end
 local scopes = {}
@@ -233,6 +264,8 @@ class RedisQuota:
         fingerprint: str,
         lease_s: float,
         budget_s: float,
+        min_tokens: int = 0,
+        cost_per_token: float = 0.0,
     ) -> Verdict:
         give_up = (self._clock() + await self._redis_offset() + budget_s) * 1000
         args: list[str | int | float] = [
@@ -247,6 +280,8 @@ class RedisQuota:
             int(lease_s * 1000),
             int(give_up),
             int(CONCURRENCY_RETRY_S * 1000),
+            min_tokens,
+            repr(cost_per_token),
         ]
         for p in policies:
             args += [
@@ -259,12 +294,19 @@ class RedisQuota:
                 "1" if p.soft else "0",
             ]
         raw = await self._reserve(keys=[self._tag(request_id), f"{KEY_PREFIX}expired"], args=args)
-        decision, wait_ms, broken, *retry = json.loads(raw)
+        decision, wait_ms, broken, granted, *retry = json.loads(raw)
         if decision == STALE:
             raise TimeoutError("the reservation reached Redis after its caller gave up")
         violations = tuple(Violation(str(v[0]), float(v[1]), float(v[2])) for v in broken or [])
         held = not retry and Decision(decision) not in (Decision.REJECT, Decision.CONFLICT)
-        return Verdict(Decision(decision), violations, float(wait_ms) / 1000, held=held)
+        return Verdict(
+            Decision(decision),
+            violations,
+            float(wait_ms) / 1000,
+            held=held,
+            tokens=int(granted or 0),
+            repeat=bool(retry),
+        )
 
     async def renew(self, request_ids: Sequence[str], lease_s: float) -> int:
         if not request_ids:

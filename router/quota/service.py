@@ -58,6 +58,8 @@ class QuotaBackend(Protocol):
         fingerprint: str,
         lease_s: float,
         budget_s: float,
+        min_tokens: int = 0,
+        cost_per_token: float = 0.0,
     ) -> Verdict: ...
     async def renew(self, request_ids: Sequence[str], lease_s: float) -> int: ...
     async def commit(self, request_id: str, tokens: int, cost: float) -> bool: ...
@@ -108,11 +110,22 @@ class QuotaService:
         return [to_limits(p) for p in policies if p.model in ("", model)]
 
     async def reserve(
-        self, request_id: str, tenant: str, model: str, tokens: int, cost: float, fingerprint: str
+        self,
+        request_id: str,
+        tenant: str,
+        model: str,
+        tokens: int,
+        cost: float,
+        fingerprint: str,
+        *,
+        min_tokens: int = 0,
+        cost_per_token: float = 0.0,
     ) -> Verdict:
         """Check and charge every limit of (tenant, model), idempotent on request id:
-        a repeat with the same fingerprint is answered as the first, another is a CONFLICT."""
+        a repeat with the same fingerprint is answered as the first, another is a CONFLICT.
+        With ``min_tokens``, hard token and cost limits may grant fewer tokens (``Ask``)."""
         check_call(request_id, tokens, cost)
+        check_call(request_id, min_tokens, cost_per_token)
         if not tenant or len(tenant) > MAX_NAME_CHARS or len(model) > MAX_NAME_CHARS:
             raise InvalidQuotaCall(f"tenant and model names have at most {MAX_NAME_CHARS} characters")
         limits = self.limits(tenant, model)
@@ -122,7 +135,15 @@ class QuotaService:
         try:
             return await asyncio.wait_for(
                 self._backend.reserve(
-                    request_id, limits, tokens, cost, fingerprint, self._settings.lease_s, budget
+                    request_id,
+                    limits,
+                    tokens,
+                    cost,
+                    fingerprint,
+                    self._settings.lease_s,
+                    budget,
+                    min_tokens,
+                    cost_per_token,
                 ),
                 budget,
             )

@@ -23,6 +23,8 @@ def verdict_to_proto(verdict: Verdict) -> quota_pb2.ReserveResponse:
     response = quota_pb2.ReserveResponse(
         decision=DECISIONS[verdict.decision],
         held=verdict.held,
+        granted_tokens=verdict.tokens,
+        repeat=verdict.repeat,
         violations=[
             quota_pb2.QuotaViolation(limit=v.limit, current=v.current, maximum=v.maximum)
             for v in verdict.violations
@@ -50,6 +52,8 @@ class QuotaServicer(quota_pb2_grpc.QuotaServicer):
                 request.estimated_tokens,
                 request.estimated_cost_usd,
                 request.fingerprint,
+                min_tokens=request.min_tokens,
+                cost_per_token=request.cost_per_token_usd,
             )
         except InvalidQuotaCall as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

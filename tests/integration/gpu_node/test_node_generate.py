@@ -25,7 +25,7 @@ from gpu_node.server import serve_node
 CALL_S = 120.0
 KINDS = ("prompt", "completion")
 GAUGE_WAIT_S = 5.0
-FRANCE = node_pb2.ChatMessage(role="user", content="What is the capital of France?")
+FRANCE = common_pb2.ChatMessage(role="user", content="What is the capital of France?")
 
 
 METRICS = f"127.0.0.1:{free_port()}"
@@ -57,9 +57,9 @@ def lm_node(lm_address: str) -> Iterator[node_pb2_grpc.NodeStub]:
         yield node_pb2_grpc.NodeStub(channel)
 
 
-def request(**fields: object) -> node_pb2.GenerateRequest:
+def request(**fields: object) -> node_pb2.NodeGenerateRequest:
     base: dict[str, object] = {"model": "smollm2", "version": "1", "request_id": "r", "tenant": "t"}
-    return node_pb2.GenerateRequest(**{**base, **fields})  # type: ignore[arg-type]
+    return node_pb2.NodeGenerateRequest(**{**base, **fields})  # type: ignore[arg-type]
 
 
 def test_a_chat_answer_streams_with_its_usage(lm_node: node_pb2_grpc.NodeStub) -> None:
@@ -71,7 +71,7 @@ def test_a_chat_answer_streams_with_its_usage(lm_node: node_pb2_grpc.NodeStub) -
     text = "".join(e.text for e in events)
     assert "Paris" in text
     last = events[-1]
-    assert last.finish_reason in (node_pb2.FINISH_REASON_STOP, node_pb2.FINISH_REASON_LENGTH)
+    assert last.finish_reason in (common_pb2.FINISH_REASON_STOP, common_pb2.FINISH_REASON_LENGTH)
     assert last.completion_tokens == sum(len(e.token_ids) for e in events) <= 16
     assert last.prompt_tokens > 10, "the chat template's tokens count as prompt"
     counted = {kind: sample(url, "ferryman_generation_tokens_total", **LABELS, kind=kind) for kind in KINDS}
@@ -100,7 +100,7 @@ def test_a_stream_the_client_leaves_frees_its_slot(lm_node: node_pb2_grpc.NodeSt
             timeout=30,
         )
     )
-    assert events[-1].finish_reason == node_pb2.FINISH_REASON_LENGTH and events[-1].completion_tokens == 3
+    assert events[-1].finish_reason == common_pb2.FINISH_REASON_LENGTH and events[-1].completion_tokens == 3
 
 
 def test_a_generation_that_cannot_start_in_time_takes_no_slot(lm_node: node_pb2_grpc.NodeStub) -> None:
@@ -113,7 +113,7 @@ def test_a_generation_that_cannot_start_in_time_takes_no_slot(lm_node: node_pb2_
     hurried.start_within.FromMilliseconds(200)
     events = list(lm_node.Generate(hurried, timeout=30))
     hog.cancel()
-    assert [(e.finish_reason, e.completion_tokens) for e in events] == [(node_pb2.FINISH_REASON_DEADLINE, 0)]
+    assert [(e.finish_reason, e.completion_tokens) for e in events] == [(common_pb2.FINISH_REASON_DEADLINE, 0)]
 
 
 @pytest.mark.parametrize(
