@@ -1,5 +1,5 @@
-"""A batcher's parts, started and stopped together: the service, its replica directory
-(refreshed from the registry) and its dead-letter sink. ``serve_batcher`` serves a host
+"""A batcher's parts, started and stopped together: the service, the generation relay, its
+replica directory (refreshed from the registry) and its dead-letter sink. ``serve_batcher`` serves a host
 over gRPC; a router in the same process calls one through ``batcher.local.LocalBatcher``."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import logging
 
 from batcher.dead_letters import DeadLetterSink
 from batcher.dispatcher import Dispatcher
+from batcher.generation import GenerationRelay
 from batcher.metrics import BatcherMetrics
 from batcher.replicas import ReplicaDirectory
 from batcher.service import BatcherService
@@ -46,6 +47,8 @@ class BatcherHost:
             metrics,
             lambda finish: Dispatcher(settings, directory, metrics, dead_letters, finish),
         )
+        service = self.service
+        self.generation = GenerationRelay(directory, settings.max_attempts, lambda: service.accepting)
         self._refresher_stop = asyncio.Event()
         self._refresher: asyncio.Task[None] | None = None
 

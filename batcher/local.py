@@ -6,20 +6,24 @@ each other."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import AsyncGenerator
 
 import grpc
 
+from batcher.generation import GenerationRelay
 from batcher.service import BatcherService
 from ferryman.errors import Reason, make_status
-from ferryman.v1 import batcher_pb2
+from ferryman.v1 import batcher_pb2, node_pb2
 
 LOCAL_STREAM = 0
 """The one caller stream of an in-process batcher (gRPC streams count from 1)."""
 
 
 class LocalBatcher:
-    def __init__(self, service: BatcherService) -> None:
+    def __init__(self, service: BatcherService, generation: GenerationRelay) -> None:
         self._service = service
+        self._generation = generation
 
     async def submit(self, item: batcher_pb2.SubmitItem, deadline: float) -> batcher_pb2.ItemResult:
         """The item's result, or DEADLINE_EXCEEDED once ``deadline`` (event-loop time) passes;
@@ -43,6 +47,18 @@ class LocalBatcher:
         except asyncio.CancelledError:
             self._service.cancel(LOCAL_STREAM, item.request_id)
             raise
+
+    async def generate(
+        self, request: node_pb2.NodeGenerateRequest, deadline: float
+    ) -> AsyncGenerator[node_pb2.GenerateEvent]:
+        """The generation's events straight from the relay (refusals raise CallFailed)."""
+        remaining = deadline - asyncio.get_running_loop().time()
+        events = self._generation.generate(request, time.monotonic() + remaining)
+        try:
+            async for event in events:
+                yield event
+        finally:
+            await events.aclose()
 
     async def close(self) -> None:
         """Nothing to release: the batcher's host is stopped by its owner."""

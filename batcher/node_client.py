@@ -7,7 +7,7 @@ the same protocol and raise ``NodeCallError`` as the real one does.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Protocol
 
 import grpc
@@ -37,6 +37,13 @@ class NodeClient(Protocol):
 
     async def node_info(self, timeout_s: float) -> node_pb2.NodeInfoResponse:
         """The node's versions and their warm-up profiles; raises NodeCallError."""
+        ...
+
+    def generate(
+        self, request: node_pb2.NodeGenerateRequest, timeout_s: float
+    ) -> AsyncGenerator[node_pb2.GenerateEvent]:
+        """One generation's events; raises NodeCallError (before or between events).
+        Closing the iterator early ends the generation on the node."""
         ...
 
     async def close(self) -> None: ...
@@ -73,6 +80,18 @@ class GrpcNodeClient:
         except grpc.aio.AioRpcError as exc:
             raise NodeCallError(exc.code(), exc.details() or "") from None
         return info
+
+    async def generate(
+        self, request: node_pb2.NodeGenerateRequest, timeout_s: float
+    ) -> AsyncGenerator[node_pb2.GenerateEvent]:
+        call = self._stub.Generate(request, timeout=timeout_s, metadata=self._metadata)
+        try:
+            async for event in call:
+                yield event
+        except grpc.aio.AioRpcError as exc:
+            raise NodeCallError(exc.code(), exc.details() or "") from None
+        finally:
+            call.cancel()  # a caller that left ends the node's generation at its next step
 
     async def close(self) -> None:
         await self._channel.close(grace=None)

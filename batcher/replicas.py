@@ -50,6 +50,8 @@ class Replica:
     tenant_slots: dict[str, int] = field(default_factory=dict)
     """In-flight batches by the tenant each counts against (``batcher.fairness.batch_owner``)."""
     profiles: dict[str, dict[int, float]] = field(default_factory=dict)
+    generations: int = 0
+    """Generation streams running through this batcher to the node."""
 
 
 class ReplicaChoice(Protocol):

@@ -35,7 +35,8 @@ async def serve_batcher(
     )
     async with run_service(spec, common, stop) as rt:
         host = BatcherHost(settings, common, metrics)
-        batcher_pb2_grpc.add_BatcherServicer_to_server(BatcherServicer(host.service), rt.server)
+        servicer = BatcherServicer(host.service, host.generation, settings.default_timeout_s)
+        batcher_pb2_grpc.add_BatcherServicer_to_server(servicer, rt.server)
         await host.start()
         await rt.serve(on_ready)
         await host.drain()

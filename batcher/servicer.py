@@ -7,17 +7,23 @@ import itertools
 import time
 from collections.abc import AsyncIterator
 
+from batcher.generation import GenerationRelay
 from batcher.service import BatcherService
+from ferryman.errors import CallFailed, abort
 from ferryman.kernel.serving import ServicerContext
-from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
+from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, node_pb2
 
 # Longest a Submit stream's reader runs before letting other tasks in.
 READ_YIELD_INTERVAL_S = 0.0005
 
 
 class BatcherServicer(batcher_pb2_grpc.BatcherServicer):
-    def __init__(self, service: BatcherService) -> None:
+    def __init__(
+        self, service: BatcherService, generation: GenerationRelay, default_timeout_s: float
+    ) -> None:
         self._service = service
+        self._generation = generation
+        self._default_timeout_s = default_timeout_s
         self._stream_ids = itertools.count(1)
 
     async def Submit(
@@ -68,3 +74,17 @@ class BatcherServicer(batcher_pb2_grpc.BatcherServicer):
         self, request: batcher_pb2.QueueStatsRequest, context: ServicerContext
     ) -> batcher_pb2.QueueStatsResponse:
         return self._service.queue_stats()
+
+    async def Generate(
+        self, request: node_pb2.NodeGenerateRequest, context: ServicerContext
+    ) -> AsyncIterator[node_pb2.GenerateEvent]:
+        remaining = context.time_remaining()
+        budget = self._default_timeout_s if remaining is None else remaining
+        events = self._generation.generate(request, time.monotonic() + budget)
+        try:
+            async for event in events:
+                yield event
+        except CallFailed as exc:
+            await abort(context, exc.status)
+        finally:
+            await events.aclose()

@@ -59,6 +59,15 @@ class Reason(StrEnum):
     INTERNAL = "INTERNAL"
 
 
+class CallFailed(Exception):
+    """A call between services (or through a port) ended with ``status``: its code,
+    message and google.rpc details, as the caller's caller should see them."""
+
+    def __init__(self, status: status_pb2.Status) -> None:
+        super().__init__(status.message)
+        self.status = status
+
+
 EXPECTED_MS = "expected_ms"
 """ErrorInfo metadata of an OVERLOADED refusal: the latency a new item was predicted to have."""
 
@@ -118,6 +127,16 @@ async def abort(context: grpc.aio.ServicerContext[Any, Any], status: status_pb2.
     """End an RPC with ``status``: its code, message and details (as grpc-status-details-bin)."""
     rpc = rpc_status.to_status(status)
     await context.abort(rpc.code, rpc.details, rpc.trailing_metadata)
+
+
+def status_of(error: grpc.RpcError) -> status_pb2.Status:
+    """The google.rpc.Status a failed call ended with (details from grpc-status-details-bin)."""
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    if status is None:
+        code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+        details = error.details() if hasattr(error, "details") else str(error)
+        status = status_pb2.Status(code=code.value[0], message=details or "")
+    return status
 
 
 def unpack_details(status: status_pb2.Status) -> dict[str, object]:

@@ -9,15 +9,15 @@ import contextlib
 import hashlib
 import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Protocol
 
 import grpc
 
-from ferryman.errors import Reason, make_status
+from ferryman.errors import CallFailed, Reason, make_status, status_of
 from ferryman.kernel.security import Security, aio_channel
 from ferryman.kernel.serving import channel_options
-from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
+from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, node_pb2
 from router.discovery import Member, Resolver, flatten, resolve, split, system_resolver
 
 log = logging.getLogger("ferryman.router.batchers")
@@ -29,6 +29,13 @@ class BatcherPort(Protocol):
 
     async def submit(self, item: batcher_pb2.SubmitItem, deadline: float) -> batcher_pb2.ItemResult:
         """The item's result (errors come back as results), by ``deadline`` (event-loop time)."""
+        ...
+
+    def generate(
+        self, request: node_pb2.NodeGenerateRequest, deadline: float
+    ) -> AsyncGenerator[node_pb2.GenerateEvent]:
+        """One generation's events, by ``deadline`` (event-loop time); refusals and failures
+        raise CallFailed. Closing it early ends the generation."""
         ...
 
     async def close(self) -> None: ...
@@ -213,6 +220,40 @@ class BatcherPool:
                 grpc.StatusCode.UNAVAILABLE, "no batcher reachable", reason=Reason.NO_BATCHER
             )
         return batcher_pb2.ItemResult(request_id=item.request_id, status=status)
+
+    async def generate(
+        self, request: node_pb2.NodeGenerateRequest, deadline: float
+    ) -> AsyncGenerator[node_pb2.GenerateEvent]:
+        """From the model's batcher; another one only while no event has come (a batcher
+        that is down, or draining)."""
+        loop = asyncio.get_running_loop()
+        for address in rendezvous(self._addresses, request.model):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            stub = batcher_pb2_grpc.BatcherStub(self._channel(address))
+            call = stub.Generate(request, timeout=remaining, metadata=self._metadata)
+            started = False
+            try:
+                async for event in call:
+                    started = True
+                    yield event
+                return
+            except grpc.aio.AioRpcError as exc:
+                if started or exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise CallFailed(status_of(exc)) from None
+                log.warning("batcher %s refused a generation: %s", address, exc.details())
+            finally:
+                call.cancel()
+        if deadline - loop.time() <= 0:
+            raise CallFailed(
+                make_status(
+                    grpc.StatusCode.DEADLINE_EXCEEDED, "no batcher answered in time", reason=Reason.DEADLINE
+                )
+            )
+        raise CallFailed(
+            make_status(grpc.StatusCode.UNAVAILABLE, "no batcher reachable", reason=Reason.NO_BATCHER)
+        )
 
     async def close(self) -> None:
         for streams in self._streams.values():

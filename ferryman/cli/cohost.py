@@ -35,7 +35,7 @@ async def serve_router_with_batcher(
     with otlp_metrics(metrics.registry, "batcher"):
         try:
             return await serve_router(
-                router, quota, common, stop, on_ready, batcher=LocalBatcher(host.service)
+                router, quota, common, stop, on_ready, batcher=LocalBatcher(host.service, host.generation)
             )
         finally:
             await host.drain()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 from google.rpc import status_pb2
 
-from ferryman.errors import Reason, status_code, unpack_details
+from ferryman.errors import Reason, status_code, status_of, unpack_details
 
 
 class FerrymanError(Exception):
@@ -131,11 +131,4 @@ def from_status(status: status_pb2.Status) -> FerrymanError:
 
 def from_rpc_error(error: grpc.RpcError) -> FerrymanError:
     """The typed error for a failed call (details from grpc-status-details-bin)."""
-    from grpc_status import rpc_status
-
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    if status is None:
-        code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
-        details = error.details() if hasattr(error, "details") else str(error)
-        status = status_pb2.Status(code=code.value[0], message=details or "")
-    return from_status(status)
+    return from_status(status_of(error))

@@ -18,7 +18,7 @@ from node_helpers import node_settings, spec
 from ferryman.kernel.config import CommonSettings
 from ferryman.kernel.net import free_port
 from ferryman.kernel.security import TOKEN_HEADER
-from ferryman.v1 import node_pb2, node_pb2_grpc
+from ferryman.v1 import common_pb2, node_pb2, node_pb2_grpc
 from gpu_node.demo import smollm2
 from gpu_node.server import serve_node
 
@@ -113,7 +113,9 @@ def test_a_generation_that_cannot_start_in_time_takes_no_slot(lm_node: node_pb2_
     hurried.start_within.FromMilliseconds(200)
     events = list(lm_node.Generate(hurried, timeout=30))
     hog.cancel()
-    assert [(e.finish_reason, e.completion_tokens) for e in events] == [(common_pb2.FINISH_REASON_DEADLINE, 0)]
+    assert [(e.finish_reason, e.completion_tokens) for e in events] == [
+        (common_pb2.FINISH_REASON_DEADLINE, 0)
+    ]
 
 
 @pytest.mark.parametrize(

@@ -3,146 +3,19 @@ breakers, deadlines and replica picks."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import random
-from dataclasses import dataclass, field
 
 import grpc
 import pytest
+from batcher_fakes import KEY, NODES, Rig, rig
 
 from batcher.breaker import BreakerState
-from batcher.dispatcher import Dispatcher
 from batcher.entries import Entry, Waiter
 from batcher.fairness import SlotPolicy
-from batcher.metrics import BatcherMetrics
-from batcher.node_client import NodeCallError, NodeClient
 from batcher.predictor import LatencyPredictor
-from batcher.replicas import PowerOfTwoChoices, ReplicaDirectory
-from batcher.settings import BatcherSettings
-from ferryman.errors import Reason, make_status, ok_status
-from ferryman.kernel.security import Security
-from ferryman.v1 import batcher_pb2, node_pb2
-from registry.tables import DeadLetter, ModelVersion
-
-KEY = "m:1"
-NODES = ("n1", "n2")
-
-
-@dataclass
-class FakeNode:
-    """A node that answers, fails with a gRPC code, or fails every batch holding a poison item
-    as a model error (as a real node fails the whole group the model raised on)."""
-
-    name: str
-    fail: grpc.StatusCode | None = None
-    calls: list[list[str]] = field(default_factory=list)
-    hung: bool = False
-    """Answers nothing at all, batches nor probes (a SIGSTOPped process)."""
-    slow_s: float = 0.0
-    """Takes this long per batch, answering probes meanwhile (a long input, a busy box)."""
-    probes: int = 0
-
-    async def infer_batch(
-        self, request: node_pb2.InferBatchRequest, timeout_s: float
-    ) -> node_pb2.InferBatchResponse:
-        ids = [item.request_id for item in request.items]
-        self.calls.append(ids)
-        if self.hung:
-            await asyncio.Event().wait()  # until the dispatcher gives up on it (cancels)
-        await asyncio.sleep(self.slow_s)
-        if self.fail is not None:
-            raise NodeCallError(self.fail, f"{self.name} says no")
-        poisoned = any(i.startswith("poison") for i in ids)
-        status = (
-            make_status(grpc.StatusCode.INTERNAL, "ValueError: poison", reason=Reason.MODEL_ERROR)
-            if poisoned
-            else ok_status()
-        )
-        items = [node_pb2.ItemOutcome(request_id=i, status=status) for i in ids]
-        return node_pb2.InferBatchResponse(items=items, batch_size=len(ids), node=self.name)
-
-    async def node_info(self, timeout_s: float) -> node_pb2.NodeInfoResponse:
-        self.probes += 1
-        if self.hung:
-            raise NodeCallError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
-        return node_pb2.NodeInfoResponse(name=self.name)
-
-    async def close(self) -> None:
-        return None
-
-
-class Registry:
-    """Two nodes, both serving ``m:1``."""
-
-    def revision(self) -> int:
-        return 1
-
-    def all_versions(self) -> list[tuple[str, ModelVersion]]:
-        return [("m", ModelVersion(model_id=1, version="1", artifact_uri="", sha256="", format="python"))]
-
-    def ready_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
-        return {KEY: [(name, f"{name}:1") for name in NODES]}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass
-class Rig:
-    dispatcher: Dispatcher
-    directory: ReplicaDirectory
-    nodes: dict[str, FakeNode]
-    results: dict[str, batcher_pb2.ItemResult]
-    letters: list[DeadLetter]
-    clock: Clock
-
-
-class Letters:
-    def __init__(self) -> None:
-        self.letters: list[DeadLetter] = []
-
-    def record(self, letter: DeadLetter, now: float) -> bool:
-        self.letters.append(letter)
-        return True
-
-
-async def rig(**settings: object) -> Rig:
-    config = BatcherSettings(retry_backoff_s=0, **settings)  # type: ignore[arg-type]
-    nodes = {name: FakeNode(name) for name in NODES}
-    by_address = {f"{name}:1": node for name, node in nodes.items()}
-
-    def connect(address: str) -> NodeClient:
-        return by_address[address]
-
-    clock = Clock()
-    metrics = BatcherMetrics()
-    directory = ReplicaDirectory(
-        config,
-        Registry(),
-        metrics,
-        Security(),
-        clock=clock,
-        refresh_s=1.0,
-        heartbeat_timeout_s=10.0,
-        choice=PowerOfTwoChoices(random.Random(0)),
-        connect=connect,
-    )
-    await directory.refresh()
-    results: dict[str, batcher_pb2.ItemResult] = {}
-    letters = Letters()
-
-    def finish(entry: Entry, result: batcher_pb2.ItemResult) -> None:
-        assert entry.request_id not in results, "an entry was finished twice"
-        results[entry.request_id] = result
-
-    dispatcher = Dispatcher(config, directory, metrics, letters, finish, clock=clock)
-    return Rig(dispatcher, directory, nodes, results, letters.letters, clock)
+from batcher.replicas import PowerOfTwoChoices
+from ferryman.v1 import batcher_pb2
 
 
 def entries(ids: list[str], deadline: float = 1010.0) -> list[Entry]:
