@@ -42,6 +42,8 @@ class VersionRecord:
     price_per_1k_tokens_usd: float
     price_per_item_usd: float
     description: str = ""
+    format: str = ""
+    """How nodes run it ("causal_lm" versions generate: Inference.Generate, not Predict)."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,7 @@ def load_snapshot(engine: Engine) -> ConfigSnapshot:
                 max_batch_size=row.max_batch_size,
                 price_per_1k_tokens_usd=row.price_per_1k_tokens_usd,
                 price_per_item_usd=row.price_per_item_usd,
+                format=row.format,
             )
         for model in models_by_id.values():
             snapshot.descriptions[model.name] = model.description

@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from google.rpc import status_pb2
@@ -19,11 +20,12 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from ferryman.errors import Reason, make_status, status_code
 from ferryman.kernel.logs import log_request
 from ferryman.kernel.telemetry import current_span, tracer
-from ferryman.v1 import inference_pb2
+from ferryman.v1 import common_pb2, inference_pb2
 from registry.cache import SnapshotCache
 from registry.snapshot import RouteRecord, TenantRecord, VersionRecord
 from router.auth import authenticate
 from router.bounds import clip
+from router.generation import Generator
 from router.handlers import Undecodable
 from router.http.errors import http_status
 from router.metrics import RouterMetrics
@@ -46,6 +48,7 @@ class Rejected:
 StreamItem = inference_pb2.PredictRequest | Undecodable | Rejected
 NATIVE_PREDICT = grpc_door(Protocol.FERRYMAN, "ferryman.v1.Inference", "Predict")
 NATIVE_STREAM = grpc_door(Protocol.FERRYMAN, "ferryman.v1.Inference", "PredictStream")
+NATIVE_GENERATE = grpc_door(Protocol.FERRYMAN, "ferryman.v1.Inference", "Generate")
 UNKNOWN_LABEL = "-"
 HTTP_OK = 200
 """The model label of requests for a model that does not exist (or the tenant may not see)."""
@@ -60,7 +63,9 @@ def undecodable(request: Undecodable) -> status_pb2.Status:
     )
 
 
-def own_deadline(request: inference_pb2.PredictRequest, call_deadline: float) -> float:
+def own_deadline(
+    request: inference_pb2.PredictRequest | inference_pb2.GenerateRequest, call_deadline: float
+) -> float:
     """The request's deadline (event-loop time): its own ``timeout`` if set, within the call's."""
     if not request.HasField("timeout"):
         return call_deadline
@@ -80,11 +85,17 @@ class Gateway:
     """What every front door calls; failures raise ``RequestFailed`` with the status to send."""
 
     def __init__(
-        self, settings: RouterSettings, cache: SnapshotCache, service: RouterService, metrics: RouterMetrics
+        self,
+        settings: RouterSettings,
+        cache: SnapshotCache,
+        service: RouterService,
+        generator: Generator,
+        metrics: RouterMetrics,
     ) -> None:
         self._settings = settings
         self._cache = cache
         self._service = service
+        self._generator = generator
         self._metrics = metrics
         self._tracer = tracer("ferryman.router")
         self._statistics = Statistics()
@@ -130,6 +141,112 @@ class Gateway:
             raise RequestFailed(undecodable(request))
         return await self._predict(request, tenant, own_deadline(request, call_deadline), parent, door)
 
+    def _root(self, door: Door, parent: Context, tenant: str, model: str, **extra: object) -> Any:
+        """The root span of a request that came in through ``door``."""
+        return current_span(
+            self._tracer,
+            door.span_name,
+            context=parent,
+            kind=SpanKind.SERVER,
+            # The status follows the conventions below (a caller's mistake is no error).
+            record_exception=False,
+            set_status_on_exception=False,
+            attributes={
+                **door.attributes,
+                **self._server[door.http],
+                "gen_ai.request.model": model,
+                "ferryman.tenant": tenant,
+                "ferryman.model": model,
+                "ferryman.protocol": door.protocol.value,
+                **extra,
+            },
+        )
+
+    def _refused(
+        self,
+        span: Any,
+        door: Door,
+        tenant: str,
+        model: str,
+        version: str,
+        request_id: str,
+        status: Any,
+        started: float,
+    ) -> None:
+        """Metrics, span status and log line of a request that ended with an error ``status``."""
+        code = status_code(status).name
+        elapsed = time.perf_counter() - started
+        model_label, version_label = self._labels(model, version)
+        self._metrics.observe(tenant, model_label, version_label, code, door.protocol, elapsed)
+        span.set_attributes(failure_attributes(door, status))
+        if is_server_fault(status_code(status)):
+            span.set_status(Status(StatusCode.ERROR, status.message))
+        log_request(tenant, model, version, request_id, code, elapsed)
+
+    async def generate(
+        self,
+        request: inference_pb2.GenerateRequest,
+        tenant: TenantRecord,
+        call_deadline: float,
+        parent: Context,
+        door: Door = NATIVE_GENERATE,
+    ) -> AsyncGenerator[inference_pb2.GenerateResponse]:
+        """One generation's answers, within its own deadline and the call's. A refusal before
+        the first answer raises RequestFailed; close it (``aclose``) when the caller leaves."""
+        started = time.perf_counter()
+        deadline = own_deadline(request, call_deadline)
+        operation = "chat" if request.messages else "text_completion"
+        attributes: Mapping[str, object] = {
+            "gen_ai.operation.name": operation,
+            "gen_ai.request.max_tokens": request.max_tokens,
+            "gen_ai.request.temperature": request.sampling.temperature,
+        }
+        with self._root(door, parent, tenant.name, request.model, **attributes) as span:
+            answers = self._generator.generate(request, tenant, deadline)
+            last: inference_pb2.GenerateResponse | None = None
+            try:
+                async for answer in answers:
+                    last = answer
+                    yield answer
+            except RequestFailed as failed:
+                self._refused(
+                    span,
+                    door,
+                    tenant.name,
+                    request.model,
+                    request.version,
+                    request.request_id,
+                    failed.status,
+                    started,
+                )
+                raise
+            finally:
+                await answers.aclose()
+            self._generated(span, door, tenant.name, last, started)
+
+    def _generated(
+        self, span: Any, door: Door, tenant: str, last: inference_pb2.GenerateResponse | None, started: float
+    ) -> None:
+        """Metrics, span attributes and log line of a generation that streamed to its end."""
+        if last is None or not last.finish_reason:
+            return
+        elapsed = time.perf_counter() - started
+        finish = common_pb2.FinishReason.Name(last.finish_reason).removeprefix("FINISH_REASON_").lower()
+        span.set_attributes(
+            {
+                "ferryman.request_id": last.request_id,
+                "ferryman.version": last.version,
+                "ferryman.served_model": last.model,
+                "ferryman.fallback": last.fallback,
+                "gen_ai.response.finish_reasons": [finish],
+                "gen_ai.usage.input_tokens": last.usage.input_tokens,
+                "gen_ai.usage.output_tokens": last.usage.output_tokens,
+                **({"http.response.status_code": HTTP_OK} if door.http else {"rpc.grpc.status_code": 0}),
+            }
+        )
+        self._metrics.observe(tenant, last.model, last.version, "OK", door.protocol, elapsed)
+        log_request(tenant, last.model, last.version, last.request_id, "OK", elapsed)
+
     async def _predict(
         self,
         request: inference_pb2.PredictRequest,
@@ -141,37 +258,24 @@ class Gateway:
         """RouterService.predict inside the request's root span, measured and logged."""
         started = time.perf_counter()
         protocol = door.protocol
-        with current_span(
-            self._tracer,
-            door.span_name,
-            context=parent,
-            kind=SpanKind.SERVER,
-            # The status follows the conventions below (a caller's mistake is no error).
-            record_exception=False,
-            set_status_on_exception=False,
-            attributes={
-                **door.attributes,
-                **self._server[door.http],
-                "gen_ai.request.model": request.model,
-                "ferryman.tenant": tenant.name,
-                "ferryman.model": request.model,
-                "ferryman.protocol": protocol.value,
-            },
-        ) as span:
+        with self._root(door, parent, tenant.name, request.model) as span:
             try:
                 response = await self._service.predict(request, tenant, deadline)
             except RequestFailed as failed:
-                code = status_code(failed.status).name
-                elapsed = time.perf_counter() - started
-                model, version = self._labels(request.model, request.version)
-                self._metrics.observe(tenant.name, model, version, code, protocol, elapsed)
                 if f"{request.model}:{request.version}" in self._cache.snapshot.versions:
                     # Per-version statistics: only a pinned request's failure has a version.
+                    elapsed = time.perf_counter() - started
                     self._statistics.failed(tenant.name, request.model, request.version, elapsed)
-                span.set_attributes(failure_attributes(door, failed.status))
-                if is_server_fault(status_code(failed.status)):
-                    span.set_status(Status(StatusCode.ERROR, failed.status.message))
-                log_request(tenant.name, request.model, request.version, request.request_id, code, elapsed)
+                self._refused(
+                    span,
+                    door,
+                    tenant.name,
+                    request.model,
+                    request.version,
+                    request.request_id,
+                    failed.status,
+                    started,
+                )
                 raise
             elapsed = time.perf_counter() - started
             span.set_attributes(

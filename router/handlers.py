@@ -49,6 +49,11 @@ def add_inference_servicer(servicer: inference_pb2_grpc.InferenceServicer, serve
             request_deserializer=tolerant(inference_pb2.PredictRequest.FromString),
             response_serializer=inference_pb2.PredictStreamResponse.SerializeToString,
         ),
+        "Generate": grpc.unary_stream_rpc_method_handler(
+            servicer.Generate,
+            request_deserializer=tolerant(inference_pb2.GenerateRequest.FromString),
+            response_serializer=inference_pb2.GenerateResponse.SerializeToString,
+        ),
         "ListModels": grpc.unary_unary_rpc_method_handler(
             servicer.ListModels,
             request_deserializer=inference_pb2.ListModelsRequest.FromString,

@@ -17,6 +17,7 @@ from registry.cache import SnapshotCache
 from registry.db import make_engine
 from router.batchers import BatcherPool, BatcherPort
 from router.gateway import Gateway
+from router.generation import Generator
 from router.handlers import add_inference_servicer
 from router.http.server import HttpDoor
 from router.metrics import RouterMetrics
@@ -92,7 +93,7 @@ async def serve_router(
             batchers = pool
         service = RouterService(settings, cache, quota, batchers, metrics)
         renewer = asyncio.create_task(service.renew_leases(refresher_stop))
-        gateway = Gateway(settings, cache, service, metrics)
+        gateway = Gateway(settings, cache, service, Generator(settings, service, batchers, metrics), metrics)
         gateway.listening(rt.address)
         add_inference_servicer(InferenceServicer(gateway), rt.server)
         add_oip_servicer(OipServicer(gateway), rt.server)

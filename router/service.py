@@ -26,7 +26,7 @@ from router.bounds import check_request, clip
 from router.fingerprint import fingerprint
 from router.metrics import RouterMetrics
 from router.quota.client import QuotaClient
-from router.quota.policy import Decision, Verdict
+from router.quota.policy import Ask, Decision, Verdict
 from router.quota.service import MAX_RENEW_IDS, QuotaUnavailable
 from router.routing import Choice, resolve
 from router.settings import RouterSettings
@@ -34,6 +34,8 @@ from router.shedding import Shedder
 from router.validation import price, token_bound
 
 SETTLE_TIMEOUT_S = 1.0
+CAUSAL_LM = "causal_lm"
+"""The format of versions that generate text (Inference.Generate)."""
 log = logging.getLogger("ferryman.router")
 
 
@@ -91,8 +93,39 @@ class RouterService:
         every ``lease_renew_s``, so they end within a lease if this process dies."""
         self._background: set[asyncio.Task[object]] = set()
 
-    def _check(self, request: inference_pb2.PredictRequest, tenant: TenantRecord, degrade: bool) -> Admitted:
+    def route(
+        self, tenant: TenantRecord, model: str, pin: str, user: str, degrade: bool
+    ) -> tuple[Choice, VersionRecord]:
+        """The version a request of ``tenant`` for ``model`` goes to (weights, sticky user,
+        pin, fallback; the allow-list holds throughout). Unknown and forbidden models raise alike."""
         snapshot = self._cache.snapshot
+        if not snapshot.may_use(tenant, model) or (
+            model not in snapshot.routes and not (pin and f"{model}:{pin}" in snapshot.versions)
+        ):
+            raise unknown_model(model)
+        try:
+            choice = resolve(
+                snapshot.routes,
+                model,
+                tenant=tenant.name,
+                user=user,
+                pin=pin,
+                is_ready=self._cache.is_ready,
+                may_use=lambda name: snapshot.may_use(tenant, name),
+                degrade=degrade,
+            )
+        except LookupError:
+            raise unknown_model(model) from None
+        version = snapshot.versions.get(choice.key)
+        if version is None or version.status == "RETIRED":
+            raise fail(
+                grpc.StatusCode.NOT_FOUND,
+                f"unknown version {clip(choice.model)}:{clip(choice.version)}",
+                Reason.UNKNOWN_VERSION,
+            )
+        return choice, version
+
+    def _check(self, request: inference_pb2.PredictRequest, tenant: TenantRecord, degrade: bool) -> Admitted:
         if bad := check_request(request):
             raise fail(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -100,30 +133,12 @@ class RouterService:
                 Reason.INVALID_REQUEST,
                 violations=bad,
             )
-        if not snapshot.may_use(tenant, request.model) or (
-            request.model not in snapshot.routes
-            and not (request.version and f"{request.model}:{request.version}" in snapshot.versions)
-        ):
-            raise unknown_model(request.model)
-        try:
-            choice = resolve(
-                snapshot.routes,
-                request.model,
-                tenant=tenant.name,
-                user=request.user,
-                pin=request.version,
-                is_ready=self._cache.is_ready,
-                may_use=lambda model: snapshot.may_use(tenant, model),
-                degrade=degrade,
-            )
-        except LookupError:
-            raise unknown_model(request.model) from None
-        version = snapshot.versions.get(choice.key)
-        if version is None or version.status == "RETIRED":
+        choice, version = self.route(tenant, request.model, request.version, request.user, degrade)
+        if version.format == CAUSAL_LM:
             raise fail(
-                grpc.StatusCode.NOT_FOUND,
-                f"unknown version {clip(choice.model)}:{clip(choice.version)}",
-                Reason.UNKNOWN_VERSION,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{clip(choice.model)} generates text: call Generate",
+                Reason.INVALID_REQUEST,
             )
         checked = check_inputs(request.inputs, version.schema)
         rows, violations = checked.rows, checked.violations
@@ -158,22 +173,54 @@ class RouterService:
         quota_id = f"{tenant.name}/{request_id}"
         admitted = self._check(request, tenant, degrade=False)
         checked_at = self._shed(tenant.name, admitted, deadline)
+        verdict = await self.reserve(
+            quota_id,
+            tenant.name,
+            admitted.choice.model,
+            Ask(admitted.tokens, admitted.cost),
+            fingerprint(request),
+            deadline,
+        )
+        # A held reservation ends with the request, however it ends: answer, error, the
+        # client's cancel or deadline. Leases cover the one way this cannot see: a crash.
         try:
-            with current_span(self._tracer, "quota.reserve", attributes={"ferryman.tenant": tenant.name}):
+            response = await self._serve(
+                request_id, request, tenant, admitted, deadline, verdict, started, checked_at
+            )
+        except BaseException:
+            if verdict.held:
+                self.release_later(quota_id)
+            raise
+        if verdict.held:
+            usage = response.usage
+            self.commit_later(quota_id, usage.input_tokens, usage.cost_usd)
+        return response
+
+    async def reserve(
+        self, quota_id: str, tenant: str, model: str, ask: Ask, digest: str, deadline: float
+    ) -> Verdict:
+        """Reserve ``ask`` for a request (within its deadline); a held reservation is renewed
+        until ``commit_later`` or ``release_later``. Refusals raise RequestFailed."""
+        loop = asyncio.get_running_loop()
+        try:
+            with current_span(self._tracer, "quota.reserve", attributes={"ferryman.tenant": tenant}):
                 verdict = await self._quota.reserve(
                     quota_id,
-                    tenant.name,
-                    admitted.choice.model,
-                    admitted.tokens,
-                    admitted.cost,
-                    fingerprint(request),
+                    tenant,
+                    model,
+                    ask.tokens,
+                    ask.cost,
+                    digest,
                     budget_s=min(self._settings.quota_timeout_s, deadline - loop.time()),
+                    min_tokens=ask.min_tokens,
+                    cost_per_token=ask.cost_per_token,
                 )
         except QuotaUnavailable as exc:
             raise fail(grpc.StatusCode.UNAVAILABLE, str(exc), Reason.QUOTA_UNAVAILABLE) from None
         self._metrics.child(
-            self._metrics.quota_decisions, self._metrics.tenant(tenant.name), verdict.decision.value
+            self._metrics.quota_decisions, self._metrics.tenant(tenant), verdict.decision.value
         ).inc()
+        request_id = quota_id.split("/", 1)[-1]
         if verdict.decision == Decision.CONFLICT:
             raise fail(
                 grpc.StatusCode.ALREADY_EXISTS,
@@ -187,35 +234,27 @@ class RouterService:
                 + ", ".join(f"{v.limit} {v.current:g}/{v.maximum:g}" for v in verdict.violations),
                 Reason.QUOTA_EXCEEDED,
                 quota_violations=[
-                    (f"{tenant.name}:{v.limit}", f"{v.current:g} of {v.maximum:g} used")
+                    (f"{tenant}:{v.limit}", f"{v.current:g} of {v.maximum:g} used")
                     for v in verdict.violations
                 ],
                 retry_after=timedelta(seconds=max(verdict.retry_after_s, 0.001)),
             )
         if verdict.held:
             self._held.add(quota_id)
-        # A held reservation ends with the request, however it ends: answer, error, the
-        # client's cancel or deadline. Leases cover the one way this cannot see: a crash.
-        try:
-            response = await self._serve(
-                request_id, request, tenant, admitted, deadline, verdict, started, checked_at
-            )
-        except BaseException:
-            if verdict.held:
-                self._held.discard(quota_id)
-                self._settle_later(self._quota.release(quota_id, budget_s=SETTLE_TIMEOUT_S))
-            raise
-        if not verdict.held:
-            return response
+        return verdict
+
+    def commit_later(self, quota_id: str, tokens: int, cost: float) -> None:
+        """Settle a held reservation with what the request used, off the answer's path."""
         self._held.discard(quota_id)
-        usage = response.usage
-        self._settle_later(
-            self._quota.commit(quota_id, usage.input_tokens, usage.cost_usd, budget_s=SETTLE_TIMEOUT_S)
-        )
-        return response
+        self._settle_later(self._quota.commit(quota_id, tokens, cost, budget_s=SETTLE_TIMEOUT_S))
+
+    def release_later(self, quota_id: str) -> None:
+        """Give a held reservation back (the request did not run), off the answer's path."""
+        self._held.discard(quota_id)
+        self._settle_later(self._quota.release(quota_id, budget_s=SETTLE_TIMEOUT_S))
 
     def _settle_later(self, settle: Coroutine[Any, Any, bool]) -> None:
-        """Settle off the answer's path, in a task a cancelled request cannot cancel."""
+        """Settle in a task a cancelled request cannot cancel."""
         task: asyncio.Task[object] = asyncio.create_task(settle)
         self._background.add(task)
         task.add_done_callback(self._background.discard)

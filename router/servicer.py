@@ -12,7 +12,7 @@ from ferryman.kernel.telemetry import context_from_metadata
 from ferryman.v1 import inference_pb2, inference_pb2_grpc
 from registry.snapshot import TenantRecord
 from router.auth import bearer_key
-from router.gateway import Gateway
+from router.gateway import Gateway, undecodable
 from router.handlers import Undecodable
 from router.service import RequestFailed
 
@@ -60,6 +60,27 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
                 yield answer
         finally:
             await answers.aclose()  # the caller left or the call ended: stop what still runs
+
+    async def Generate(
+        self, request: inference_pb2.GenerateRequest | Undecodable, context: ServicerContext
+    ) -> AsyncIterator[inference_pb2.GenerateResponse]:
+        tenant = await self._tenant(context)
+        if isinstance(request, Undecodable):
+            await abort(context, undecodable(request))
+            return
+        answers = self._gateway.generate(
+            request,
+            tenant,
+            self._gateway.deadline(context.time_remaining()),
+            context_from_metadata(context.invocation_metadata()),
+        )
+        try:
+            async for answer in answers:
+                yield answer
+        except RequestFailed as failed:
+            await abort(context, failed.status)
+        finally:
+            await answers.aclose()  # the caller left: the generation ends at the node's next step
 
     async def ListModels(
         self, request: inference_pb2.ListModelsRequest, context: ServicerContext

@@ -37,6 +37,8 @@ class RouterSettings(BaseSettings):
     quota_timeout_s: float = Field(default=0.5, gt=0)
     """Most of a request's budget a quota call may take."""
     max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    max_generate_tokens: int = Field(default=4096, ge=1)
+    """Most ``max_tokens`` one generation may ask for (nodes also cut it to the context)."""
     shed_overload: bool = True
     """Refuse at once requests predicted to miss their deadline: by the recent latency of
     their version, or by the batcher's last overload refusal (router/shedding.py). Off, every

@@ -98,3 +98,11 @@ def registry_engine(db_url: str) -> Iterator[Engine]:
     upgrade(engine)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def smollm2_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2-135M-Instruct converted once for the session (~25 s)."""
+    from gpu_node.demo import smollm2
+
+    return smollm2.build_artifact(tmp_path_factory.mktemp("smollm2") / "smollm2")

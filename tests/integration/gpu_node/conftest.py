@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from harness import ServiceThread
@@ -12,19 +11,13 @@ from node_helpers import Artifacts, build_artifacts, node_settings, spec
 
 from ferryman.kernel.config import CommonSettings
 from ferryman.v1 import node_pb2, node_pb2_grpc
-from gpu_node.demo import echo, minilm, mlp, smollm2
+from gpu_node.demo import echo, minilm, mlp
 from gpu_node.server import serve_node
 
 
 @pytest.fixture(scope="session")
 def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Artifacts:
     return build_artifacts(tmp_path_factory.mktemp("artifacts"))
-
-
-@pytest.fixture(scope="session")
-def smollm2_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SmolLM2-135M-Instruct converted once for the session (~25 s)."""
-    return smollm2.build_artifact(tmp_path_factory.mktemp("smollm2") / "smollm2")
 
 
 @pytest.fixture(scope="session")
