@@ -156,6 +156,18 @@ async def a_refused_id_is_judged_anew_on_retry(q: Harness) -> None:
     assert retried.decision == Decision.ADMIT and retried.held
 
 
+async def a_released_id_is_charged_when_retried(q: Harness) -> None:
+    """A released reservation served nothing (the request failed before running): its retry
+    under the same id is a first request, charged once, not a free repeat."""
+    limits = [Limits(scope="t", rpm=5, tpm=100)]
+    assert (await q.reserve("x", limits, 30)).held
+    assert await q.backend.release("x")
+    retry = await q.reserve("x", limits, 30)
+    assert retry.decision == Decision.ADMIT and retry.held and not retry.repeat
+    usage = await q.usage(limits)
+    assert usage["t:rpm"] == 1 and usage["t:tpm"] == pytest.approx(30)
+
+
 async def all_or_nothing_across_policies(q: Harness) -> None:
     tenant = Limits(scope="t", rpm=10)
     model = Limits(scope="t/m", rpm=1)
@@ -216,6 +228,7 @@ SCENARIOS: list[Callable[[Harness], Awaitable[None]]] = [
     unrenewed_leases_end_and_renewed_ones_hold,
     a_used_id_with_another_request_is_a_conflict,
     a_refused_id_is_judged_anew_on_retry,
+    a_released_id_is_charged_when_retried,
     all_or_nothing_across_policies,
     reserving_the_bound_never_overshoots_cost,
     a_partial_ask_takes_what_the_limits_leave,

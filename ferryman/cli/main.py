@@ -9,6 +9,7 @@ import typer
 from ferryman import __version__
 from ferryman.cli.admin_cmd import admin_app
 from ferryman.cli.bench_cmd import bench
+from ferryman.cli.generate_cmd import generate
 from ferryman.cli.models_cmds import models_app
 from ferryman.cli.output import say_error
 from ferryman.cli.predict_cmd import predict
@@ -38,6 +39,7 @@ app.add_typer(serve_app, name="serve")
 app.add_typer(admin_app, name="admin")
 app.command("up")(up)
 app.command("predict")(predict)
+app.command("generate")(generate)
 app.command("top")(top)
 app.command("bench")(bench)
 

@@ -14,10 +14,12 @@ from ferryman.sdk.errors import (
     Unauthenticated,
     Unavailable,
 )
+from ferryman.sdk.generation import Chunk
 from ferryman.sdk.prediction import Prediction, Timing, Usage
 
 __all__ = [
     "AsyncClient",
+    "Chunk",
     "Client",
     "ClientClosed",
     "DeadlineExceeded",

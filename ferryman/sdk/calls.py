@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 
 from ferryman.sdk.convert import to_inputs
-from ferryman.sdk.errors import FerrymanError, QuotaExceeded, RetryableError
+from ferryman.sdk.errors import DeadlineExceeded, FerrymanError, QuotaExceeded, RetryableError
 from ferryman.v1 import common_pb2, inference_pb2
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -83,6 +83,17 @@ def endpoint(target: str | None, api_key: str | None) -> tuple[str, str]:
     if not key:
         raise ValueError(f"an API key is needed: pass api_key or set {API_KEY_ENV}")
     return target or os.environ.get(TARGET_ENV, DEFAULT_TARGET), key
+
+
+def out_of_time() -> FerrymanError:
+    """The call's time budget is spent (a timeout of 0): fail without sending."""
+    return DeadlineExceeded(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's timeout is spent", "DEADLINE")
+
+
+def tagged(error: FerrymanError, request_id: str) -> FerrymanError:
+    """``error`` marked with the request id it was sent under."""
+    error.request_id = request_id
+    return error
 
 
 def retry_delay(error: FerrymanError, attempt: int) -> float | None:

@@ -8,14 +8,15 @@ Retries UNAVAILABLE, a server's CANCELLED (a router stopping) and overload refus
 jittered backoff, sleeping what the server's RetryInfo asks, within the call's timeout; the
 request id stays the same, so a retry is never charged twice. Every error carries the
 request id it was sent under.
-``predict_many`` sends many requests over one PredictStream.
+``predict_many`` sends many requests over one PredictStream; ``generate`` and ``chat``
+stream generated text as ``Chunk``s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,29 +33,24 @@ from ferryman.sdk.calls import (
     channel_options,
     endpoint,
     needs_schema,
+    out_of_time,
     retry_delay,
+    tagged,
 )
-from ferryman.sdk.errors import ClientClosed, DeadlineExceeded, FerrymanError, from_rpc_error, from_status
+from ferryman.sdk.errors import ClientClosed, FerrymanError, from_rpc_error, from_status
+from ferryman.sdk.generation import Chunk, Message, build_generate, stream, stream_async
 from ferryman.sdk.prediction import Prediction
 from ferryman.v1 import inference_pb2, inference_pb2_grpc
 
 __all__ = ["AsyncClient", "Client", "endpoint"]
 
-
-def out_of_time() -> FerrymanError:
-    """The call's time budget is spent (a timeout of 0): fail without sending."""
-    return DeadlineExceeded(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's timeout is spent", "DEADLINE")
-
-
-def _tagged(error: FerrymanError, request_id: str) -> FerrymanError:
-    error.request_id = request_id
-    return error
+DEFAULT_MAX_TOKENS = 256
 
 
 def _stream_answer(reply: inference_pb2.PredictStreamResponse) -> Prediction | FerrymanError:
     if reply.WhichOneof("result") == "response":
         return Prediction.from_proto(reply.response)
-    return _tagged(from_status(reply.error), reply.request_id)
+    return tagged(from_status(reply.error), reply.request_id)
 
 
 class _Endpoint:
@@ -160,14 +156,14 @@ class Client(_Endpoint):
         for attempt in range(self._retries + 1):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise _tagged(out_of_time(), request.request_id)
+                raise tagged(out_of_time(), request.request_id)
             try:
                 response = self._stub.Predict(
                     request, metadata=call_metadata(self._metadata, metadata), timeout=remaining
                 )
                 return Prediction.from_proto(response)
             except grpc.RpcError as exc:
-                error = _tagged(from_rpc_error(exc), request.request_id)
+                error = tagged(from_rpc_error(exc), request.request_id)
                 delay = retry_delay(error, attempt)
                 if delay is None or attempt == self._retries or time.monotonic() + delay >= deadline:
                     raise error from None
@@ -201,6 +197,41 @@ class Client(_Endpoint):
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
         return [answers.get(r.request_id) or _missing(r.request_id) for r in requests]
+
+    def generate(
+        self,
+        model: str,
+        prompt: str,
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+        **options: Any,
+    ) -> Iterator[Chunk]:
+        """Stream text generated from ``prompt`` as ``Chunk``s; the last one has the
+        finish reason and usage. ``options``: temperature, top_p, top_k, seed, stop, user,
+        priority, version, request_id. Leaving the loop early stops the generation."""
+        self._check_open()
+        request = build_generate(model, prompt=prompt, max_tokens=max_tokens, **options)
+        deadline = time.monotonic() + call_timeout(timeout, self._timeout)
+        return stream(self._stub, request, call_metadata(self._metadata, metadata), deadline, self._retries)
+
+    def chat(
+        self,
+        model: str,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+        **options: Any,
+    ) -> Iterator[Chunk]:
+        """``generate`` for chat ``messages`` (``{"role": ..., "content": ...}``), rendered
+        with the model's chat template."""
+        self._check_open()
+        request = build_generate(model, messages=messages, max_tokens=max_tokens, **options)
+        deadline = time.monotonic() + call_timeout(timeout, self._timeout)
+        return stream(self._stub, request, call_metadata(self._metadata, metadata), deadline, self._retries)
 
     def close(self) -> None:
         self._closed = True
@@ -279,14 +310,14 @@ class AsyncClient(_Endpoint):
         for attempt in range(self._retries + 1):
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise _tagged(out_of_time(), request.request_id)
+                raise tagged(out_of_time(), request.request_id)
             try:
                 response = await self._stub.Predict(
                     request, metadata=call_metadata(self._metadata, metadata), timeout=remaining
                 )
                 return Prediction.from_proto(response)
             except grpc.RpcError as exc:
-                error = _tagged(from_rpc_error(exc), request.request_id)
+                error = tagged(from_rpc_error(exc), request.request_id)
                 delay = retry_delay(error, attempt)
                 if delay is None or attempt == self._retries or loop.time() + delay >= deadline:
                     raise error from None
@@ -320,6 +351,40 @@ class AsyncClient(_Endpoint):
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
 
+    def generate(
+        self,
+        model: str,
+        prompt: str,
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+        **options: Any,
+    ) -> AsyncIterator[Chunk]:
+        """``Client.generate`` as an async iterator."""
+        self._check_open()
+        request = build_generate(model, prompt=prompt, max_tokens=max_tokens, **options)
+        deadline = asyncio.get_running_loop().time() + call_timeout(timeout, self._timeout)
+        metadata_ = call_metadata(self._metadata, metadata)
+        return stream_async(self._stub, request, metadata_, deadline, self._retries)
+
+    def chat(
+        self,
+        model: str,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+        **options: Any,
+    ) -> AsyncIterator[Chunk]:
+        """``Client.chat`` as an async iterator."""
+        self._check_open()
+        request = build_generate(model, messages=messages, max_tokens=max_tokens, **options)
+        deadline = asyncio.get_running_loop().time() + call_timeout(timeout, self._timeout)
+        metadata_ = call_metadata(self._metadata, metadata)
+        return stream_async(self._stub, request, metadata_, deadline, self._retries)
+
     async def close(self) -> None:
         self._closed = True
         await self._channel.close(grace=None)
@@ -342,6 +407,6 @@ def _stream_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _missing(request_id: str) -> FerrymanError:
-    return _tagged(
+    return tagged(
         FerrymanError(grpc.StatusCode.INTERNAL, "the stream ended without an answer", "NO_ANSWER"), request_id
     )

@@ -148,6 +148,9 @@ class MemoryQuota:
         cost_delta = -reservation.cost if refund else cost - reservation.cost
         for scope in reservation.scopes:
             settle(self._state(scope), now, request_id, token_delta, cost_delta, refund)
+        if refund:
+            # Nothing was served under this id: a retry is a first request, charged once.
+            del self._reservations[request_id]
         return True
 
     async def expired_count(self) -> int:

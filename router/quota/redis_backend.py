@@ -194,6 +194,8 @@ for base in string.gmatch(r[6], '[^\\n]+') do
     end
   end
 end
+-- Nothing was served under a released id: a retry is a first request, charged once.
+if refund then redis.call('DEL', KEYS[1]) end
 return 1
 """
 
