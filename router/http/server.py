@@ -17,11 +17,16 @@ from fastapi.openapi.utils import get_openapi
 
 from ferryman.kernel.net import cannot_listen
 from router.gateway import Gateway
-from router.http import errors, oip_rest, openai
+from router.http import errors, oip_rest, openai, openai_chat
 from router.http.caller import JSON, OPENAI_PREFIX, invalid_request
 from router.service import RequestFailed
 
-BODIES = (oip_rest.InferenceRequest, openai.EmbeddingRequest)
+BODIES = (
+    oip_rest.InferenceRequest,
+    openai.EmbeddingRequest,
+    openai_chat.ChatRequest,
+    openai_chat.CompletionRequest,
+)
 """Bodies that routes read themselves (bounded, JSON whatever the Content-Type); the
 OpenAPI document gets their schemas here."""
 START_TIMEOUT_S = 10.0
@@ -60,6 +65,7 @@ def build_app(gateway: Gateway) -> FastAPI:
 
     app.include_router(oip_rest.router)
     app.include_router(openai.router)
+    app.include_router(openai_chat.router)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
