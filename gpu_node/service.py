@@ -78,11 +78,14 @@ class NodeService:
     async def _load_lm(self, slot: ModelSlot) -> None:
         """A causal-LM version: its engine, sized by the generation_* settings."""
         from gpu_node.generation.runtime import CausalLM, EngineLimits, load_causal_lm
+        from gpu_node.generation.scheduler import Admission
 
         limits = EngineLimits(
             self.settings.generation_slots,
             self.settings.generation_max_len,
             self.settings.generation_step_tokens,
+            Admission(self.settings.generation_admission),
+            self.settings.generation_active_s,
         )
         if limits.step_tokens <= limits.slots:
             raise LoadError("generation_step_tokens must exceed generation_slots")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -50,3 +51,9 @@ class NodeSettings(BaseSettings):
     generation_step_tokens: int = Field(default=256, ge=2)
     """Tokens one step may run (every decode plus prompt chunks): bounds how long a new long
     prompt delays the running sequences' next token. Must exceed generation_slots."""
+    generation_admission: Literal["vtc", "fcfs"] = "vtc"
+    """Who gets a free generation slot: the tenant with the least service (Virtual Token
+    Counter, with a slot kept for each active tenant that holds none), or the oldest
+    request (first come, first served: what vLLM and TGI do)."""
+    generation_active_s: float = Field(default=5.0, ge=0)
+    """How long after its last request a tenant counts as active (a slot is kept for it)."""

@@ -92,7 +92,7 @@ class GenerationEngine:
             generator = torch.Generator().manual_seed(sampling.seed)
         self._sequences[seq.id] = seq
         self._sampling[seq.id] = (sampling, generator)
-        self.scheduler.add(seq)
+        self.scheduler.add(seq, self._clock())
 
     def finish(self, seq_id: str, reason: FinishReason) -> bool:
         """End a sequence now (cancelled, out of quota): its slot serves the next step."""

@@ -17,7 +17,13 @@ from gpu_node.generation.driver import GenerationDriver
 from gpu_node.generation.engine import GenerationEngine, Sampling
 from gpu_node.generation.limits import StopText, completion_limit
 from gpu_node.generation.llama import SlotLlama
-from gpu_node.generation.scheduler import FinishReason, Scheduler, Sequence, VirtualTokenCounter
+from gpu_node.generation.scheduler import (
+    Admission,
+    FinishReason,
+    Scheduler,
+    Sequence,
+    VirtualTokenCounter,
+)
 from gpu_node.metrics import NodeMetrics
 
 REPLACEMENT = "\ufffd"
@@ -40,6 +46,8 @@ class EngineLimits:
     slots: int
     max_len: int
     step_tokens: int
+    admission: Admission = Admission.VTC
+    active_s: float = 0.0
 
 
 @dataclass
@@ -57,7 +65,7 @@ def load_causal_lm(path: Path, limits: EngineLimits) -> LoadedLM:
     stop = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
     engine = GenerationEngine(
         SlotLlama(model, limits.slots, limits.max_len),
-        Scheduler(limits.slots, limits.step_tokens, VirtualTokenCounter()),
+        Scheduler(limits.slots, limits.step_tokens, VirtualTokenCounter(), limits.admission, limits.active_s),
         limits.max_len,
         stop,
     )

@@ -6,10 +6,11 @@ OSDI 2024): the tenant that has received the least service, weighted, goes first
 
 from __future__ import annotations
 
+import collections
 import enum
 import heapq
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -91,8 +92,11 @@ class VirtualTokenCounter:
         if floor is not None:
             self.counters[tenant] = max(self.counters.get(tenant, 0.0), floor)
 
-    def least(self, tenants: Iterable[str]) -> str:
-        return min(tenants, key=lambda t: (self.counters.get(t, 0.0), t))
+    def least(self, tenants: Iterable[str], held: Mapping[str, int] | None = None) -> str:
+        """The tenant with the least service; on a tie (a tenant back from idle is lifted to
+        the busy ones' minimum), the one holding fewer slots (``held``)."""
+        held = held or {}
+        return min(tenants, key=lambda t: (self.counters.get(t, 0.0), held.get(t, 0), t))
 
 
 @dataclass(frozen=True)
@@ -105,18 +109,43 @@ class StepPlan:
     """Waiting past their start-by time: finished DEADLINE without taking a slot."""
 
 
-class Scheduler:
-    """Admission, chunked prefill and the running set over ``slots`` cache slots."""
+class Admission(enum.Enum):
+    """Who gets a free slot: the tenant with the least service (VTC), or the oldest
+    request whoever sent it (FCFS: what vLLM and TGI do; kept to measure against)."""
 
-    def __init__(self, slots: int, step_tokens: int, counter: VirtualTokenCounter) -> None:
+    VTC = "vtc"
+    FCFS = "fcfs"
+
+
+class Scheduler:
+    """Admission, chunked prefill and the running set over ``slots`` cache slots.
+
+    Under VTC a tenant that was active within ``active_s`` but holds no slot and waits for
+    none has one free slot kept for it (one each, all but one slot at most): slots are not
+    preempted, so without this a light tenant's next request waits for one of a heavy
+    tenant's long generations to end. A tenant alone uses every slot."""
+
+    def __init__(
+        self,
+        slots: int,
+        step_tokens: int,
+        counter: VirtualTokenCounter,
+        admission: Admission = Admission.VTC,
+        active_s: float = 0.0,
+    ) -> None:
         if step_tokens <= slots:
             raise ValueError("the step token budget must exceed the slots: decodes alone use one each")
         self.counter = counter
+        self._slots = slots
         self._step_tokens = step_tokens
+        self._admission = admission
+        self._active_s = active_s
         self._free = list(range(slots))
         self._order = itertools.count()
         # Per tenant, a heap by (priority, arrival): its head is the next to admit.
         self._waiting: dict[str, list[tuple[int, int, Sequence]]] = {}
+        self._seen: dict[str, float] = {}
+        """When each tenant last sent a sequence (within ``active_s``)."""
         self.running: list[Sequence] = []
 
     @property
@@ -126,10 +155,11 @@ class Scheduler:
     def busy_tenants(self) -> set[str]:
         return {s.tenant for s in self.running} | {t for t, q in self._waiting.items() if q}
 
-    def add(self, seq: Sequence) -> None:
+    def add(self, seq: Sequence, now: float = 0.0) -> None:
         busy = self.busy_tenants()
         if seq.tenant not in busy:
             self.counter.arrive(seq.tenant, busy)
+        self._seen[seq.tenant] = now
         heapq.heappush(self._waiting.setdefault(seq.tenant, []), (seq.priority, next(self._order), seq))
 
     def finish(self, seq: Sequence, reason: FinishReason) -> None:
@@ -148,11 +178,25 @@ class Scheduler:
         seq.finish = reason
         seq.move(SeqState.FINISHED)
 
-    def _next_waiting(self) -> Sequence | None:
+    def _kept(self, now: float) -> int:
+        """Free slots kept for active tenants that hold none and wait for none."""
+        busy = self.busy_tenants()
+        for tenant in [t for t, at in self._seen.items() if now - at > self._active_s]:
+            del self._seen[tenant]  # bounded by the tenants active in the window
+        idle = sum(1 for t in self._seen if t not in busy)
+        return min(idle, self._slots - 1)
+
+    def _next_waiting(self, now: float) -> Sequence | None:
         tenants = [t for t, q in self._waiting.items() if q]
         if not tenants:
             return None
-        return heapq.heappop(self._waiting[self.counter.least(tenants)])[2]
+        if self._admission == Admission.FCFS:
+            oldest = min(tenants, key=lambda t: self._waiting[t][0][1])
+            return heapq.heappop(self._waiting[oldest])[2]
+        if len(self._free) <= self._kept(now):
+            return None
+        held = collections.Counter(s.tenant for s in self.running)
+        return heapq.heappop(self._waiting[self.counter.least(tenants, held)])[2]
 
     def _expired(self, now: float) -> list[Sequence]:
         """Waiting sequences past their start-by time, finished DEADLINE: refused at once,
@@ -181,7 +225,7 @@ class Scheduler:
                 prefill.append((seq, seq.prefilled, end))
                 budget -= end - seq.prefilled
         refused = self._expired(now)
-        while self._free and budget > 0 and (new := self._next_waiting()) is not None:
+        while self._free and budget > 0 and (new := self._next_waiting(now)) is not None:
             new.slot = self._free.pop(0)
             new.move(SeqState.PREFILLING)
             self.running.append(new)

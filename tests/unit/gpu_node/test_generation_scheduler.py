@@ -9,6 +9,7 @@ import torch
 
 from gpu_node.generation.engine import GenerationEngine, Sampling
 from gpu_node.generation.scheduler import (
+    Admission,
     FinishReason,
     Scheduler,
     SeqState,
@@ -111,6 +112,60 @@ def test_free_slots_go_to_the_tenant_with_the_least_service() -> None:
     scheduler.finish(first, FinishReason.LENGTH)
     (admitted,) = [s for s, _, _ in scheduler.plan(0.0).prefill]
     assert admitted is light, "heavy's four queued sequences do not go first"
+
+
+ACTIVE_S = 5.0
+
+
+def admitted(scheduler: Scheduler, now: float) -> list[str]:
+    """Ids of the sequences a step admits (its prompts prefilled whole, as the engine does)."""
+    plan = scheduler.plan(now)
+    for seq, _, end in plan.prefill:
+        seq.prefilled = end
+        if end == len(seq.prompt):
+            seq.move(SeqState.DECODING)
+    return [seq.id for seq, start, _ in plan.prefill if start == 0]
+
+
+def test_vtc_keeps_a_slot_for_an_active_tenant_that_holds_none() -> None:
+    """Slots are not preempted: a heavy tenant filling them all would make a light tenant's
+    next request wait for one of its generations to end. Under VTC one stays free for it."""
+    scheduler = Scheduler(4, 256, VirtualTokenCounter(), Admission.VTC, ACTIVE_S)
+    light = Sequence("l0", "light", [1] * 4, max_tokens=2)
+    scheduler.add(light, 0.0)
+    assert admitted(scheduler, 0.0) == ["l0"]
+    scheduler.finish(light, FinishReason.LENGTH)
+    for i in range(8):
+        scheduler.add(Sequence(f"h{i}", "heavy", [1] * 4, max_tokens=50), 1.0)
+    assert admitted(scheduler, 1.0) == ["h0", "h1", "h2"], "one slot kept for light"
+    scheduler.add(Sequence("l1", "light", [1] * 4, max_tokens=2), 2.0)
+    assert admitted(scheduler, 2.0) == ["l1"], "light starts at once"
+    # Once light has been quiet for longer than the window, heavy may use every slot.
+    later = 2.0 + ACTIVE_S + 1
+    scheduler.finish(next(s for s in scheduler.running if s.id == "l1"), FinishReason.LENGTH)
+    assert admitted(scheduler, later) == ["h3"]
+
+
+def test_fcfs_lets_a_heavy_tenant_take_every_slot() -> None:
+    scheduler = Scheduler(4, 256, VirtualTokenCounter(), Admission.FCFS, ACTIVE_S)
+    light = Sequence("l0", "light", [1] * 4, max_tokens=2)
+    scheduler.add(light, 0.0)
+    scheduler.plan(0.0)
+    scheduler.finish(light, FinishReason.LENGTH)
+    for i in range(8):
+        scheduler.add(Sequence(f"h{i}", "heavy", [1] * 4, max_tokens=50), 1.0)
+    assert admitted(scheduler, 1.0) == ["h0", "h1", "h2", "h3"]
+    scheduler.add(Sequence("l1", "light", [1] * 4, max_tokens=2), 2.0)
+    assert admitted(scheduler, 2.0) == [], "light waits behind heavy's running generations"
+    scheduler.finish(scheduler.running[0], FinishReason.LENGTH)
+    assert admitted(scheduler, 3.0) == ["h4"], "and behind its queued ones: they came first"
+
+
+def test_a_tenant_alone_uses_every_slot() -> None:
+    scheduler = Scheduler(4, 256, VirtualTokenCounter(), Admission.VTC, ACTIVE_S)
+    for i in range(6):
+        scheduler.add(Sequence(f"h{i}", "heavy", [1] * 4, max_tokens=50), 0.0)
+    assert admitted(scheduler, 0.0) == ["h0", "h1", "h2", "h3"]
 
 
 def test_weights_scale_the_service_counted() -> None:
