@@ -129,16 +129,19 @@ async def flood(client: AsyncClient, workers: int, stop: asyncio.Event, seed: in
     return done
 
 
-def start_up(data_dir: Path, listen: str, nodes: int = 1) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+def start_up(
+    data_dir: Path, listen: str, nodes: int = 1, generate: bool = False
+) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     """``ferryman up --json`` as a child process on ``listen`` (its HTTP doors on a free
     port) with its data in ``data_dir``, and what it printed once ready; ending it is the
-    caller's (it is killed if it never gets ready)."""
+    caller's (it is killed if it never gets ready). ``generate``: with the generative demo."""
     env = {**os.environ, "FERRYMAN_DATA_DIR": str(data_dir), "FERRYMAN_LOG_LEVEL": "WARNING"}
     env.pop("FERRYMAN_DATABASE_URL", None)
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "ferryman", "up", "--json", "--nodes", str(nodes), "--listen", listen),
             *("--http-listen", f"127.0.0.1:{free_port()}"),
+            "--generate" if generate else "--no-generate",
         ],
         env=env,
         stdout=subprocess.PIPE,
@@ -156,9 +159,11 @@ def start_up(data_dir: Path, listen: str, nodes: int = 1) -> tuple[subprocess.Po
 
 
 @contextmanager
-def ferryman_up(data_dir: Path, listen: str, nodes: int = 1) -> Iterator[dict[str, Any]]:
+def ferryman_up(
+    data_dir: Path, listen: str, nodes: int = 1, generate: bool = False
+) -> Iterator[dict[str, Any]]:
     """``start_up``, yielding what it printed, stopped with Ctrl-C (SIGINT) on leaving."""
-    proc, info = start_up(data_dir, listen, nodes)
+    proc, info = start_up(data_dir, listen, nodes, generate)
     try:
         yield info
     finally:

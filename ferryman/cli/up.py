@@ -43,6 +43,8 @@ DEMO_TENANT = "demo"
 CONSOLE_PASSWORD_BYTES = 12
 HTTP_OK = 200
 DEMO_VERSIONS = {"mlp:1", "minilm:1"}
+GENERATIVE_VERSION = "smollm2:1"
+"""The generative demo, on the first node (gpu_node/demo/build.py)."""
 READY_TIMEOUT_S = 180.0
 POLL_S = 0.2
 PROBE_TIMEOUT_S = 5.0
@@ -67,13 +69,18 @@ def _console_password(reader: RegistryReader) -> str:
     return secrets.token_urlsafe(CONSOLE_PASSWORD_BYTES)
 
 
-def snippet(router: str, key: str, ca: str = "") -> str:
+def snippet(router: str, key: str, ca: str = "", generative: bool = False) -> str:
     tls = f', tls="{ca}"' if ca else ""
+    chat = (
+        'for chunk in client.chat("smollm2", [{"role": "user", "content": "Name a river."}]):\n'
+        '    print(chunk.text, end="", flush=True)\n'
+    )
     return (
         "import numpy as np, ferryman\n"
         f'client = ferryman.Client("{router}", api_key="{key}"{tls})\n'
         'print(client.predict("mlp", np.random.rand(1, 512).astype("float32")).outputs["output"])\n'
         'print(client.predict("minilm", ["Ferryman carries requests across."]).outputs["embedding"].shape)\n'
+        + (chat if generative else "")
     )
 
 
@@ -111,7 +118,7 @@ def _console_up(port: int) -> bool:
         return False
 
 
-def _answers(router: str, key: str, ca: str) -> bool:
+def _answers(router: str, key: str, ca: str, generative: bool) -> bool:
     """Whether the demo models answer through the router: ready means a request works (the
     batcher has seen a ready replica), not only that every process reports SERVING."""
     try:
@@ -119,6 +126,8 @@ def _answers(router: str, key: str, ca: str) -> bool:
         with Client(router, key, timeout=PROBE_TIMEOUT_S, retries=0, tls=ca or False) as client:
             client.predict("mlp", np.zeros((1, 512), np.float32))
             client.predict("minilm", ["ready?"])
+            if generative:
+                list(client.generate("smollm2", "ready?", max_tokens=1))
     except FerrymanError:
         return False
     return True
@@ -131,6 +140,7 @@ class Endpoints:
     console_port: int
     key: str
     ca: str
+    generative: bool
 
 
 def _wait_ready(platform: Platform, at: Endpoints, nodes: int, security: Security) -> None:
@@ -138,15 +148,19 @@ def _wait_ready(platform: Platform, at: Endpoints, nodes: int, security: Securit
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
         platform.check()
-        ready = [
-            n for n in reader.nodes() if n.lifecycle == "READY" and set(n.loaded_versions) >= DEMO_VERSIONS
-        ]
+        ready = {
+            n.name
+            for n in reader.nodes()
+            if n.lifecycle == "READY" and set(n.loaded_versions) >= DEMO_VERSIONS
+        }
+        generating = not at.generative or any(GENERATIVE_VERSION in n.loaded_versions for n in reader.nodes())
         if (
             len(ready) >= nodes
+            and generating
             and is_serving(at.router, security)
             and _http_ready(at.http, at.ca)
             and _console_up(at.console_port)
-            and _answers(at.router, at.key, at.ca)
+            and _answers(at.router, at.key, at.ca, at.generative)
         ):
             return
         if time.monotonic() > deadline:
@@ -165,6 +179,9 @@ def up(
     tls: Annotated[
         bool, typer.Option(help="TLS on every port, with a local CA made in the data dir (tls/ca.pem).")
     ] = False,
+    generate: Annotated[
+        bool, typer.Option(help="Serve the generative demo (SmolLM2, on the first node) too.")
+    ] = True,
 ) -> None:
     """Run the whole platform locally; Ctrl-C stops it."""
     from gpu_node.demo.build import build_demo_artifacts, register_demo
@@ -181,7 +198,7 @@ def up(
     writer, reader = RegistryWriter(engine(), actor="ferryman-up"), RegistryReader(engine())
     if not as_json:
         console.print("building demo models (first run takes a minute)...")
-    register_demo(writer, reader, build_demo_artifacts(settings().data_dir / "models"))
+    register_demo(writer, reader, build_demo_artifacts(settings().data_dir / "models", generate))
     key = demo_key(writer, reader)
 
     ca = ""
@@ -240,8 +257,9 @@ def up(
             console_env[PASSWORD_ENV] = password
         platform.start_command("console", ["admin", "--port", str(console_port)], console_env)
         http = f"{'https' if tls else 'http'}://{http_listen}"
-        _wait_ready(platform, Endpoints(listen, http, console_port, key.plaintext, ca), nodes, security)
-        code = snippet(listen, key.plaintext, ca)
+        at = Endpoints(listen, http, console_port, key.plaintext, ca, generate)
+        _wait_ready(platform, at, nodes, security)
+        code = snippet(listen, key.plaintext, ca, generate)
         curl = curl_line(http, key.plaintext, ca)
         if as_json:
             print(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpu_node.demo import minilm, mlp
+from gpu_node.demo import minilm, mlp, smollm2
 from registry.reader import RegistryReader
 from registry.writer import RegistryWriter, VersionSpec
 
@@ -12,17 +12,22 @@ MLP_MAX_BATCH = 128
 MINILM_MAX_BATCH = 32
 MINILM_PRICE_PER_1K_TOKENS_USD = 0.0001
 MLP_PRICE_PER_ITEM_USD = 0.00001
+SMOLLM2_PRICE_PER_1K_TOKENS_USD = 0.0002
+GENERATIVE_NODE = "node-1"
+"""Where ``ferryman up`` places the generative demo (its KV cache is preallocated: one node
+holds it)."""
 
 
-def build_demo_artifacts(models_dir: Path) -> list[VersionSpec]:
-    """Build (or reuse) the demo artifacts under ``models_dir``; return their specs."""
+def build_demo_artifacts(models_dir: Path, generative: bool = False) -> list[VersionSpec]:
+    """Build (or reuse) the demo artifacts under ``models_dir``; return their specs. With
+    ``generative``, SmolLM2 too (its GGUF converted once: ~20 s the first time)."""
     mlp_path = models_dir / "mlp-1.pt2"
     if not mlp_path.exists():
         # Export beside the target and rename, so a crash never leaves a half-written artifact.
         partial = mlp.export_mlp(mlp_path.with_name("mlp-1.partial.pt2"))
         partial.rename(mlp_path)
     minilm_dir = minilm.build_artifact(models_dir / "minilm-1")
-    return [
+    specs = [
         VersionSpec(
             model="mlp",
             version="1",
@@ -49,16 +54,32 @@ def build_demo_artifacts(models_dir: Path) -> list[VersionSpec]:
             published=True,
         ),
     ]
+    if generative:
+        specs.append(
+            VersionSpec(
+                model="smollm2",
+                version="1",
+                artifact=str(smollm2.build_artifact(models_dir / "smollm2-1")),
+                format="causal_lm",
+                io_schema=smollm2.SCHEMA,
+                description="SmolLM2-135M-Instruct: chat and text generation (Inference.Generate)",
+                max_batch_size=1,
+                price_per_1k_tokens_usd=SMOLLM2_PRICE_PER_1K_TOKENS_USD,
+                published=True,
+            )
+        )
+    return specs
 
 
 def register_demo(writer: RegistryWriter, reader: RegistryReader, specs: list[VersionSpec]) -> list[str]:
-    """Register, route (100%) and place (every node) each demo version not yet known."""
+    """Register, route (100%) and place each demo version not yet known: on every node, the
+    generative one on GENERATIVE_NODE."""
     added = []
     for spec in specs:
         if any(row.version == spec.version for row in reader.versions(spec.model)):
             continue
         writer.register_version(spec)
         writer.set_route(spec.model, {spec.version: 100})
-        writer.place(spec.model, spec.version)
+        writer.place(spec.model, spec.version, GENERATIVE_NODE if spec.format == "causal_lm" else "*")
         added.append(f"{spec.model}:{spec.version}")
     return added

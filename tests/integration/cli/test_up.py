@@ -23,7 +23,7 @@ def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path) -> None:
     env = {**os.environ, "FERRYMAN_DATA_DIR": str(tmp_path), "FERRYMAN_LOG_LEVEL": "WARNING"}
     env.pop("FERRYMAN_DATABASE_URL", None)
     # Leaving the block sends Ctrl-C and requires exit code 0.
-    with ferryman_up(tmp_path, router) as info:
+    with ferryman_up(tmp_path, router, generate=True) as info:
         assert info["router"] == router and info["api_key"].startswith("fm_")
         snippet = tmp_path / "snippet.py"
         snippet.write_text(info["snippet"])
@@ -32,6 +32,8 @@ def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path) -> None:
         )
         assert ran.returncode == 0, ran.stderr
         assert "(1, 384)" in ran.stdout
+        assert "smollm2" in info["snippet"]
+        assert ran.stdout.split("(1, 384)")[1].strip(), "the snippet's chat printed its answer"
         predicted = subprocess.run(
             [
                 sys.executable,
