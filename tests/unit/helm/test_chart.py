@@ -126,6 +126,7 @@ def test_node_pools_request_gpus_and_drain_gracefully() -> None:
     assert "nvidia.com/gpu" not in containers(cpu)[0]["resources"]["limits"]
     env = {e["name"]: e.get("value") for e in gpu_container["env"]}
     assert env["FERRYMAN_NODE_POOL"] == "gpu" and env["FERRYMAN_NODE_DRAIN_GRACE_S"] == "90"
+    assert env["FERRYMAN_NODE_GENERATION_SLOTS"] == "8" and env["FERRYMAN_NODE_GENERATION_ADMISSION"] == "vtc"
     (job,) = by_kind(docs, "Job")
     script = job["spec"]["template"]["spec"]["containers"][0]["args"][0]
     assert "ferryman db upgrade" in script and "ferryman model place minilm --version 1 --node gpu" in script
