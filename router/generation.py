@@ -234,7 +234,7 @@ class Generator:
                         )
                     yield answer
             except CallFailed as failed:
-                if not prompt:  # nothing ran: the call fails as a Predict would
+                if not prompt:  # nothing started: the call fails as a Predict would
                     raise RequestFailed(failed.status) from None
                 answer = inference_pb2.GenerateResponse()
                 answer.CopyFrom(head)
@@ -243,7 +243,7 @@ class Generator:
                 yield answer
         finally:
             await events.aclose()
-            if prompt:  # it ran: what it produced is charged, however it ended
+            if prompt:  # it started: what it produced is charged, however it ended
                 cost = cost_of(version, prompt + completion)
                 usage = common_pb2.Usage(
                     items=1, input_tokens=prompt, output_tokens=completion, cost_usd=cost

@@ -146,7 +146,8 @@ class CausalLM:
         self, request: node_pb2.NodeGenerateRequest, prompt: list[int], start_by: float
     ) -> AsyncGenerator[node_pb2.GenerateEvent, None]:
         """The request's events: text deltas as tokens decode, then the finish and usage.
-        Every event carries the prompt's tokens and the tokens generated so far. Closing
+        Every event carries the prompt's tokens (0 until its first token: a generation that
+        never started used none) and the tokens generated so far. Closing
         it early ends the generation at the engine's next step. Refusals (OverBudget,
         ValueError) come before the first event."""
         limit, length_reason = completion_limit(
@@ -171,7 +172,7 @@ class CausalLM:
         events = self.driver.generate(seq, sampling_of(request.sampling))
         try:
             async for event in events:
-                delta = node_pb2.GenerateEvent(prompt_tokens=len(prompt))
+                delta = node_pb2.GenerateEvent()
                 finish = event.finish
                 if event.token is not None:
                     if not tokens:
@@ -182,12 +183,15 @@ class CausalLM:
                     delta.text, stopped = stops.add(text.add(event.token))
                     if stopped:
                         finish = FinishReason.STOP
-                delta.completion_tokens = len(tokens)
+                # The prompt counts once it ran (its first token came): one refused or left
+                # while it waited for a slot used nothing.
+                prompt_used = len(prompt) if tokens else 0
+                delta.prompt_tokens, delta.completion_tokens = prompt_used, len(tokens)
                 if finish is not None:
                     if finish is event.finish:
                         delta.text += stops.flush()
                     delta.finish_reason = FINISH_TO_PROTO[finish]
-                    self._finished(finish, len(prompt), tokens, first_at)
+                    self._finished(finish, prompt_used, tokens, first_at)
                 yield delta
                 if finish is not None:
                     return
