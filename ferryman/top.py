@@ -89,6 +89,31 @@ def latency_buckets(
     return out
 
 
+@dataclass(frozen=True)
+class TenantUsage:
+    tenant: str
+    model: str
+    input_tokens: float
+    output_tokens: float
+    cost_usd: float
+
+
+def tenant_usage(samples: Samples) -> list[TenantUsage]:
+    """Tokens (prompt and generated) and spend charged per tenant and model, since start."""
+    found: dict[tuple[str, str], list[float]] = {}
+    for (name, labels), value in samples.items():
+        fields = dict(labels)
+        key = (fields.get("tenant", ""), fields.get("model", ""))
+        if name == "ferryman_tokens_total":
+            slot = 0 if fields.get("direction") == "input" else 1
+        elif name == "ferryman_cost_usd_total":
+            slot = 2
+        else:
+            continue
+        found.setdefault(key, [0.0, 0.0, 0.0])[slot] += value
+    return [TenantUsage(t, m, *values) for (t, m), values in sorted(found.items())]
+
+
 def rows(before: Samples, after: Samples, seconds: float) -> list[ModelRow]:
     """Per model, over the interval between two scrapes."""
 

@@ -1,4 +1,5 @@
-"""Overview: nodes and their health; QPS, p50/p99, error rate and batch fill per model."""
+"""Overview: nodes and their health; QPS, p50/p99, error rate and batch fill per model;
+tokens and spend per tenant."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from admin_ui.context import Console
-from ferryman.top import rows, scrape
+from ferryman.top import rows, scrape, tenant_usage
 
 
 def render(ctx: Console) -> None:
@@ -32,6 +33,25 @@ def render(ctx: Console) -> None:
     except OSError as exc:
         st.warning(f"metrics unavailable: {exc}")
         return
+    usage = tenant_usage(samples)
+    if usage:
+        st.subheader("Tokens and spend by tenant (since the services started)")
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {
+                        "tenant": u.tenant,
+                        "model": u.model,
+                        "prompt tokens": int(u.input_tokens),
+                        "generated tokens": int(u.output_tokens),
+                        "spend USD": round(u.cost_usd, 6),
+                    }
+                    for u in usage
+                ]
+            ),
+            hide_index=True,
+            width="stretch",
+        )
     previous = st.session_state.get("overview_scrape")
     st.session_state["overview_scrape"] = (now, samples)
     if previous is None or now - previous[0] <= 0:

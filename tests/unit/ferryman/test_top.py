@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ferryman.top import Samples, quantile, rows
+from ferryman.top import Samples, quantile, rows, tenant_usage
 
 
 def latency(model: str, counts: dict[str, float], code: str = "OK") -> Samples:
@@ -46,3 +46,15 @@ def test_rows_from_two_scrapes() -> None:
     assert row.model == "mlp" and row.qps == pytest.approx(11) and row.errors_per_s == pytest.approx(1)
     assert row.fill == pytest.approx(0.5)
     assert 0.0 < row.p50_s <= 0.01 < row.p99_s <= 0.1
+
+
+def test_tenant_usage_sums_tokens_by_direction_and_spend() -> None:
+    samples = {
+        ("ferryman_tokens_total", (("direction", "input"), ("model", "smollm2"), ("tenant", "a"))): 40.0,
+        ("ferryman_tokens_total", (("direction", "output"), ("model", "smollm2"), ("tenant", "a"))): 160.0,
+        ("ferryman_cost_usd_total", (("model", "smollm2"), ("tenant", "a"))): 0.002,
+        ("ferryman_requests_total", (("model", "smollm2"), ("tenant", "a"))): 3.0,
+    }
+    (row,) = tenant_usage(samples)
+    assert (row.tenant, row.model, row.input_tokens, row.output_tokens) == ("a", "smollm2", 40.0, 160.0)
+    assert row.cost_usd == 0.002
