@@ -23,6 +23,10 @@ class SlotModel(Protocol):
     def decode(self, slots: list[int], tokens: list[int], positions: list[int]) -> torch.Tensor: ...
 
 
+MAX_TEMPERATURE = 100.0
+"""Past this, sampling is uniform noise; the router's public bound is tighter."""
+
+
 @dataclass(frozen=True)
 class Sampling:
     """Per-sequence sampling; temperature 0 is greedy (and ignores the rest)."""
@@ -33,8 +37,10 @@ class Sampling:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
-            raise ValueError("temperature >= 0, 0 < top_p <= 1 and top_k >= 0")
+        # Written so that NaN fails too: one NaN temperature would fail the step for every
+        # running sequence.
+        if not (0 <= self.temperature <= MAX_TEMPERATURE and 0 < self.top_p <= 1 and self.top_k >= 0):
+            raise ValueError(f"0 <= temperature <= {MAX_TEMPERATURE:g}, 0 < top_p <= 1 and top_k >= 0")
 
 
 GREEDY = Sampling()

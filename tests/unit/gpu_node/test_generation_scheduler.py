@@ -200,6 +200,8 @@ def test_refusals_and_illegal_moves() -> None:
         Sequence("s", "t", [1], 1).move(SeqState.DECODING)
     with pytest.raises(ValueError, match="top_p"):
         Sampling(temperature=1.0, top_p=0.0)
+    with pytest.raises(ValueError, match="temperature"):
+        Sampling(temperature=float("nan"))
     with pytest.raises(ValueError, match="budget"):
         Scheduler(8, 8, VirtualTokenCounter())
 
