@@ -120,10 +120,10 @@ class Admission(enum.Enum):
 class Scheduler:
     """Admission, chunked prefill and the running set over ``slots`` cache slots.
 
-    Under VTC a tenant that was active within ``active_s`` but holds no slot and waits for
-    none has one free slot kept for it (one each, all but one slot at most): slots are not
-    preempted, so without this a light tenant's next request waits for one of a heavy
-    tenant's long generations to end. A tenant alone uses every slot."""
+    Under VTC a tenant that was active within ``active_s``, waits for nothing and holds less
+    than its share of the slots has one free slot kept for it (one each, all but one slot at
+    most): slots are not preempted, so without this a light tenant's next request waits for
+    one of a heavy tenant's long generations to end. A tenant alone uses every slot."""
 
     def __init__(
         self,
@@ -178,13 +178,12 @@ class Scheduler:
         seq.finish = reason
         seq.move(SeqState.FINISHED)
 
-    def _kept(self, now: float) -> int:
-        """Free slots kept for active tenants that hold none and wait for none."""
-        busy = self.busy_tenants()
+    def _share(self, now: float) -> float:
+        """Slots each active tenant may count on: an equal split among those active within
+        ``active_s`` (a tenant alone gets them all)."""
         for tenant in [t for t, at in self._seen.items() if now - at > self._active_s]:
             del self._seen[tenant]  # bounded by the tenants active in the window
-        idle = sum(1 for t in self._seen if t not in busy)
-        return min(idle, self._slots - 1)
+        return self._slots / max(1, len(self._seen))
 
     def _next_waiting(self, now: float) -> Sequence | None:
         tenants = [t for t, q in self._waiting.items() if q]
@@ -193,10 +192,17 @@ class Scheduler:
         if self._admission == Admission.FCFS:
             oldest = min(tenants, key=lambda t: self._waiting[t][0][1])
             return heapq.heappop(self._waiting[oldest])[2]
-        if len(self._free) <= self._kept(now):
-            return None
+        share = self._share(now)
         held = collections.Counter(s.tenant for s in self.running)
-        return heapq.heappop(self._waiting[self.counter.least(tenants, held)])[2]
+        # A tenant below its share goes first; the least served among equals (VTC).
+        tenant = min(tenants, key=lambda t: (held[t] >= share, self.counter.counters.get(t, 0.0), held[t], t))
+        if held[tenant] >= share:
+            # One free slot stays kept for each active tenant below its share that waits for
+            # none: its next request starts at once instead of behind a long generation.
+            kept = sum(1 for t in self._seen if t not in tenants and held[t] < share)
+            if len(self._free) <= min(kept, self._slots - 1):
+                return None
+        return heapq.heappop(self._waiting[tenant])[2]
 
     def _expired(self, now: float) -> list[Sequence]:
         """Waiting sequences past their start-by time, finished DEADLINE: refused at once,

@@ -146,6 +146,27 @@ def test_vtc_keeps_a_slot_for_an_active_tenant_that_holds_none() -> None:
     assert admitted(scheduler, later) == ["h3"]
 
 
+def test_a_tenant_below_its_share_goes_first_whatever_its_counter() -> None:
+    """VTC alone would give a freed slot to heavy once light's counter passed heavy's (light
+    is charged its prompt on admission): light, holding one of four slots, is below its
+    share (two) and goes first; holding two, it waits its turn."""
+    scheduler = Scheduler(4, 256, VirtualTokenCounter(), Admission.VTC, ACTIVE_S)
+    scheduler.add(Sequence("l0", "light", [1] * 4, max_tokens=50), 0.0)
+    assert admitted(scheduler, 0.0) == ["l0"]
+    for i in range(6):
+        scheduler.add(Sequence(f"h{i}", "heavy", [1] * 4, max_tokens=50), 0.5)
+    assert admitted(scheduler, 0.5) == ["h0", "h1"], "the fourth slot is kept for light"
+    scheduler.add(Sequence("l1", "light", [1] * 200, max_tokens=2), 1.0)
+    assert admitted(scheduler, 1.0) == ["l1"], "light takes the kept slot"
+    assert scheduler.counter.counters["light"] > scheduler.counter.counters["heavy"]
+    scheduler.finish(next(s for s in scheduler.running if s.id == "l1"), FinishReason.LENGTH)
+    scheduler.add(Sequence("l2", "light", [1] * 4, max_tokens=2), 1.5)
+    assert admitted(scheduler, 1.5) == ["l2"], "below its share, light goes before heavy"
+    scheduler.finish(next(s for s in scheduler.running if s.id == "h1"), FinishReason.LENGTH)
+    scheduler.add(Sequence("l3", "light", [1] * 4, max_tokens=2), 2.0)
+    assert admitted(scheduler, 2.0) == ["h2"], "at its share, light waits: heavy's turn"
+
+
 def test_fcfs_lets_a_heavy_tenant_take_every_slot() -> None:
     scheduler = Scheduler(4, 256, VirtualTokenCounter(), Admission.FCFS, ACTIVE_S)
     light = Sequence("l0", "light", [1] * 4, max_tokens=2)
