@@ -159,12 +159,15 @@ class GenerationEngine:
             self._sampling.pop(seq.id, None)
         for seq, start, end in plan.prefill:
             assert seq.slot is not None
-            logits = self._model.prefill(seq.slot, seq.prompt[start:end], start)
+            context = seq.context
+            logits = self._model.prefill(seq.slot, context[start:end], start)
             self.prefill_forwards += 1
             seq.prefilled = end
-            if end < len(seq.prompt):
+            if end < len(context):
                 continue  # more chunks in later steps
             seq.move(SeqState.DECODING)
+            if seq.generated:
+                continue  # resumed after a preemption: its next decode feeds its last token
             self._emit(seq, self._sample(seq, logits), events)
         decode = [s for s in plan.decode if s.state == SeqState.DECODING]
         if decode:

@@ -23,8 +23,9 @@ class SeqState(enum.Enum):
 
 TRANSITIONS: dict[SeqState, frozenset[SeqState]] = {
     SeqState.WAITING: frozenset({SeqState.PREFILLING, SeqState.FINISHED}),
-    SeqState.PREFILLING: frozenset({SeqState.DECODING, SeqState.FINISHED}),
-    SeqState.DECODING: frozenset({SeqState.FINISHED}),
+    # Back to WAITING: preempted, its slot given to a tenant below its share.
+    SeqState.PREFILLING: frozenset({SeqState.DECODING, SeqState.WAITING, SeqState.FINISHED}),
+    SeqState.DECODING: frozenset({SeqState.WAITING, SeqState.FINISHED}),
     SeqState.FINISHED: frozenset(),
 }
 
@@ -58,6 +59,17 @@ class Sequence:
     prefilled: int = 0
     generated: list[int] = field(default_factory=list)
     finish: FinishReason | None = None
+    order: int = 0
+    """Arrival order (set by the scheduler): a preempted sequence keeps its place."""
+    preemptions: int = 0
+    replay: list[int] = field(default_factory=list)
+    """What a preempted sequence prefills again when it resumes: its prompt and every token
+    it generated but the last (which the next decode feeds)."""
+
+    @property
+    def context(self) -> list[int]:
+        """The tokens to prefill: the prompt, or after a preemption the replay."""
+        return self.replay or self.prompt
 
     def move(self, target: SeqState) -> None:
         if target not in TRANSITIONS[self.state]:
@@ -147,6 +159,7 @@ class Scheduler:
         self._seen: dict[str, float] = {}
         """When each tenant last sent a sequence (within ``active_s``)."""
         self.running: list[Sequence] = []
+        self.preemptions = 0
 
     @property
     def waiting(self) -> int:
@@ -160,7 +173,8 @@ class Scheduler:
         if seq.tenant not in busy:
             self.counter.arrive(seq.tenant, busy)
         self._seen[seq.tenant] = now
-        heapq.heappush(self._waiting.setdefault(seq.tenant, []), (seq.priority, next(self._order), seq))
+        seq.order = next(self._order)
+        heapq.heappush(self._waiting.setdefault(seq.tenant, []), (seq.priority, seq.order, seq))
 
     def finish(self, seq: Sequence, reason: FinishReason) -> None:
         """End ``seq`` now, wherever it is; its slot is free for the next step."""
@@ -204,6 +218,33 @@ class Scheduler:
                 return None
         return heapq.heappop(self._waiting[tenant])[2]
 
+    def _preempt(self, now: float) -> None:
+        """Free a slot for a waiting tenant below its share when none is free: the newest
+        sequence of a tenant above its share goes back to waiting, first in its tenant's
+        line, and recomputes its cache when it resumes (nothing it generated is lost).
+        Without this a heavy tenant that filled the slots while alone keeps them for as
+        long as its generations run."""
+        if self._admission != Admission.VTC or self._free:
+            return
+        share = self._share(now)
+        held = collections.Counter(s.tenant for s in self.running)
+        if not any(q and held[t] < share for t, q in self._waiting.items()):
+            return
+        over = [s for s in self.running if held[s.tenant] > share]
+        if not over:
+            return
+        victim = max(over, key=lambda s: s.order)
+        self.running.remove(victim)
+        assert victim.slot is not None
+        self._free.append(victim.slot)
+        victim.slot, victim.prefilled = None, 0
+        victim.replay = victim.prompt + victim.generated[:-1] if victim.generated else []
+        victim.start_by = float("inf")  # it started in time; its TTFT deadline is met
+        victim.preemptions += 1
+        victim.move(SeqState.WAITING)
+        heapq.heappush(self._waiting.setdefault(victim.tenant, []), (victim.priority, victim.order, victim))
+        self.preemptions += 1
+
     def _expired(self, now: float) -> list[Sequence]:
         """Waiting sequences past their start-by time, finished DEADLINE: refused at once,
         slots free or not (a full engine must not hold them until a slot frees)."""
@@ -221,13 +262,15 @@ class Scheduler:
 
     def plan(self, now: float) -> StepPlan:
         """The next step. Decodes come first (each running sequence's next token), then the
-        chunks of prompts under way, then new admissions while slots and budget last."""
+        chunks of prompts under way, then new admissions while slots and budget last (a
+        preemption first, when a tenant below its share waits and no slot is free)."""
+        self._preempt(now)
         decode = [s for s in self.running if s.state == SeqState.DECODING]
         budget = self._step_tokens - len(decode)
         prefill: list[tuple[Sequence, int, int]] = []
         for seq in self.running:
             if seq.state == SeqState.PREFILLING and budget > 0:
-                end = min(len(seq.prompt), seq.prefilled + budget)
+                end = min(len(seq.context), seq.prefilled + budget)
                 prefill.append((seq, seq.prefilled, end))
                 budget -= end - seq.prefilled
         refused = self._expired(now)
@@ -235,8 +278,9 @@ class Scheduler:
             new.slot = self._free.pop(0)
             new.move(SeqState.PREFILLING)
             self.running.append(new)
-            self.counter.charge(new.tenant, len(new.prompt))
-            end = min(len(new.prompt), budget)
+            if not new.preemptions:  # a resumed sequence was charged when first admitted
+                self.counter.charge(new.tenant, len(new.prompt))
+            end = min(len(new.context), budget)
             prefill.append((new, 0, end))
             budget -= end
         return StepPlan(prefill, decode, refused)

@@ -167,6 +167,34 @@ def test_a_tenant_below_its_share_goes_first_whatever_its_counter() -> None:
     assert admitted(scheduler, 2.0) == ["h2"], "at its share, light waits: heavy's turn"
 
 
+def test_a_tenant_that_filled_the_slots_alone_is_preempted_for_a_newcomer() -> None:
+    """Heavy took all four slots while alone; light's request takes the slot of heavy's
+    newest generation at the next step, and that generation resumes later with the same
+    tokens as if it had never stopped (its cache recomputed from prompt and tokens)."""
+    clock = [0.0]
+    model = CountingModel()
+    scheduler = Scheduler(4, 64, VirtualTokenCounter(), Admission.VTC, ACTIVE_S)
+    gen = GenerationEngine(model, scheduler, MAX_LEN, {STOP}, clock=lambda: clock[0])
+    for i in range(4):
+        gen.submit(Sequence(f"h{i}", "heavy", [10 + i, 11 + i], max_tokens=20))
+    out: dict[str, list[int]] = {}
+    for step in range(40):
+        if step == 5:
+            gen.submit(Sequence("light", "light", [1, 2, 3], max_tokens=3))
+        for event in gen.step():
+            if event.token is not None:
+                out.setdefault(event.seq_id, []).append(event.token)
+        clock[0] += 0.1
+        if step == 5:
+            assert "light" in out, "light's first token came the step it arrived"
+            assert scheduler.preemptions == 1
+    assert out["light"] == [4, 5, 6]
+    for i in range(4):
+        # Next token = last + 1 (mod VOCAB): 20 tokens after the prompt, none lost or repeated.
+        assert out[f"h{i}"] == [(11 + i + k) % VOCAB for k in range(1, 21)], f"h{i}"
+    assert scheduler.counter.counters["heavy"] == 4 * 2 + 4 * 20, "a resumed prompt is not charged twice"
+
+
 def test_fcfs_lets_a_heavy_tenant_take_every_slot() -> None:
     scheduler = Scheduler(4, 256, VirtualTokenCounter(), Admission.FCFS, ACTIVE_S)
     light = Sequence("l0", "light", [1] * 4, max_tokens=2)
