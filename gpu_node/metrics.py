@@ -74,3 +74,9 @@ class NodeMetrics:
             labels,
             registry=self.registry,
         )
+        self.preemptions = Counter(
+            "ferryman_generation_preemptions",
+            "Generations sent back to waiting to free a slot for a tenant below its share.",
+            labels,
+            registry=self.registry,
+        )

@@ -38,6 +38,7 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     "ferryman_generation_finished": ("counter", ("model", "version", "reason")),
     "ferryman_generation_sequences": ("gauge", ("model", "version", "state")),
     "ferryman_generation_slots": ("gauge", ("model", "version")),
+    "ferryman_generation_preemptions": ("counter", ("model", "version")),
 }
 
 SUFFIXES = {

@@ -123,10 +123,17 @@ class CausalLM:
         self._metrics, self._labels = metrics, labels
         running = metrics.sequences.labels(**labels, state="running")
         waiting = metrics.sequences.labels(**labels, state="waiting")
+        preempted = metrics.preemptions.labels(**labels)
+        scheduler = loaded.engine.scheduler
+        counted = [0]
 
         def gauges(now_running: int, now_waiting: int) -> None:
+            """After each step, on the engine's worker (the only one touching the scheduler)."""
             running.set(now_running)
             waiting.set(now_waiting)
+            if scheduler.preemptions > counted[0]:
+                preempted.inc(scheduler.preemptions - counted[0])
+                counted[0] = scheduler.preemptions
 
         metrics.slots.labels(**labels).set(loaded.slots)
         self._context = loaded.engine.context
