@@ -14,7 +14,7 @@ from gpu_node.demo import smollm2
 from gpu_node.generation.engine import GenerationEngine
 from gpu_node.generation.llama import SlotLlama
 from gpu_node.generation.runtime import IncrementalText
-from gpu_node.generation.scheduler import FinishReason, Scheduler, Sequence, VirtualTokenCounter
+from gpu_node.generation.scheduler import Admission, FinishReason, Scheduler, Sequence, VirtualTokenCounter
 
 SLOTS = 8
 MAX_LEN = 256
@@ -98,3 +98,38 @@ def test_streamed_text_adds_up_to_the_whole_decode(smol: tuple[Any, Any]) -> Non
     deltas = [text.add(int(t)) for t in tokens]
     assert "".join(deltas) == tokenizer.decode(tokens, skip_special_tokens=True)
     assert "" in deltas, "a character split across tokens waits for its last byte"
+
+
+def test_a_preempted_generation_resumes_with_the_tokens_of_its_solo_run(smol: tuple[Any, Any]) -> None:
+    """A tenant that filled every slot alone is preempted for a newcomer below its share:
+    the newcomer's first token comes the step it arrives, and every preempted generation,
+    its cache recomputed from prompt and tokens on the real model, still gives exactly the
+    greedy tokens of its solo run."""
+    model, tokenizer = smol
+    clock = [0.0]
+    slots = 4
+    scheduler = Scheduler(slots, STEP_TOKENS, VirtualTokenCounter(), Admission.VTC, active_s=60.0)
+    engine = GenerationEngine(
+        SlotLlama(model, slots, MAX_LEN), scheduler, MAX_LEN, {tokenizer.eos_token_id}, clock=lambda: clock[0]
+    )
+    heavy = QUESTIONS[:slots]
+    for question, max_tokens in heavy:
+        engine.submit(Sequence(question, "heavy", chat(tokenizer, question), max_tokens))
+    light, light_tokens = QUESTIONS[6]
+    out: dict[str, list[int]] = {q: [] for q, _ in [*heavy, (light, light_tokens)]}
+    first_step: dict[str, int] = {}
+    step = 0
+    while not engine.idle or step <= 4:
+        if step == 4:
+            engine.submit(Sequence(light, "light", chat(tokenizer, light), light_tokens))
+        for event in engine.step():
+            if event.token is not None:
+                out[event.seq_id].append(event.token)
+                first_step.setdefault(event.seq_id, step)
+        clock[0] += 0.1
+        step += 1
+    assert scheduler.preemptions >= 1
+    assert first_step[light] == 4, "the newcomer started the step it arrived"
+    for question, max_tokens in [*heavy, (light, light_tokens)]:
+        solo, _, _ = generate(smol, [(question, max_tokens)])
+        assert out[question] == solo[question], question
