@@ -25,8 +25,10 @@ def clip(text: str, limit: int = ECHO_CHARS) -> str:
     return text if len(text) <= limit else f"{text[:limit]}…"
 
 
-def check_request(request: inference_pb2.PredictRequest) -> list[Violation]:
-    """Violations of the request's id, names and parameters; empty when within bounds."""
+def check_names(
+    request: inference_pb2.PredictRequest | inference_pb2.GenerateRequest,
+) -> list[Violation]:
+    """Violations of a request's id, model, version and user (the model is required)."""
     violations: list[Violation] = []
     for field, value, limit in (
         ("request_id", request.request_id, MAX_REQUEST_ID_CHARS),
@@ -38,6 +40,12 @@ def check_request(request: inference_pb2.PredictRequest) -> list[Violation]:
             violations.append((field, f"longer than {limit} characters"))
     if not request.model:
         violations.append(("model", "required"))
+    return violations
+
+
+def check_request(request: inference_pb2.PredictRequest) -> list[Violation]:
+    """Violations of the request's id, names and parameters; empty when within bounds."""
+    violations = check_names(request)
     if len(request.inputs) > MAX_INPUTS:
         violations.append(("inputs", f"more than {MAX_INPUTS} inputs"))
     else:

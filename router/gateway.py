@@ -167,21 +167,19 @@ class Gateway:
         span: Any,
         door: Door,
         tenant: str,
-        model: str,
-        version: str,
-        request_id: str,
-        status: Any,
+        request: inference_pb2.PredictRequest | inference_pb2.GenerateRequest,
+        status: status_pb2.Status,
         started: float,
     ) -> None:
         """Metrics, span status and log line of a request that ended with an error ``status``."""
         code = status_code(status).name
         elapsed = time.perf_counter() - started
-        model_label, version_label = self._labels(model, version)
+        model_label, version_label = self._labels(request.model, request.version)
         self._metrics.observe(tenant, model_label, version_label, code, door.protocol, elapsed)
         span.set_attributes(failure_attributes(door, status))
         if is_server_fault(status_code(status)):
             span.set_status(Status(StatusCode.ERROR, status.message))
-        log_request(tenant, model, version, request_id, code, elapsed)
+        log_request(tenant, request.model, request.version, request.request_id, code, elapsed)
 
     async def generate(
         self,
@@ -209,16 +207,7 @@ class Gateway:
                     last = answer
                     yield answer
             except RequestFailed as failed:
-                self._refused(
-                    span,
-                    door,
-                    tenant.name,
-                    request.model,
-                    request.version,
-                    request.request_id,
-                    failed.status,
-                    started,
-                )
+                self._refused(span, door, tenant.name, request, failed.status, started)
                 raise
             finally:
                 await answers.aclose()
@@ -266,16 +255,7 @@ class Gateway:
                     # Per-version statistics: only a pinned request's failure has a version.
                     elapsed = time.perf_counter() - started
                     self._statistics.failed(tenant.name, request.model, request.version, elapsed)
-                self._refused(
-                    span,
-                    door,
-                    tenant.name,
-                    request.model,
-                    request.version,
-                    request.request_id,
-                    failed.status,
-                    started,
-                )
+                self._refused(span, door, tenant.name, request, failed.status, started)
                 raise
             elapsed = time.perf_counter() - started
             span.set_attributes(

@@ -22,7 +22,7 @@ from ferryman.errors import CallFailed, Reason, status_code
 from ferryman.v1 import common_pb2, inference_pb2, node_pb2
 from registry.snapshot import TenantRecord, VersionRecord
 from router.batchers import BatcherPort
-from router.bounds import MAX_NAME_CHARS, MAX_REQUEST_ID_CHARS, MAX_USER_CHARS, Violation, clip
+from router.bounds import Violation, check_names, clip
 from router.fingerprint import DIGEST_BYTES
 from router.metrics import RouterMetrics
 from router.quota.policy import Ask, Decision
@@ -52,17 +52,7 @@ FINISH_ON_FAILURE = {
 
 def check_generate(request: inference_pb2.GenerateRequest, max_tokens: int) -> list[Violation]:
     """Violations of a generation's ids, names, messages, sampling and stops."""
-    violations: list[Violation] = []
-    for field, value, limit in (
-        ("request_id", request.request_id, MAX_REQUEST_ID_CHARS),
-        ("model", request.model, MAX_NAME_CHARS),
-        ("version", request.version, MAX_NAME_CHARS),
-        ("user", request.user, MAX_USER_CHARS),
-    ):
-        if len(value) > limit:
-            violations.append((field, f"longer than {limit} characters"))
-    if not request.model:
-        violations.append(("model", "required"))
+    violations = check_names(request)
     if bool(request.prompt) == bool(request.messages):
         violations.append(("prompt", "give either a prompt or chat messages"))
     if len(request.messages) > MAX_MESSAGES:

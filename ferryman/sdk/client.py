@@ -211,10 +211,9 @@ class Client(_Endpoint):
         """Stream text generated from ``prompt`` as ``Chunk``s; the last one has the
         finish reason and usage. ``options``: temperature, top_p, top_k, seed, stop, user,
         priority, version, request_id. Leaving the loop early stops the generation."""
-        self._check_open()
-        request = build_generate(model, prompt=prompt, max_tokens=max_tokens, **options)
-        deadline = time.monotonic() + call_timeout(timeout, self._timeout)
-        return stream(self._stub, request, call_metadata(self._metadata, metadata), deadline, self._retries)
+        return self._stream(
+            build_generate(model, prompt=prompt, max_tokens=max_tokens, **options), timeout, metadata
+        )
 
     def chat(
         self,
@@ -228,8 +227,14 @@ class Client(_Endpoint):
     ) -> Iterator[Chunk]:
         """``generate`` for chat ``messages`` (``{"role": ..., "content": ...}``), rendered
         with the model's chat template."""
+        return self._stream(
+            build_generate(model, messages=messages, max_tokens=max_tokens, **options), timeout, metadata
+        )
+
+    def _stream(
+        self, request: inference_pb2.GenerateRequest, timeout: float | None, metadata: Metadata | None
+    ) -> Iterator[Chunk]:
         self._check_open()
-        request = build_generate(model, messages=messages, max_tokens=max_tokens, **options)
         deadline = time.monotonic() + call_timeout(timeout, self._timeout)
         return stream(self._stub, request, call_metadata(self._metadata, metadata), deadline, self._retries)
 
@@ -362,11 +367,9 @@ class AsyncClient(_Endpoint):
         **options: Any,
     ) -> AsyncIterator[Chunk]:
         """``Client.generate`` as an async iterator."""
-        self._check_open()
-        request = build_generate(model, prompt=prompt, max_tokens=max_tokens, **options)
-        deadline = asyncio.get_running_loop().time() + call_timeout(timeout, self._timeout)
-        metadata_ = call_metadata(self._metadata, metadata)
-        return stream_async(self._stub, request, metadata_, deadline, self._retries)
+        return self._stream(
+            build_generate(model, prompt=prompt, max_tokens=max_tokens, **options), timeout, metadata
+        )
 
     def chat(
         self,
@@ -379,11 +382,18 @@ class AsyncClient(_Endpoint):
         **options: Any,
     ) -> AsyncIterator[Chunk]:
         """``Client.chat`` as an async iterator."""
+        return self._stream(
+            build_generate(model, messages=messages, max_tokens=max_tokens, **options), timeout, metadata
+        )
+
+    def _stream(
+        self, request: inference_pb2.GenerateRequest, timeout: float | None, metadata: Metadata | None
+    ) -> AsyncIterator[Chunk]:
         self._check_open()
-        request = build_generate(model, messages=messages, max_tokens=max_tokens, **options)
         deadline = asyncio.get_running_loop().time() + call_timeout(timeout, self._timeout)
-        metadata_ = call_metadata(self._metadata, metadata)
-        return stream_async(self._stub, request, metadata_, deadline, self._retries)
+        return stream_async(
+            self._stub, request, call_metadata(self._metadata, metadata), deadline, self._retries
+        )
 
     async def close(self) -> None:
         self._closed = True
