@@ -33,6 +33,7 @@ class TenantView:
     priority: int
     allowed_models: tuple[str, ...]
     disabled: bool
+    weight: float = 1.0
     active_keys: tuple[str, ...] = ()
     """Visible prefixes of the tenant's unrevoked keys."""
 
@@ -84,6 +85,7 @@ class RegistryReader:
                     priority=t.priority,
                     allowed_models=tuple(t.allowed_models),
                     disabled=t.disabled,
+                    weight=t.weight,
                     active_keys=tuple(sorted(keys.get(t.id or 0, []))),
                 )
                 for t in s.exec(select(Tenant).order_by(Tenant.name))

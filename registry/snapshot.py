@@ -30,6 +30,8 @@ class TenantRecord:
     priority: int
     allowed_models: frozenset[str]
     disabled: bool
+    weight: float = 1.0
+    """Share of contended compute against other busy tenants."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ def load_snapshot(engine: Engine) -> ConfigSnapshot:
                 priority=tenant.priority,
                 allowed_models=frozenset(tenant.allowed_models),
                 disabled=tenant.disabled,
+                weight=tenant.weight,
             )
         for key in s.exec(select(ApiKey)):
             owner = tenants_by_id.get(key.tenant_id)

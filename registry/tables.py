@@ -40,6 +40,9 @@ class Tenant(SQLModel, table=True):
     """Restricts the tenant to these model aliases; empty: every model it may see
     (published ones and those it owns)."""
     disabled: bool = False
+    weight: float = 1.0
+    """Share of contended compute against other busy tenants (generation slots and tokens):
+    a tenant of weight 2 gets twice the share of one of weight 1."""
     created_at: datetime = Field(default_factory=utcnow)
 
 

@@ -20,6 +20,19 @@ class NotFound(RegistryError):
     """The write names something that does not exist."""
 
 
+MAX_WEIGHT = 1000.0
+"""Weights are relative: a range of 1:10^5 is more than any operator needs, and bounded
+weights keep the fair-share arithmetic away from zero and infinity."""
+MIN_WEIGHT = 0.01
+
+
+def check_weight(weight: float) -> float:
+    """A tenant's share weight: finite, between MIN_WEIGHT and MAX_WEIGHT."""
+    if not MIN_WEIGHT <= weight <= MAX_WEIGHT:  # NaN fails too
+        raise RegistryError(f"weight must be between {MIN_WEIGHT:g} and {MAX_WEIGHT:g}, got {weight!r}")
+    return weight
+
+
 def check_name(kind: str, name: str) -> str:
     """Tenant, model and node names: lowercase, digits, '.', '_', '-'; 1 to 64 chars."""
     if not NAME_RE.match(name):

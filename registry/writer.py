@@ -149,18 +149,22 @@ class RegistryWriter:
         tier: str = "standard",
         priority: int = 2,
         allowed_models: Sequence[str] = (),
+        weight: float = 1.0,
     ) -> NewKey:
         """Create a tenant with its first API key; the key's plaintext is returned once."""
         v.check_name("tenant", name)
         _check_priority(priority)
+        v.check_weight(weight)
         with self._change("tenant.create", "tenant", name) as c:
             if _find_tenant(c.session, name) is not None:
                 raise v.RegistryError(f"tenant {name!r} already exists")
-            tenant = Tenant(name=name, tier=tier, priority=priority, allowed_models=list(allowed_models))
+            tenant = Tenant(
+                name=name, tier=tier, priority=priority, allowed_models=list(allowed_models), weight=weight
+            )
             c.session.add(tenant)
             c.session.flush()
             key = self._add_key(c, tenant)
-            c.detail.update(tier=tier, priority=priority, allowed_models=list(allowed_models))
+            c.detail.update(tier=tier, priority=priority, allowed_models=list(allowed_models), weight=weight)
         return key
 
     def update_tenant(
@@ -171,10 +175,13 @@ class RegistryWriter:
         priority: int | None = None,
         allowed_models: Sequence[str] | None = None,
         disabled: bool | None = None,
+        weight: float | None = None,
     ) -> None:
-        """Change a tenant's tier, default priority, allowed models or disabled flag."""
+        """Change a tenant's tier, default priority, allowed models, disabled flag or weight."""
         if priority is not None:
             _check_priority(priority)
+        if weight is not None:
+            v.check_weight(weight)
         with self._change("tenant.update", "tenant", name) as c:
             tenant = _tenant(c.session, name)
             changes = {
@@ -182,6 +189,7 @@ class RegistryWriter:
                 "priority": priority,
                 "allowed_models": list(allowed_models) if allowed_models is not None else None,
                 "disabled": disabled,
+                "weight": weight,
             }
             for field, value in changes.items():
                 if value is not None:

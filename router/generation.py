@@ -201,6 +201,7 @@ class Generator:
             priority=-int(priority),  # the node runs lower first; the API's HIGH is larger
             token_budget=budget,
             stop=request.stop,
+            weight=tenant.weight,
         )
         node_request.start_within.FromTimedelta(timedelta(seconds=max(0.0, deadline - loop.time())))
         head = inference_pb2.GenerateResponse(

@@ -49,12 +49,15 @@ def tenant_create(
     tier: Annotated[str, typer.Option(help="Tier label.")] = "standard",
     priority: Annotated[int, typer.Option(help="Default priority: 1 low, 2 normal, 3 high.")] = 2,
     models: Annotated[str, typer.Option(help="Comma-separated model aliases allowed (default all).")] = "",
+    weight: Annotated[float, typer.Option(help="Share of contended compute (relative; default 1).")] = 1.0,
     as_json: JsonFlag = False,
 ) -> None:
     """Create a tenant and print its first API key (shown only this once)."""
     allowed = [m for m in models.split(",") if m]
     with refusals():
-        key = _writer().create_tenant(name, tier=tier, priority=priority, allowed_models=allowed)
+        key = _writer().create_tenant(
+            name, tier=tier, priority=priority, allowed_models=allowed, weight=weight
+        )
     emit(
         {"tenant": name, "key": key.plaintext, "prefix": key.prefix},
         as_json,
@@ -62,6 +65,20 @@ def tenant_create(
             f"tenant [bold]{name}[/bold] created\nAPI key (shown once): [bold]{key.plaintext}[/bold]",
             soft_wrap=True,
         ),
+    )
+
+
+@tenant_app.command("weight")
+def tenant_weight(
+    name: str,
+    weight: Annotated[float, typer.Argument(help="Share of contended compute (relative; default 1).")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Set a tenant's weight: its share of generation slots and tokens against busy tenants."""
+    with refusals():
+        _writer().update_tenant(name, weight=weight)
+    emit(
+        {"tenant": name, "weight": weight}, as_json, lambda: console.print(f"tenant {name} weighs {weight:g}")
     )
 
 
@@ -76,6 +93,7 @@ def tenant_list(as_json: JsonFlag = False) -> None:
             t.priority,
             ",".join(t.allowed_models) or "*",
             t.disabled,
+            f"{t.weight:g}",
             " ".join(t.active_keys),
         ]
         for t in tenants
@@ -88,12 +106,13 @@ def tenant_list(as_json: JsonFlag = False) -> None:
                 "priority": t.priority,
                 "allowed_models": list(t.allowed_models),
                 "disabled": t.disabled,
+                "weight": t.weight,
                 "key_prefixes": list(t.active_keys),
             }
             for t in tenants
         ],
         as_json,
-        lambda: table("tenants", ["name", "tier", "priority", "models", "disabled", "keys"], rows),
+        lambda: table("tenants", ["name", "tier", "priority", "models", "disabled", "weight", "keys"], rows),
     )
 
 

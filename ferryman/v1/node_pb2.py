@@ -27,7 +27,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x66\x65rryman/v1/node.proto\x12\x0b\x66\x65rryman.v1\x1a\x18\x66\x65rryman/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x17google/rpc/status.proto\"\xbf\x02\n\x13NodeGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\x0e\n\x06prompt\x18\x05 \x01(\t\x12*\n\x08messages\x18\x06 \x03(\x0b\x32\x18.ferryman.v1.ChatMessage\x12\x12\n\nmax_tokens\x18\x07 \x01(\x05\x12-\n\x08sampling\x18\x08 \x01(\x0b\x32\x1b.ferryman.v1.SamplingParams\x12/\n\x0cstart_within\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08priority\x18\n \x01(\x05\x12\x14\n\x0ctoken_budget\x18\x0b \x01(\x03\x12\x0c\n\x04stop\x18\x0c \x03(\t\"\x94\x01\n\rGenerateEvent\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x30\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x19.ferryman.v1.FinishReason\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x05 \x01(\x05\"^\n\tBatchItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12(\n\x06inputs\x18\x02 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12\x13\n\x0btraceparent\x18\x03 \x01(\t\"\xf8\x01\n\x11InferBatchRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12%\n\x05items\x18\x03 \x03(\x0b\x32\x16.ferryman.v1.BatchItem\x12\x42\n\nparameters\x18\x04 \x03(\x0b\x32..ferryman.v1.InferBatchRequest.ParametersEntry\x12\x10\n\x08\x62\x61tch_id\x18\x05 \x01(\t\x12\x13\n\x0btraceparent\x18\x06 \x01(\t\x1a\x31\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x93\x01\n\x0bItemOutcome\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\"\n\x06status\x18\x02 \x01(\x0b\x32\x12.google.rpc.Status\x12)\n\x07outputs\x18\x03 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12!\n\x05usage\x18\x04 \x01(\x0b\x32\x12.ferryman.v1.Usage\"\x8b\x01\n\x12InferBatchResponse\x12\'\n\x05items\x18\x01 \x03(\x0b\x32\x18.ferryman.v1.ItemOutcome\x12*\n\x07\x63ompute\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nbatch_size\x18\x03 \x01(\x05\x12\x0c\n\x04node\x18\x04 \x01(\t\"\xb8\x01\n\x10ModelVersionSpec\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x14\n\x0c\x61rtifact_uri\x18\x03 \x01(\t\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12\x0e\n\x06\x66ormat\x18\x05 \x01(\t\x12\x0f\n\x07handler\x18\x06 \x01(\t\x12%\n\x06schema\x18\x07 \x01(\x0b\x32\x15.ferryman.v1.IOSchema\x12\x16\n\x0emax_batch_size\x18\x08 \x01(\x05\"?\n\x10LoadModelRequest\x12+\n\x04spec\x18\x01 \x01(\x0b\x32\x1d.ferryman.v1.ModelVersionSpec\"M\n\x11LoadModelResponse\x12(\n\x05state\x18\x01 \x01(\x0e\x32\x19.ferryman.v1.VersionState\x12\x0e\n\x06reason\x18\x02 \x01(\t\"4\n\x12UnloadModelRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"\'\n\x13UnloadModelResponse\x12\x10\n\x08unloaded\x18\x01 \x01(\x08\"\x11\n\x0fNodeInfoRequest\"N\n\x0cLatencyPoint\x12\x12\n\nbatch_size\x18\x01 \x01(\x05\x12*\n\x07latency\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xc0\x01\n\rLoadedVersion\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12(\n\x05state\x18\x03 \x01(\x0e\x32\x19.ferryman.v1.VersionState\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x16\n\x0emax_batch_size\x18\x05 \x01(\x05\x12*\n\x07profile\x18\x06 \x03(\x0b\x32\x19.ferryman.v1.LatencyPoint\x12\x11\n\tin_flight\x18\x07 \x01(\x05\"\x9c\x01\n\x10NodeInfoResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x02 \x01(\t\x12\x14\n\x0cmemory_total\x18\x03 \x01(\x03\x12\x13\n\x0bmemory_used\x18\x04 \x01(\x03\x12,\n\x08versions\x18\x05 \x03(\x0b\x32\x1a.ferryman.v1.LoadedVersion\x12\x11\n\tlifecycle\x18\x06 \x01(\t*\x9a\x01\n\x0cVersionState\x12\x1d\n\x19VERSION_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15VERSION_STATE_LOADING\x10\x01\x12\x19\n\x15VERSION_STATE_SERVING\x10\x02\x12\x18\n\x14VERSION_STATE_FAILED\x10\x03\x12\x1b\n\x17VERSION_STATE_UNLOADING\x10\x04\x32\x88\x03\n\x04Node\x12M\n\nInferBatch\x12\x1e.ferryman.v1.InferBatchRequest\x1a\x1f.ferryman.v1.InferBatchResponse\x12J\n\tLoadModel\x12\x1d.ferryman.v1.LoadModelRequest\x1a\x1e.ferryman.v1.LoadModelResponse\x12P\n\x0bUnloadModel\x12\x1f.ferryman.v1.UnloadModelRequest\x1a .ferryman.v1.UnloadModelResponse\x12G\n\x08NodeInfo\x12\x1c.ferryman.v1.NodeInfoRequest\x1a\x1d.ferryman.v1.NodeInfoResponse\x12J\n\x08Generate\x12 .ferryman.v1.NodeGenerateRequest\x1a\x1a.ferryman.v1.GenerateEvent0\x01\x42M\n\x0f\x64\x65v.ferryman.v1P\x01Z*ferryman.dev/gen/go/ferryman/v1;ferrymanv1\xaa\x02\x0b\x46\x65rryman.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x66\x65rryman/v1/node.proto\x12\x0b\x66\x65rryman.v1\x1a\x18\x66\x65rryman/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x17google/rpc/status.proto\"\xcf\x02\n\x13NodeGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\x0e\n\x06prompt\x18\x05 \x01(\t\x12*\n\x08messages\x18\x06 \x03(\x0b\x32\x18.ferryman.v1.ChatMessage\x12\x12\n\nmax_tokens\x18\x07 \x01(\x05\x12-\n\x08sampling\x18\x08 \x01(\x0b\x32\x1b.ferryman.v1.SamplingParams\x12/\n\x0cstart_within\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08priority\x18\n \x01(\x05\x12\x14\n\x0ctoken_budget\x18\x0b \x01(\x03\x12\x0c\n\x04stop\x18\x0c \x03(\t\x12\x0e\n\x06weight\x18\r \x01(\x01\"\x94\x01\n\rGenerateEvent\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x30\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x19.ferryman.v1.FinishReason\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x05 \x01(\x05\"^\n\tBatchItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12(\n\x06inputs\x18\x02 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12\x13\n\x0btraceparent\x18\x03 \x01(\t\"\xf8\x01\n\x11InferBatchRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12%\n\x05items\x18\x03 \x03(\x0b\x32\x16.ferryman.v1.BatchItem\x12\x42\n\nparameters\x18\x04 \x03(\x0b\x32..ferryman.v1.InferBatchRequest.ParametersEntry\x12\x10\n\x08\x62\x61tch_id\x18\x05 \x01(\t\x12\x13\n\x0btraceparent\x18\x06 \x01(\t\x1a\x31\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x93\x01\n\x0bItemOutcome\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\"\n\x06status\x18\x02 \x01(\x0b\x32\x12.google.rpc.Status\x12)\n\x07outputs\x18\x03 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12!\n\x05usage\x18\x04 \x01(\x0b\x32\x12.ferryman.v1.Usage\"\x8b\x01\n\x12InferBatchResponse\x12\'\n\x05items\x18\x01 \x03(\x0b\x32\x18.ferryman.v1.ItemOutcome\x12*\n\x07\x63ompute\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nbatch_size\x18\x03 \x01(\x05\x12\x0c\n\x04node\x18\x04 \x01(\t\"\xb8\x01\n\x10ModelVersionSpec\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x14\n\x0c\x61rtifact_uri\x18\x03 \x01(\t\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12\x0e\n\x06\x66ormat\x18\x05 \x01(\t\x12\x0f\n\x07handler\x18\x06 \x01(\t\x12%\n\x06schema\x18\x07 \x01(\x0b\x32\x15.ferryman.v1.IOSchema\x12\x16\n\x0emax_batch_size\x18\x08 \x01(\x05\"?\n\x10LoadModelRequest\x12+\n\x04spec\x18\x01 \x01(\x0b\x32\x1d.ferryman.v1.ModelVersionSpec\"M\n\x11LoadModelResponse\x12(\n\x05state\x18\x01 \x01(\x0e\x32\x19.ferryman.v1.VersionState\x12\x0e\n\x06reason\x18\x02 \x01(\t\"4\n\x12UnloadModelRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"\'\n\x13UnloadModelResponse\x12\x10\n\x08unloaded\x18\x01 \x01(\x08\"\x11\n\x0fNodeInfoRequest\"N\n\x0cLatencyPoint\x12\x12\n\nbatch_size\x18\x01 \x01(\x05\x12*\n\x07latency\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xc0\x01\n\rLoadedVersion\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12(\n\x05state\x18\x03 \x01(\x0e\x32\x19.ferryman.v1.VersionState\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x16\n\x0emax_batch_size\x18\x05 \x01(\x05\x12*\n\x07profile\x18\x06 \x03(\x0b\x32\x19.ferryman.v1.LatencyPoint\x12\x11\n\tin_flight\x18\x07 \x01(\x05\"\x9c\x01\n\x10NodeInfoResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x02 \x01(\t\x12\x14\n\x0cmemory_total\x18\x03 \x01(\x03\x12\x13\n\x0bmemory_used\x18\x04 \x01(\x03\x12,\n\x08versions\x18\x05 \x03(\x0b\x32\x1a.ferryman.v1.LoadedVersion\x12\x11\n\tlifecycle\x18\x06 \x01(\t*\x9a\x01\n\x0cVersionState\x12\x1d\n\x19VERSION_STATE_UNSPECIFIED\x10\x00\x12\x19\n\x15VERSION_STATE_LOADING\x10\x01\x12\x19\n\x15VERSION_STATE_SERVING\x10\x02\x12\x18\n\x14VERSION_STATE_FAILED\x10\x03\x12\x1b\n\x17VERSION_STATE_UNLOADING\x10\x04\x32\x88\x03\n\x04Node\x12M\n\nInferBatch\x12\x1e.ferryman.v1.InferBatchRequest\x1a\x1f.ferryman.v1.InferBatchResponse\x12J\n\tLoadModel\x12\x1d.ferryman.v1.LoadModelRequest\x1a\x1e.ferryman.v1.LoadModelResponse\x12P\n\x0bUnloadModel\x12\x1f.ferryman.v1.UnloadModelRequest\x1a .ferryman.v1.UnloadModelResponse\x12G\n\x08NodeInfo\x12\x1c.ferryman.v1.NodeInfoRequest\x1a\x1d.ferryman.v1.NodeInfoResponse\x12J\n\x08Generate\x12 .ferryman.v1.NodeGenerateRequest\x1a\x1a.ferryman.v1.GenerateEvent0\x01\x42M\n\x0f\x64\x65v.ferryman.v1P\x01Z*ferryman.dev/gen/go/ferryman/v1;ferrymanv1\xaa\x02\x0b\x46\x65rryman.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,40 +37,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\017dev.ferryman.v1P\001Z*ferryman.dev/gen/go/ferryman/v1;ferrymanv1\252\002\013Ferryman.V1'
   _globals['_INFERBATCHREQUEST_PARAMETERSENTRY']._loaded_options = None
   _globals['_INFERBATCHREQUEST_PARAMETERSENTRY']._serialized_options = b'8\001'
-  _globals['_VERSIONSTATE']._serialized_start=2114
-  _globals['_VERSIONSTATE']._serialized_end=2268
+  _globals['_VERSIONSTATE']._serialized_start=2130
+  _globals['_VERSIONSTATE']._serialized_end=2284
   _globals['_NODEGENERATEREQUEST']._serialized_start=123
-  _globals['_NODEGENERATEREQUEST']._serialized_end=442
-  _globals['_GENERATEEVENT']._serialized_start=445
-  _globals['_GENERATEEVENT']._serialized_end=593
-  _globals['_BATCHITEM']._serialized_start=595
-  _globals['_BATCHITEM']._serialized_end=689
-  _globals['_INFERBATCHREQUEST']._serialized_start=692
-  _globals['_INFERBATCHREQUEST']._serialized_end=940
-  _globals['_INFERBATCHREQUEST_PARAMETERSENTRY']._serialized_start=891
-  _globals['_INFERBATCHREQUEST_PARAMETERSENTRY']._serialized_end=940
-  _globals['_ITEMOUTCOME']._serialized_start=943
-  _globals['_ITEMOUTCOME']._serialized_end=1090
-  _globals['_INFERBATCHRESPONSE']._serialized_start=1093
-  _globals['_INFERBATCHRESPONSE']._serialized_end=1232
-  _globals['_MODELVERSIONSPEC']._serialized_start=1235
-  _globals['_MODELVERSIONSPEC']._serialized_end=1419
-  _globals['_LOADMODELREQUEST']._serialized_start=1421
-  _globals['_LOADMODELREQUEST']._serialized_end=1484
-  _globals['_LOADMODELRESPONSE']._serialized_start=1486
-  _globals['_LOADMODELRESPONSE']._serialized_end=1563
-  _globals['_UNLOADMODELREQUEST']._serialized_start=1565
-  _globals['_UNLOADMODELREQUEST']._serialized_end=1617
-  _globals['_UNLOADMODELRESPONSE']._serialized_start=1619
-  _globals['_UNLOADMODELRESPONSE']._serialized_end=1658
-  _globals['_NODEINFOREQUEST']._serialized_start=1660
-  _globals['_NODEINFOREQUEST']._serialized_end=1677
-  _globals['_LATENCYPOINT']._serialized_start=1679
-  _globals['_LATENCYPOINT']._serialized_end=1757
-  _globals['_LOADEDVERSION']._serialized_start=1760
-  _globals['_LOADEDVERSION']._serialized_end=1952
-  _globals['_NODEINFORESPONSE']._serialized_start=1955
-  _globals['_NODEINFORESPONSE']._serialized_end=2111
-  _globals['_NODE']._serialized_start=2271
-  _globals['_NODE']._serialized_end=2663
+  _globals['_NODEGENERATEREQUEST']._serialized_end=458
+  _globals['_GENERATEEVENT']._serialized_start=461
+  _globals['_GENERATEEVENT']._serialized_end=609
+  _globals['_BATCHITEM']._serialized_start=611
+  _globals['_BATCHITEM']._serialized_end=705
+  _globals['_INFERBATCHREQUEST']._serialized_start=708
+  _globals['_INFERBATCHREQUEST']._serialized_end=956
+  _globals['_INFERBATCHREQUEST_PARAMETERSENTRY']._serialized_start=907
+  _globals['_INFERBATCHREQUEST_PARAMETERSENTRY']._serialized_end=956
+  _globals['_ITEMOUTCOME']._serialized_start=959
+  _globals['_ITEMOUTCOME']._serialized_end=1106
+  _globals['_INFERBATCHRESPONSE']._serialized_start=1109
+  _globals['_INFERBATCHRESPONSE']._serialized_end=1248
+  _globals['_MODELVERSIONSPEC']._serialized_start=1251
+  _globals['_MODELVERSIONSPEC']._serialized_end=1435
+  _globals['_LOADMODELREQUEST']._serialized_start=1437
+  _globals['_LOADMODELREQUEST']._serialized_end=1500
+  _globals['_LOADMODELRESPONSE']._serialized_start=1502
+  _globals['_LOADMODELRESPONSE']._serialized_end=1579
+  _globals['_UNLOADMODELREQUEST']._serialized_start=1581
+  _globals['_UNLOADMODELREQUEST']._serialized_end=1633
+  _globals['_UNLOADMODELRESPONSE']._serialized_start=1635
+  _globals['_UNLOADMODELRESPONSE']._serialized_end=1674
+  _globals['_NODEINFOREQUEST']._serialized_start=1676
+  _globals['_NODEINFOREQUEST']._serialized_end=1693
+  _globals['_LATENCYPOINT']._serialized_start=1695
+  _globals['_LATENCYPOINT']._serialized_end=1773
+  _globals['_LOADEDVERSION']._serialized_start=1776
+  _globals['_LOADEDVERSION']._serialized_end=1968
+  _globals['_NODEINFORESPONSE']._serialized_start=1971
+  _globals['_NODEINFORESPONSE']._serialized_end=2127
+  _globals['_NODE']._serialized_start=2287
+  _globals['_NODE']._serialized_end=2679
 # @@protoc_insertion_point(module_scope)

@@ -26,7 +26,7 @@ VERSION_STATE_FAILED: VersionState
 VERSION_STATE_UNLOADING: VersionState
 
 class NodeGenerateRequest(_message.Message):
-    __slots__ = ("model", "version", "request_id", "tenant", "prompt", "messages", "max_tokens", "sampling", "start_within", "priority", "token_budget", "stop")
+    __slots__ = ("model", "version", "request_id", "tenant", "prompt", "messages", "max_tokens", "sampling", "start_within", "priority", "token_budget", "stop", "weight")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +39,7 @@ class NodeGenerateRequest(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
     model: str
     version: str
     request_id: str
@@ -51,7 +52,8 @@ class NodeGenerateRequest(_message.Message):
     priority: int
     token_budget: int
     stop: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., start_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., priority: _Optional[int] = ..., token_budget: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
+    weight: float
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., start_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., priority: _Optional[int] = ..., token_budget: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., weight: _Optional[float] = ...) -> None: ...
 
 class GenerateEvent(_message.Message):
     __slots__ = ("text", "token_ids", "finish_reason", "prompt_tokens", "completion_tokens")

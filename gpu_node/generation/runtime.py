@@ -168,6 +168,7 @@ class CausalLM:
             start_by=start_by,
             priority=request.priority,
             length_reason=length_reason,
+            weight=request.weight or 1.0,
         )
         tokens: list[int] = []
         text = IncrementalText(self.tokenizer)

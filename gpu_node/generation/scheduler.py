@@ -54,6 +54,8 @@ class Sequence:
     """Lower first, within its tenant's turn."""
     length_reason: FinishReason = FinishReason.LENGTH
     """Why reaching ``max_tokens`` ends it: LENGTH, or QUOTA when its token budget set it."""
+    weight: float = 1.0
+    """Its tenant's weight (from the registry): a share of slots and tokens."""
     state: SeqState = SeqState.WAITING
     slot: int | None = None
     prefilled: int = 0
@@ -95,6 +97,10 @@ class VirtualTokenCounter:
     def weight(self, tenant: str) -> float:
         return self._weights.get(tenant, 1.0)
 
+    def set_weight(self, tenant: str, weight: float) -> None:
+        """A tenant's weight as its latest request carries it (the registry may change it)."""
+        self._weights[tenant] = weight
+
     def charge(self, tenant: str, tokens: int) -> None:
         self.counters[tenant] = self.counters.get(tenant, 0.0) + tokens / self.weight(tenant)
 
@@ -132,10 +138,11 @@ class Admission(enum.Enum):
 class Scheduler:
     """Admission, chunked prefill and the running set over ``slots`` cache slots.
 
-    Under VTC a tenant that was active within ``active_s``, waits for nothing and holds less
-    than its share of the slots has one free slot kept for it (one each, all but one slot at
-    most): slots are not preempted, so without this a light tenant's next request waits for
-    one of a heavy tenant's long generations to end. A tenant alone uses every slot."""
+    Under VTC the slots are shared by weight among the tenants with work or active within
+    ``active_s``; a tenant below its share goes first, the least served among equals. A
+    tenant that waits for nothing and holds less than its share has one free slot kept for
+    it, and one that waits with no slot free takes the slot of the newest generation of a
+    tenant above its share (preempted). A tenant alone uses every slot."""
 
     def __init__(
         self,
@@ -170,6 +177,7 @@ class Scheduler:
 
     def add(self, seq: Sequence, now: float = 0.0) -> None:
         busy = self.busy_tenants()
+        self.counter.set_weight(seq.tenant, seq.weight)
         if seq.tenant not in busy:
             self.counter.arrive(seq.tenant, busy)
         self._seen[seq.tenant] = now
@@ -192,12 +200,14 @@ class Scheduler:
         seq.finish = reason
         seq.move(SeqState.FINISHED)
 
-    def _share(self, now: float) -> float:
-        """Slots each active tenant may count on: an equal split among those active within
-        ``active_s`` (a tenant alone gets them all)."""
+    def _shares(self, now: float) -> dict[str, float]:
+        """Slots each active tenant may count on: the slots split among the tenants with work
+        or seen within ``active_s``, by weight (a tenant alone gets them all)."""
         for tenant in [t for t, at in self._seen.items() if now - at > self._active_s]:
             del self._seen[tenant]  # bounded by the tenants active in the window
-        return self._slots / max(1, len(self._seen))
+        active = set(self._seen) | self.busy_tenants()
+        total = sum(self.counter.weight(t) for t in active) or 1.0
+        return {t: self._slots * self.counter.weight(t) / total for t in active}
 
     def _next_waiting(self, now: float) -> Sequence | None:
         tenants = [t for t, q in self._waiting.items() if q]
@@ -206,14 +216,16 @@ class Scheduler:
         if self._admission == Admission.FCFS:
             oldest = min(tenants, key=lambda t: self._waiting[t][0][1])
             return heapq.heappop(self._waiting[oldest])[2]
-        share = self._share(now)
+        shares = self._shares(now)
         held = collections.Counter(s.tenant for s in self.running)
         # A tenant below its share goes first; the least served among equals (VTC).
-        tenant = min(tenants, key=lambda t: (held[t] >= share, self.counter.counters.get(t, 0.0), held[t], t))
-        if held[tenant] >= share:
+        tenant = min(
+            tenants, key=lambda t: (held[t] >= shares[t], self.counter.counters.get(t, 0.0), held[t], t)
+        )
+        if held[tenant] >= shares[tenant]:
             # One free slot stays kept for each active tenant below its share that waits for
             # none: its next request starts at once instead of behind a long generation.
-            kept = sum(1 for t in self._seen if t not in tenants and held[t] < share)
+            kept = sum(1 for t in self._seen if t not in tenants and held[t] < shares[t])
             if len(self._free) <= min(kept, self._slots - 1):
                 return None
         return heapq.heappop(self._waiting[tenant])[2]
@@ -226,11 +238,11 @@ class Scheduler:
         long as its generations run."""
         if self._admission != Admission.VTC or self._free:
             return
-        share = self._share(now)
+        shares = self._shares(now)
         held = collections.Counter(s.tenant for s in self.running)
-        if not any(q and held[t] < share for t, q in self._waiting.items()):
+        if not any(q and held[t] < shares[t] for t, q in self._waiting.items()):
             return
-        over = [s for s in self.running if held[s.tenant] > share]
+        over = [s for s in self.running if held[s.tenant] > shares[s.tenant]]
         if not over:
             return
         victim = max(over, key=lambda s: s.order)

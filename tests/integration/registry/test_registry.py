@@ -106,6 +106,9 @@ def test_refused_writes_change_nothing(registry_engine: Engine, artifact: Path) 
     refused: list[Callable[[], object]] = [
         lambda: writer.create_tenant("acme"),
         lambda: writer.create_tenant("Bad Name"),
+        lambda: writer.create_tenant("heavy", weight=0),
+        lambda: writer.update_tenant("acme", weight=float("nan")),
+        lambda: writer.update_tenant("acme", weight=1e9),
         lambda: writer.issue_key("nobody"),
         lambda: writer.revoke_key("deadbeef"),
         lambda: writer.set_quota("nobody", QuotaLimits(rpm=1)),

@@ -195,6 +195,18 @@ def test_a_tenant_that_filled_the_slots_alone_is_preempted_for_a_newcomer() -> N
     assert scheduler.counter.counters["heavy"] == 4 * 2 + 4 * 20, "a resumed prompt is not charged twice"
 
 
+def test_slots_are_shared_by_tenant_weight() -> None:
+    """Gold weighs 3 and free 1 (registry weights, carried by each request): with both
+    backlogged, gold holds three of the four slots and free one."""
+    scheduler = Scheduler(4, 256, VirtualTokenCounter(), Admission.VTC, ACTIVE_S)
+    for i in range(6):
+        scheduler.add(Sequence(f"g{i}", "gold", [1] * 4, max_tokens=50, weight=3.0), 0.0)
+        scheduler.add(Sequence(f"f{i}", "free", [1] * 4, max_tokens=50), 0.0)
+    admitted(scheduler, 0.0)
+    held = {t: sum(1 for s in scheduler.running if s.tenant == t) for t in ("gold", "free")}
+    assert held == {"gold": 3, "free": 1}
+
+
 def test_fcfs_lets_a_heavy_tenant_take_every_slot() -> None:
     scheduler = Scheduler(4, 256, VirtualTokenCounter(), Admission.FCFS, ACTIVE_S)
     light = Sequence("l0", "light", [1] * 4, max_tokens=2)
