@@ -95,6 +95,17 @@ def _answers(address: str) -> bool:
             return False
 
 
+def wait_answering(address: str, proc: subprocess.Popen[bytes], what: str) -> None:
+    """Until the server ``proc`` started answers an ``mlp`` request at ``address``."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not _answers(address):
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with code {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not answer in time")
+        time.sleep(PROBE_INTERVAL_S)
+
+
 @contextmanager
 def ray_serve(port: int, max_batch: int = 32, wait_ms: float = 5.0, torch_threads: int = 1) -> Iterator[int]:
     """Ray Serve with the batched mlp on 127.0.0.1:``port``; yields the root PID once it answers."""
@@ -106,13 +117,7 @@ def ray_serve(port: int, max_batch: int = 32, wait_ms: float = 5.0, torch_thread
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not _answers(f"127.0.0.1:{port}"):
-            if proc.poll() is not None:
-                raise RuntimeError(f"Ray Serve exited with code {proc.returncode}")
-            if time.monotonic() > deadline:
-                raise TimeoutError("Ray Serve did not answer in time")
-            time.sleep(PROBE_INTERVAL_S)
+        wait_answering(f"127.0.0.1:{port}", proc, "Ray Serve")
         yield proc.pid
     finally:
         pids = tree_pids([proc.pid])
