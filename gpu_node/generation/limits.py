@@ -16,7 +16,10 @@ class OverBudget(ValueError):
 def completion_limit(prompt: int, max_tokens: int, budget: int, context: int) -> tuple[int, FinishReason]:
     """Tokens a generation may produce, and what reaching them means: ``max_tokens`` cut
     to the model's context (LENGTH) and to its token budget, prompt included (QUOTA;
-    0: none). Raises OverBudget when the prompt alone is over the budget."""
+    0: none). Raises OverBudget when the prompt alone is over the budget, ValueError when it
+    is over the context."""
+    if prompt > context:
+        raise ValueError(f"the prompt's {prompt} tokens exceed the context of {context}")
     limit, reason = min(max_tokens, context - prompt + 1), FinishReason.LENGTH
     if budget:
         if budget - prompt < 1:
