@@ -71,7 +71,7 @@ class GenPlatform:
         return key
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def gen(smollm2_artifact: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GenPlatform]:
     root = tmp_path_factory.mktemp("generation")
     url = f"sqlite:///{root / 'registry.db'}"

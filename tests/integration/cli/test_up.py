@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -18,7 +19,9 @@ from ferryman.bench.neighbors import ferryman_up
 from ferryman.kernel.net import free_port
 
 
-def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path) -> None:
+def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path, smollm2_artifact: Path) -> None:
+    # The session's converted SmolLM2, linked where up builds it: the conversion is ~25 s.
+    shutil.copytree(smollm2_artifact, tmp_path / "models" / "smollm2-1", copy_function=os.link)
     router = f"127.0.0.1:{free_port()}"
     env = {**os.environ, "FERRYMAN_DATA_DIR": str(tmp_path), "FERRYMAN_LOG_LEVEL": "WARNING"}
     env.pop("FERRYMAN_DATABASE_URL", None)

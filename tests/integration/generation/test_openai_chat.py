@@ -90,17 +90,16 @@ def curl(gen: GenPlatform, key: str, path: str, body: Mapping[str, object]) -> t
 
 
 def test_a_token_limit_ends_an_sse_stream_as_a_length_finish_then_429(gen: GenPlatform) -> None:
-    key = gen.tenant(QuotaLimits(tpm=250))  # the prompt bound (~180 tokens) fits, 300 more do not
-    story = {"role": "user", "content": "Tell me a long story about a ferryman."}
-    body = {"model": MODEL, "messages": [story], "max_tokens": 300, "stream": True, "temperature": 0}
-    status, text = curl(gen, key, "/v1/chat/completions", body)
+    key = gen.tenant(QuotaLimits(tpm=60))  # the prompt bound (~36 tokens) fits, 300 more do not
+    body = {"model": MODEL, "prompt": "Once upon a time, a ferryman", "max_tokens": 300, "stream": True}
+    status, text = curl(gen, key, "/v1/completions", body)
     assert status == 200
     events = [line.removeprefix("data: ") for line in text.splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
-    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[0]["object"] == "text_completion" and "".join(c["choices"][0]["text"] for c in chunks)
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
-    status, text = curl(gen, key, "/v1/chat/completions", body)
+    status, text = curl(gen, key, "/v1/completions", body)
     assert status == 429
     assert json.loads(text)["error"]["code"] == "quota_exceeded"
 
