@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,13 +24,11 @@ from typing import Any
 import grpc
 import numpy as np
 
-from bench.scenarios.measure import kill_pids, tree_pids
-from bench.scenarios.ray_peer import wait_answering
+from bench.scenarios.ray_peer import serving
 from ferryman.tensors import decode, encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 
 MAX_BATCH = 64
-STOP_TIMEOUT_S = 20.0
 
 
 class MicroBatcher:
@@ -111,19 +108,8 @@ def limit_reference(port: int, torch_threads: int = 1, max_batch: int = MAX_BATC
     """The reference serving on ``port`` until the block ends; yields its PID."""
     command = [sys.executable, "-m", "bench.scenarios.limit_ref", "--port", str(port)]
     command += ["--torch-threads", str(torch_threads), "--max-batch", str(max_batch)]
-    proc = subprocess.Popen(command)
-    try:
-        wait_answering(f"127.0.0.1:{port}", proc, "the limit reference")
-        yield proc.pid
-    finally:
-        pids = tree_pids([proc.pid])
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        kill_pids(pids)
+    with serving(command, f"127.0.0.1:{port}", "the limit reference") as pid:
+        yield pid
 
 
 def main() -> None:

@@ -107,17 +107,12 @@ def wait_answering(address: str, proc: subprocess.Popen[bytes], what: str) -> No
 
 
 @contextmanager
-def ray_serve(port: int, max_batch: int = 32, wait_ms: float = 5.0, torch_threads: int = 1) -> Iterator[int]:
-    """Ray Serve with the batched mlp on 127.0.0.1:``port``; yields the root PID once it answers."""
-    args = ["--port", str(port), "--max-batch", str(max_batch), "--wait-ms", str(wait_ms)]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.scenarios.ray_peer", *args, "--torch-threads", str(torch_threads)],
-        start_new_session=True,  # Ray's daemons stay in this session: one group to stop
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def serving(command: list[str], address: str, what: str, **popen: Any) -> Iterator[int]:
+    """A server process answering ``mlp`` at ``address`` until the block ends (yields its
+    PID); stopped with SIGTERM, then killed with everything it started."""
+    proc = subprocess.Popen(command, **popen)
     try:
-        wait_answering(f"127.0.0.1:{port}", proc, "Ray Serve")
+        wait_answering(address, proc, what)
         yield proc.pid
     finally:
         pids = tree_pids([proc.pid])
@@ -127,7 +122,23 @@ def ray_serve(port: int, max_batch: int = 32, wait_ms: float = 5.0, torch_thread
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        kill_pids(pids)  # anything Ray left behind
+        kill_pids(pids)  # anything it left behind
+
+
+@contextmanager
+def ray_serve(port: int, max_batch: int = 32, wait_ms: float = 5.0, torch_threads: int = 1) -> Iterator[int]:
+    """Ray Serve with the batched mlp on 127.0.0.1:``port``; yields the root PID once it answers."""
+    args = ["--port", str(port), "--max-batch", str(max_batch), "--wait-ms", str(wait_ms)]
+    command = [sys.executable, "-m", "bench.scenarios.ray_peer", *args, "--torch-threads", str(torch_threads)]
+    with serving(
+        command,
+        f"127.0.0.1:{port}",
+        "Ray Serve",
+        start_new_session=True,  # Ray's daemons stay in this session: one group to stop
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    ) as pid:
+        yield pid
 
 
 def main() -> None:
