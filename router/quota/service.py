@@ -169,19 +169,23 @@ class QuotaService:
 
     async def commit(self, request_id: str, tokens: int, cost: float) -> bool:
         check_call(request_id, tokens, cost)
-        return await self._settle(self._backend.commit(request_id, tokens, cost))
+        return await self._settle(lambda: self._backend.commit(request_id, tokens, cost))
 
     async def release(self, request_id: str) -> bool:
         check_call(request_id)
-        return await self._settle(self._backend.release(request_id))
+        return await self._settle(lambda: self._backend.release(request_id))
 
-    async def _settle(self, call: Coroutine[Any, Any, bool]) -> bool:
-        try:
-            return bool(await asyncio.wait_for(call, self._settings.backend_timeout_s))
-        except (RedisError, OSError, TimeoutError) as exc:
-            # The reservation expires on its own; it is counted then.
-            self._log.warning("settle", "quota settle failed, the reservation will expire: %s", exc)
-            return False
+    async def _settle(self, call: Callable[[], Coroutine[Any, Any, bool]]) -> bool:
+        """A settle is off every answer's path and idempotent (the scripts settle a
+        reservation once), so a slow backend is tried again: one left unsettled expires
+        charged at its upper bound (a released one in full)."""
+        for attempt in range(self._settings.settle_attempts):
+            try:
+                return bool(await asyncio.wait_for(call(), self._settings.backend_timeout_s))
+            except (RedisError, OSError, TimeoutError) as exc:
+                if attempt + 1 == self._settings.settle_attempts:
+                    self._log.warning("settle", "quota settle failed, the reservation will expire: %s", exc)
+        return False
 
     async def usage(self, tenant: str) -> tuple[list[tuple[str, float, float, str]], int]:
         limits = [to_limits(p) for p in self._snapshot().policies.get(tenant, [])]

@@ -22,6 +22,8 @@ class QuotaSettings(BaseSettings):
     """What Reserve answers when the backend cannot be reached: admit, or refuse."""
     backend_timeout_s: float = Field(default=0.25, gt=0)
     """Longest a backend call may take before the fail mode applies."""
+    settle_attempts: int = Field(default=3, ge=1)
+    """Tries of a Commit or Release against a slow backend (each within backend_timeout_s)."""
     reservation_ttl_s: float = Field(default=300.0, gt=0)
     """How long a request id is remembered after its reservation ends: a retry within
     this is answered as the first call was and never charged twice."""

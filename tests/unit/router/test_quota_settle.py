@@ -1,0 +1,59 @@
+"""A Commit or Release against a slow backend is tried again (settling is idempotent and off
+every answer's path): one that gave up left its reservation to expire charged at its bound."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from registry.snapshot import ConfigSnapshot
+from router.quota.memory import MemoryQuota
+from router.quota.policy import Limits
+from router.quota.service import QuotaService
+from router.quota.settings import QuotaSettings
+
+LIMITS = [Limits(scope="t", tpm=100)]
+
+
+def empty_snapshot() -> ConfigSnapshot:
+    return ConfigSnapshot(revision=0)
+
+
+class Slow(MemoryQuota):
+    """Memory counters whose settles time out ``stalls`` times before they go through."""
+
+    def __init__(self, stalls: int) -> None:
+        super().__init__(reservation_ttl_s=300)
+        self.stalls = stalls
+        self.settles = 0
+
+    async def commit(self, request_id: str, tokens: int, cost: float) -> bool:
+        self.settles += 1
+        if self.stalls:
+            self.stalls -= 1
+            raise TimeoutError("backend too slow")
+        return await super().commit(request_id, tokens, cost)
+
+    async def usage(self, policies: Sequence[Limits]) -> list[tuple[str, float, float, str]]:
+        return await super().usage(policies)
+
+
+async def test_a_slow_settle_is_tried_again_and_lands_once() -> None:
+    backend = Slow(stalls=2)
+    service = QuotaService(QuotaSettings(settle_attempts=3), backend, empty_snapshot)
+    assert (await backend.reserve("r", LIMITS, 80, 0.0, "fp", 10.0, 1.0)).held
+    assert await service.commit("r", 20, 0.0)
+    assert backend.settles == 3
+    used = {name: current for name, current, _, _ in await backend.usage(LIMITS)}["t:tpm"]
+    assert used == pytest.approx(20, abs=0.01), (
+        "the actual 20, not the reserved 80 (the bucket refills a hair)"
+    )
+
+
+async def test_a_settle_that_never_lands_gives_up_after_its_attempts() -> None:
+    backend = Slow(stalls=5)
+    service = QuotaService(QuotaSettings(settle_attempts=2), backend, empty_snapshot)
+    await backend.reserve("r", LIMITS, 80, 0.0, "fp", 10.0, 1.0)
+    assert not await service.commit("r", 20, 0.0)
+    assert backend.settles == 2
