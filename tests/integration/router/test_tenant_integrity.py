@@ -37,8 +37,8 @@ RUN_TIMEOUT_S = 30
 SLOW = {"delay_ms": "300"}
 """A slow echo in a queue of its own: what it teaches the batcher stays out of others' tests."""
 QUOTA_BUDGET_S = 10.0
-"""Routers' quota budget where the limit, not the budget, is under test (a loaded machine
-can queue a Reserve past the default 0.5 s)."""
+"""Routers' quota budget, and the quota backend's, where the limit, not the budget, is under
+test (a loaded machine can queue a Reserve past the defaults, 0.5 s and 0.25 s)."""
 SETTLE_WAIT_S = 10.0
 """How long a test waits for the routers' commits, which settle after their answers."""
 
@@ -84,9 +84,10 @@ def test_one_request_id_buys_one_request_across_two_routers(e2e: E2E, redis_url:
     # A generous quota budget: under a loaded machine a Reserve can queue past the default
     # 0.5 s and be answered UNAVAILABLE; the id's uniqueness, not the budget, is under test.
     routers = [
-        e2e.start_router(QuotaSettings(backend="redis", redis_url=redis_url), quota_timeout_s=QUOTA_BUDGET_S)[
-            0
-        ]
+        e2e.start_router(
+            QuotaSettings(backend="redis", redis_url=redis_url, backend_timeout_s=QUOTA_BUDGET_S),
+            quota_timeout_s=QUOTA_BUDGET_S,
+        )[0]
         for _ in range(2)
     ]
     wait_known(routers, key, RUN_TIMEOUT_S)
@@ -176,9 +177,10 @@ def test_cost_limit_holds_under_150_concurrent_requests(e2e: E2E, redis_url: str
     # 150 calls at once on a loaded CI machine can keep a quota call past the default 0.5 s
     # budget (answered UNAVAILABLE, charging nothing); the limit is what this test is about.
     routers = [
-        e2e.start_router(QuotaSettings(backend="redis", redis_url=redis_url), quota_timeout_s=QUOTA_BUDGET_S)[
-            0
-        ]
+        e2e.start_router(
+            QuotaSettings(backend="redis", redis_url=redis_url, backend_timeout_s=QUOTA_BUDGET_S),
+            quota_timeout_s=QUOTA_BUDGET_S,
+        )[0]
         for _ in range(2)
     ]
     wait_known(routers, key, RUN_TIMEOUT_S)
