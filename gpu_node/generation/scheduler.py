@@ -207,7 +207,9 @@ class Scheduler:
             del self._seen[tenant]  # bounded by the tenants active in the window
         active = set(self._seen) | self.busy_tenants()
         total = sum(self.counter.weight(t) for t in active) or 1.0
-        return {t: self._slots * self.counter.weight(t) / total for t in active}
+        # Never below one slot: with more tenants than slots, a tenant holding one would be
+        # "above its share" and preempted for another, then the other for it, every step.
+        return {t: max(1.0, self._slots * self.counter.weight(t) / total) for t in active}
 
     def _next_waiting(self, now: float) -> Sequence | None:
         tenants = [t for t, q in self._waiting.items() if q]

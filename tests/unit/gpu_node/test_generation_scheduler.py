@@ -207,6 +207,17 @@ def test_slots_are_shared_by_tenant_weight() -> None:
     assert held == {"gold": 3, "free": 1}
 
 
+def test_more_tenants_than_slots_never_preempt_each_other() -> None:
+    """Six tenants, four slots: each share is below one slot, yet one slot each is never
+    "above share" (else every step would preempt one for another and recompute it)."""
+    scheduler = Scheduler(4, 256, VirtualTokenCounter(), Admission.VTC, ACTIVE_S)
+    for i in range(6):
+        scheduler.add(Sequence(f"s{i}", f"t{i}", [1] * 4, max_tokens=50), 0.0)
+    for step in range(10):
+        admitted(scheduler, step * 0.1)
+    assert scheduler.preemptions == 0 and len(scheduler.running) == 4
+
+
 def test_fcfs_lets_a_heavy_tenant_take_every_slot() -> None:
     scheduler = Scheduler(4, 256, VirtualTokenCounter(), Admission.FCFS, ACTIVE_S)
     light = Sequence("l0", "light", [1] * 4, max_tokens=2)
