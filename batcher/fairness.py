@@ -135,15 +135,15 @@ class SlotPolicy:
         """Whether ``tenant`` may take a slot on a replica with ``inflight`` batches, held
         by tenant as ``held``.
 
-        Beyond its cap, the last free slot is kept for an idle active tenant holding none
+        Beyond its cap, the last free slot of several is kept for an idle active tenant holding none
         there: batches are not preempted, so a tenant that sends short requests now and
         then would otherwise wait for someone's long batch to finish, every time. Tenants
         that are waiting compete for free slots by virtual time instead (``outranked``).
         """
         if inflight >= self.limit or held.get(tenant, 0) >= self.caps.get(tenant, self.limit):
             return False
-        if inflight < self.limit - 1:
-            return True
+        if inflight < self.limit - 1 or self.limit == 1:
+            return True  # a node's only slot is never held idle: that would stop it for everyone
         return not any(u != tenant and held.get(u, 0) == 0 for u in self.idle)
 
 

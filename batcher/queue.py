@@ -195,7 +195,7 @@ class VersionQueue:
         """The ledger's view with the tenants that may not take a slot now (the slot
         policy refuses them, or tenants with earlier virtual times wait for the free
         slots), and the slot policy."""
-        limit = self._directory.slots_per_replica
+        limit = self._directory.slots_per_replica(self.version_key)
         tenants = self._contenders(self.version_key) | self._tenant_rows.keys()
         policy = SlotPolicy(
             limit=limit,

@@ -28,6 +28,8 @@ from registry.tables import ModelVersion
 
 log = logging.getLogger("ferryman.batcher.replicas")
 NODE_INFO_TIMEOUT_S = 2.0
+UNKNOWN_CAPACITY_SLOTS = 1
+"""Batch slots on a node whose capacity is not known (its NodeInfo failed)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,10 @@ class Replica:
     profiles: dict[str, dict[int, float]] = field(default_factory=dict)
     generations: int = 0
     """Generation streams running through this batcher to the node."""
+    capacity: int = 0
+    """Batches the node says it computes at once (0: not known yet)."""
+    device: str = ""
+    """The node's device as it reports it (``cpu``, ``cuda:0``; empty: not known yet)."""
 
 
 class ReplicaChoice(Protocol):
@@ -162,6 +168,7 @@ class ReplicaDirectory:
         except NodeCallError as exc:
             log.warning("NodeInfo from %s failed: %s", replica.name, exc.details)
             return
+        replica.capacity, replica.device = info.capacity, info.device
         for loaded in info.versions:
             replica.profiles[f"{loaded.model}:{loaded.version}"] = {
                 p.batch_size: p.latency.ToNanoseconds() / 1e9 for p in loaded.profile
@@ -187,18 +194,36 @@ class ReplicaDirectory:
                 return replica.profiles[version_key]
         return {}
 
-    @property
-    def slots_per_replica(self) -> int:
-        return self._settings.max_inflight_per_node
+    def slots(self, replica: Replica) -> int:
+        """Batches ``replica`` may have in flight: the setting, else the node's capacity."""
+        return self._settings.max_inflight_per_node or replica.capacity or UNKNOWN_CAPACITY_SLOTS
+
+    def tenant_slots(self, replica: Replica) -> int:
+        """Batches one tenant may have in flight on ``replica``: the setting, else one on a
+        CPU node (its next batch grows while this one runs, and the node's other slots stay
+        free for other tenants) and every slot on a GPU (batches pipeline there)."""
+        given = self._settings.max_tenant_inflight_per_node
+        if given:
+            return given
+        return 1 if replica.device == "cpu" else self.slots(replica)
+
+    def _takes(self, replica: Replica, tenant: str, policy: SlotPolicy) -> bool:
+        """Whether the policy and the per-tenant limit let ``tenant`` claim a slot on ``replica``."""
+        return replica.tenant_slots.get(tenant, 0) < self.tenant_slots(replica) and policy.allows(
+            tenant, replica.tenant_slots, replica.inflight
+        )
+
+    def slots_per_replica(self, version_key: str) -> int:
+        """The most batch slots any replica of the version has."""
+        return max((self.slots(r) for r in self.ready(version_key)), default=UNKNOWN_CAPACITY_SLOTS)
 
     def capacity(self, version_key: str) -> Capacity:
         """Batch slots and replicas across the version's usable replicas."""
         now = self._clock()
-        limit = self._settings.max_inflight_per_node
         usable = [r for r in self.ready(version_key) if r.breaker.allows(now)]
         return Capacity(
-            free_slots=sum(max(0, limit - r.inflight) for r in usable),
-            total_slots=len(usable) * limit,
+            free_slots=sum(max(0, self.slots(r) - r.inflight) for r in usable),
+            total_slots=sum(self.slots(r) for r in usable),
             replicas=len(usable),
             idle_replicas=sum(1 for r in usable if r.inflight == 0),
         )
@@ -207,9 +232,7 @@ class ReplicaDirectory:
         """Tenants (of ``tenants``) that no usable replica of the version has a slot for now."""
         now = self._clock()
         usable = [r for r in self.ready(version_key) if r.breaker.allows(now)]
-        return frozenset(
-            t for t in tenants if not any(policy.allows(t, r.tenant_slots, r.inflight) for r in usable)
-        )
+        return frozenset(t for t in tenants if not any(self._takes(r, t, policy) for r in usable))
 
     def pick(
         self, version_key: str, exclude: set[str], owner: str = "", policy: SlotPolicy | None = None
@@ -221,9 +244,9 @@ class ReplicaDirectory:
             r
             for r in self.ready(version_key)
             if r.name not in exclude
-            and r.inflight < self._settings.max_inflight_per_node
+            and r.inflight < self.slots(r)
             and r.breaker.allows(now)
-            and (policy is None or policy.allows(owner, r.tenant_slots, r.inflight))
+            and (policy is None or self._takes(r, owner, policy))
         ]
         return self._choice.choose(candidates) if candidates else None
 

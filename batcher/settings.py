@@ -51,7 +51,12 @@ class BatcherSettings(BaseSettings):
     cache_max_entries: int = Field(default=10000, ge=1)
 
     # Dispatch
-    max_inflight_per_node: int = Field(default=2, ge=1)
+    max_inflight_per_node: int = Field(default=0, ge=0)
+    """Batches in flight per node; 0 follows each node's own capacity (NodeInfo): more
+    would only queue at the node while the next batch, held here, could still grow."""
+    max_tenant_inflight_per_node: int = Field(default=0, ge=0)
+    """Batches one tenant may have in flight per node; 0: one on a CPU node (the rest of its
+    slots are for other tenants), all of them on a GPU (``ReplicaDirectory.tenant_slots``)."""
     max_attempts: int = Field(default=3, ge=1)
     retry_backoff_s: float = Field(default=0.005, ge=0)
     breaker_threshold: int = Field(default=3, ge=1)

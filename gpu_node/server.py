@@ -107,9 +107,10 @@ async def serve_node(
 
     ``on_ready`` is called with the node's address once it serves.
     """
+    device = resolve_device(settings.device)
+    settings = settings.sized(device.type)
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
-    device = resolve_device(settings.device)
     metrics = NodeMetrics()
     spec = ServiceSpec(
         name="node",

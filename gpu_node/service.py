@@ -272,6 +272,7 @@ class NodeService:
             memory_used=used,
             versions=[slot.to_proto() for _, slot in sorted(self.slots.items())],
             lifecycle=self.lifecycle.value,
+            capacity=self.settings.capacity,
         )
 
     async def drain(self) -> bool:

@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ferryman.kernel.host import node_torch_threads, usable_cores
+
 
 class NodeSettings(BaseSettings):
     """Everything a node process is told; CLI flags override the environment."""
@@ -25,9 +27,13 @@ class NodeSettings(BaseSettings):
     device: str = "auto"
     """auto (CUDA when present), cpu or cuda:N."""
     capacity: int = Field(default=2, ge=1)
-    """Batches run at once (worker threads)."""
+    """Batches run at once (worker threads). On a GPU the next batch's host work overlaps
+    the current one's kernels; on the CPU the batcher gives one tenant one slot at a time
+    (its next batch grows meanwhile) and the other lets another tenant's short request run
+    beside a long batch instead of waiting for it (batches are not preemptible)."""
     torch_threads: int = Field(default=0, ge=0)
-    """torch intra-op threads; 0 keeps torch's default."""
+    """torch intra-op threads on the CPU; 0 sizes them to the host
+    (``ferryman.kernel.host.node_torch_threads``: every core but the services' share)."""
     use_registry: bool = True
     """Register in the registry, heartbeat, and load this node's placements."""
     heartbeat_interval_s: float = Field(default=2.0, gt=0)
@@ -57,3 +63,12 @@ class NodeSettings(BaseSettings):
     request (first come, first served: what vLLM and TGI do)."""
     generation_active_s: float = Field(default=5.0, ge=0)
     """How long after its last request a tenant counts as active (a slot is kept for it)."""
+
+    def sized(self, device_type: str, cores: int | None = None) -> NodeSettings:
+        """These settings with what was left to the host (0) sized for a ``device_type``
+        device on a host with ``cores`` (this one's by default)."""
+        if self.torch_threads or device_type != "cpu":
+            return self
+        return self.model_copy(
+            update={"torch_threads": node_torch_threads(usable_cores() if cores is None else cores)}
+        )

@@ -42,6 +42,10 @@ class FakeNode:
     """Request ids of the generations it was asked for."""
     dies_after: int | None = None
     """Generations fail UNAVAILABLE after this many events (the node died mid-stream)."""
+    capacity: int = 2
+    """Batches it says (NodeInfo) it computes at once."""
+    device: str = "cuda:0"
+    """The device it says it computes on."""
 
     async def infer_batch(
         self, request: node_pb2.InferBatchRequest, timeout_s: float
@@ -66,7 +70,7 @@ class FakeNode:
         self.probes += 1
         if self.hung:
             raise NodeCallError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
-        return node_pb2.NodeInfoResponse(name=self.name)
+        return node_pb2.NodeInfoResponse(name=self.name, capacity=self.capacity, device=self.device)
 
     async def generate(
         self, request: node_pb2.NodeGenerateRequest, timeout_s: float

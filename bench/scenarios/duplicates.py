@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench.scenarios.measure import Point, closed_sweep, scenario_options, table, write_json
-from bench.scenarios.platform import CPU_TUNING, PlatformSpec, ferryman
+from bench.scenarios.platform import PlatformSpec, ferryman
 from ferryman.bench.loadgen import InputsFactory
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2
@@ -41,7 +41,7 @@ def main() -> None:
     opts, levels = scenario_options(__doc__, "16,64")
     points: list[Point] = []
     for coalesce in (True, False):
-        spec = PlatformSpec(env={**CPU_TUNING, "FERRYMAN_BATCHER_COALESCE": str(coalesce).lower()})
+        spec = PlatformSpec(env={"FERRYMAN_BATCHER_COALESCE": str(coalesce).lower()})
         with ferryman(spec) as platform:
             system = f"coalescing {'on' if coalesce else 'off'}"
             points += closed_sweep(system, platform, "mlp", levels, duplicate_inputs(), opts)

@@ -17,7 +17,7 @@ from typing import Any
 
 from bench.loadgen import make_inputs_factory
 from bench.scenarios.measure import Point, add_window_args, cpu_seconds, load_spec, measure, table, write_json
-from bench.scenarios.platform import CPU_TUNING, PlatformSpec, ferryman
+from bench.scenarios.platform import PlatformSpec, ferryman
 from ferryman.bench.loadgen import LoadSpec
 
 CAPACITY_CONCURRENCY = 64
@@ -32,7 +32,7 @@ STREAMS = 8
 
 
 def run_config(label: str, shed: bool, stream: bool, opts: argparse.Namespace) -> list[Point]:
-    spec = PlatformSpec(env={**CPU_TUNING, "FERRYMAN_ROUTER_SHED_OVERLOAD": str(shed).lower()})
+    spec = PlatformSpec(env={"FERRYMAN_ROUTER_SHED_OVERLOAD": str(shed).lower()})
     deadline_s = opts.deadline_ms / 1000
     with ferryman(spec) as platform:
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ferryman.cli.supervisor import Platform
 from ferryman.cli.up import is_serving
+from ferryman.kernel.host import node_torch_threads, usable_cores
 from ferryman.kernel.net import free_port
 from gpu_node.demo.build import build_demo_artifacts
 from registry.db import make_engine
@@ -33,23 +34,23 @@ MODELS_DIR = Path(tempfile.gettempdir()) / "ferryman-bench-models"
 """Built demo artifacts, reused across runs (MiniLM takes a while to build)."""
 
 
-CPU_TUNING = {"FERRYMAN_BATCHER_MAX_INFLIGHT_PER_NODE": "1"}
-"""On a CPU-only box the node's compute shares the cores with every service: one batch in
-flight per node lets the next one grow while the current one runs (bigger batches, less CPU
-per item), where a second pipelined batch would go out small. Measured in docs/benchmarks.md."""
-
-
 @dataclass(frozen=True)
 class PlatformSpec:
+    """A platform as ``ferryman up`` would run it, unless a field says otherwise."""
+
     nodes: int = 1
-    torch_threads: int = 1
-    node_capacity: int = 1
-    """Batches computing at once per node; 1 leaves the other core to the services."""
+    torch_threads: int = 0
+    """0: sized to the host, as ``ferryman up`` does (``ferryman.kernel.host``)."""
+    node_capacity: int = 0
+    """Batches computing at once per node; 0: the node's default."""
     max_batch: Mapping[str, int] = field(default_factory=lambda: {"mlp": 64})
     models: tuple[str, ...] = ("mlp",)
     quota: QuotaLimits | None = None
     redis_url: str = ""
-    env: Mapping[str, str] = field(default_factory=lambda: dict(CPU_TUNING))
+    separate_batcher: bool = False
+    """The batcher in its own process behind a gRPC stream (the Kubernetes topology)
+    instead of inside the router's, as ``ferryman up`` runs it."""
+    env: Mapping[str, str] = field(default_factory=dict)
     """Extra settings for every service (each reads its own ``FERRYMAN_<SERVICE>_`` prefix)."""
 
 
@@ -57,7 +58,6 @@ class PlatformSpec:
 class Running:
     address: str
     """The router: the platform's public endpoint."""
-    batcher: str
     key: str
     pids: list[int]
     http: str
@@ -97,44 +97,38 @@ def _wait_ready(platform: Platform, reader: RegistryReader, router: str, spec: P
 def ferryman(spec: PlatformSpec) -> Iterator[Running]:
     """The platform, ready to serve; yields the router address, the tenant's key and the PIDs."""
     with tempfile.TemporaryDirectory(prefix="ferryman-bench-") as tmp:
+        platform = Platform(quiet=True)
+        batcher, router, http = (f"127.0.0.1:{free_port()}" for _ in range(3))
         url = f"sqlite:///{Path(tmp) / 'registry.db'}"
         engine = make_engine(url)
         upgrade(engine)
         key = _register(RegistryWriter(engine, actor="bench"), spec)
+        threads = spec.torch_threads or node_torch_threads(usable_cores(), spec.nodes)
         env = {
             "FERRYMAN_DATABASE_URL": url,
             "FERRYMAN_DATA_DIR": tmp,
             "FERRYMAN_LOG_LEVEL": "WARNING",
-            "FERRYMAN_NODE_TORCH_THREADS": str(spec.torch_threads),
-            "FERRYMAN_NODE_CAPACITY": str(spec.node_capacity),
+            # As ``ferryman up``: nodes on one host share its cores.
+            "FERRYMAN_NODE_TORCH_THREADS": str(threads),
             "FERRYMAN_NODE_DEVICE": "cpu",
+            **({"FERRYMAN_NODE_CAPACITY": str(spec.node_capacity)} if spec.node_capacity else {}),
             **spec.env,
         }
-        platform = Platform(quiet=True)
-        batcher, router, http = (f"127.0.0.1:{free_port()}" for _ in range(3))
         try:
             for i in range(spec.nodes):
                 name = f"bench-{i + 1}"
                 args = ["serve", "node", "--listen", f"127.0.0.1:{free_port()}", "--name", name]
                 platform.start_command(name, args, env)
-            platform.start_command("batcher", ["serve", "batcher", "--listen", batcher], env)
-            router_args = [
-                "serve",
-                "router",
-                "--listen",
-                router,
-                "--batchers",
-                batcher,
-                "--http-listen",
-                http,
-            ]
+            if spec.separate_batcher:
+                platform.start_command("batcher", ["serve", "batcher", "--listen", batcher], env)
+            where = ["--batchers", batcher] if spec.separate_batcher else ["--local-batcher"]
+            router_args = ["serve", "router", "--listen", router, *where, "--http-listen", http]
             if spec.redis_url:
                 router_args += ["--redis-url", spec.redis_url]
             platform.start_command("router", router_args, env)
             _wait_ready(platform, RegistryReader(engine), router, spec)
             yield Running(
                 address=router,
-                batcher=batcher,
                 key=key,
                 pids=[p.pid for _, p in platform.processes],
                 http=http,

@@ -1,11 +1,13 @@
 """``ferryman up``: the whole platform on this machine, one process per service.
 
 Registry (SQLite under the data dir, migrated), demo models (built and registered),
-N nodes, a batcher, and a router hosting the quota service (in memory, or on Redis
-with --redis-url); a demo tenant whose new key is printed once. ``up`` supervises its
-children: one that crashes is restarted with backoff while the others serve on;
-SIGINT, SIGTERM or SIGHUP to ``up`` stops every child, by PID; and on Linux every child
-is told to stop when ``up`` itself dies (``PR_SET_PDEATHSIG``), even by SIGKILL.
+N nodes, and a router hosting the batcher (handed items in process, no stream) and the
+quota service (in memory, or on Redis with --redis-url); a demo tenant whose new key is
+printed once. Node threads and batches at once are sized to the host (``--json``
+reports them). ``up`` supervises its children: one that crashes is restarted with
+backoff while the others serve on; SIGINT, SIGTERM or SIGHUP to ``up`` stops every
+child, by PID; and on Linux every child is told to stop when ``up`` itself dies
+(``PR_SET_PDEATHSIG``), even by SIGKILL.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ferryman.cli.context import engine, settings
 from ferryman.cli.output import console, fail
 from ferryman.cli.supervisor import Platform
 from ferryman.kernel.config import CommonSettings
+from ferryman.kernel.host import node_torch_threads, usable_cores
 from ferryman.kernel.net import check_listenable, free_port
 from ferryman.kernel.security import Security, sync_channel
 from ferryman.sdk.client import Client
@@ -133,6 +136,25 @@ def _answers(router: str, key: str, ca: str, generative: bool) -> bool:
     return True
 
 
+def host_tuning(nodes: int, separate_batcher: bool) -> dict[str, object]:
+    """What ``up`` sizes to this host (where its setting is not given): each node's torch
+    threads, and where the batcher runs."""
+    from gpu_node.loader import resolve_device
+    from gpu_node.settings import NodeSettings
+
+    given = NodeSettings()
+    device = resolve_device(given.device).type
+    cores = usable_cores()
+    threads = given.torch_threads or (node_torch_threads(cores, nodes) if device == "cpu" else 0)
+    return {
+        "cores": cores,
+        "device": device,
+        "node_torch_threads": threads,
+        "node_capacity": given.capacity,
+        "batcher": "separate process" if separate_batcher else "in the router process",
+    }
+
+
 @dataclass(frozen=True)
 class Endpoints:
     router: str
@@ -182,6 +204,13 @@ def up(
     generate: Annotated[
         bool, typer.Option(help="Serve the generative demo (SmolLM2, on the first node) too.")
     ] = True,
+    separate_batcher: Annotated[
+        bool,
+        typer.Option(
+            help="Run the batcher as its own process behind a gRPC stream (the Kubernetes "
+            "topology) instead of inside the router's."
+        ),
+    ] = False,
 ) -> None:
     """Run the whole platform locally; Ctrl-C stops it."""
     from gpu_node.demo.build import build_demo_artifacts, register_demo
@@ -210,6 +239,9 @@ def up(
         # Every child reads these: TLS on every listener, peers verified with the CA.
         os.environ.update(FERRYMAN_TLS_CERT=str(pki.cert), FERRYMAN_TLS_KEY=str(pki.key), FERRYMAN_TLS_CA=ca)
     security = CommonSettings().security()
+    tuning = host_tuning(nodes, separate_batcher)
+    # The nodes share this host's cores: each gets its part unless threads were set.
+    node_env = {"FERRYMAN_NODE_TORCH_THREADS": str(tuning["node_torch_threads"])}
     batcher = f"127.0.0.1:{free_port()}"
     quota_internal = f"127.0.0.1:{free_port()}"
     console_port = free_port()
@@ -228,16 +260,16 @@ def up(
         for i in range(nodes):
             name = f"node-{i + 1}"
             node_listen = f"127.0.0.1:{free_port()}"
-            platform.start(
-                name, "node", "--listen", node_listen, "--name", name, "--metrics-listen", metrics[name]
-            )
-        platform.start("batcher", "batcher", "--listen", batcher, "--metrics-listen", metrics["batcher"])
+            node_args = ["serve", "node", "--listen", node_listen, "--name", name]
+            platform.start_command(name, [*node_args, "--metrics-listen", metrics[name]], node_env)
+        if separate_batcher:
+            platform.start("batcher", "batcher", "--listen", batcher, "--metrics-listen", metrics["batcher"])
         router_args = [
+            "serve",
             "router",
             "--listen",
             listen,
-            "--batchers",
-            batcher,
+            *(["--batchers", batcher] if separate_batcher else ["--local-batcher"]),
             "--metrics-listen",
             metrics["router"],
             "--internal-listen",
@@ -245,7 +277,11 @@ def up(
             "--http-listen",
             http_listen,
         ]
-        platform.start("router", *router_args, *(["--redis-url", redis_url] if redis_url else []))
+        platform.start_command(
+            "router",
+            [*router_args, *(["--redis-url", redis_url] if redis_url else [])],
+            None if separate_batcher else {"FERRYMAN_BATCHER_METRICS_LISTEN": metrics["batcher"]},
+        )
         console_env = {
             "FERRYMAN_CONSOLE_METRICS_URLS": ",".join(
                 f"http://{metrics[n]}/metrics" for n in ("router", "batcher")
@@ -277,6 +313,7 @@ def up(
                         "curl": curl,
                         "pid": os.getpid(),
                         "pids": platform.pids(),
+                        "tuning": tuning,
                     }
                 ),
                 flush=True,

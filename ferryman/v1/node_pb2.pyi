@@ -205,17 +205,19 @@ class LoadedVersion(_message.Message):
     def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., state: _Optional[_Union[VersionState, str]] = ..., reason: _Optional[str] = ..., max_batch_size: _Optional[int] = ..., profile: _Optional[_Iterable[_Union[LatencyPoint, _Mapping]]] = ..., in_flight: _Optional[int] = ...) -> None: ...
 
 class NodeInfoResponse(_message.Message):
-    __slots__ = ("name", "device", "memory_total", "memory_used", "versions", "lifecycle")
+    __slots__ = ("name", "device", "memory_total", "memory_used", "versions", "lifecycle", "capacity")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     MEMORY_TOTAL_FIELD_NUMBER: _ClassVar[int]
     MEMORY_USED_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     LIFECYCLE_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
     name: str
     device: str
     memory_total: int
     memory_used: int
     versions: _containers.RepeatedCompositeFieldContainer[LoadedVersion]
     lifecycle: str
-    def __init__(self, name: _Optional[str] = ..., device: _Optional[str] = ..., memory_total: _Optional[int] = ..., memory_used: _Optional[int] = ..., versions: _Optional[_Iterable[_Union[LoadedVersion, _Mapping]]] = ..., lifecycle: _Optional[str] = ...) -> None: ...
+    capacity: int
+    def __init__(self, name: _Optional[str] = ..., device: _Optional[str] = ..., memory_total: _Optional[int] = ..., memory_used: _Optional[int] = ..., versions: _Optional[_Iterable[_Union[LoadedVersion, _Mapping]]] = ..., lifecycle: _Optional[str] = ..., capacity: _Optional[int] = ...) -> None: ...

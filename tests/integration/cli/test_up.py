@@ -64,6 +64,12 @@ def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path, smollm2_art
         assert len(json.loads(curled.stdout)["data"][0]["embedding"]) == 384, "the printed curl line works"
         assert info["http"] in info["curl"]
         assert set(info["metrics"]) == {"router", "batcher", "node-1"}
+        # Sized to this host: every core but the services' share for the one node's torch
+        # threads; the batcher inside the router.
+        assert info["tuning"]["batcher"] == "in the router process"
+        assert "batcher" not in info["pids"]
+        if info["tuning"]["device"] == "cpu":
+            assert 1 <= info["tuning"]["node_torch_threads"] < max(2, info["tuning"]["cores"])
         with urllib.request.urlopen(f"{info['console_url']}/_stcore/health", timeout=5) as health:
             assert health.status == 200
         assert len(info["console_password"]) >= 12

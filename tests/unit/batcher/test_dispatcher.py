@@ -180,3 +180,38 @@ async def test_power_of_two_choices_never_takes_the_busiest_of_several() -> None
     picked = [choice.choose([n1, n2, spare]).name for _ in range(200)]
     assert "n3" not in picked and picked.count("n1") > picked.count("n2") > 0
     assert choice.choose([n2]) is n2
+
+
+async def test_batches_in_flight_follow_each_nodes_capacity_unless_set() -> None:
+    r = await rig()
+    r.nodes[NODES[0]].capacity = 1  # a CPU node: one batch at a time
+    for replica in r.directory.replicas.values():
+        replica.versions = frozenset()  # seen anew: NodeInfo is read again
+    await r.directory.refresh()
+    slots = {name: r.directory.slots(replica) for name, replica in r.directory.replicas.items()}
+    assert slots == {NODES[0]: 1, NODES[1]: 2}
+    assert r.directory.capacity(KEY).total_slots == 3
+    assert r.directory.slots_per_replica(KEY) == 2
+    # The setting, when given, holds for every node whatever it reports.
+    fixed = await rig(max_inflight_per_node=4)
+    assert fixed.directory.capacity(KEY).total_slots == 4 * len(NODES)
+
+
+async def test_on_a_cpu_node_one_tenant_holds_one_slot_and_another_tenant_the_other() -> None:
+    r = await rig()
+    for node in r.nodes.values():
+        node.device = "cpu"
+    for replica in r.directory.replicas.values():
+        replica.versions = frozenset()
+    await r.directory.refresh()
+    policy = SlotPolicy(limit=2)
+    held = [r.dispatcher.reserve(KEY, 1, "heavy", policy=policy) for _ in NODES]
+    assert all(held) and {h.name for h in held if h} == set(NODES)  # one on each node
+    # Its next batch waits (and grows) for one of its own to finish ...
+    assert r.dispatcher.reserve(KEY, 1, "heavy", policy=policy) is None
+    # ... while another tenant's short request still finds a free slot at once.
+    assert r.dispatcher.reserve(KEY, 1, "light", policy=policy) is not None
+    # A GPU node (or the setting) lets one tenant pipeline batches.
+    gpu = await rig()
+    assert gpu.dispatcher.reserve(KEY, 1, "heavy", policy=policy) is not None
+    assert gpu.directory.tenant_slots(next(iter(gpu.directory.replicas.values()))) == 2

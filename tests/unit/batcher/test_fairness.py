@@ -155,3 +155,11 @@ def test_the_last_free_slot_is_kept_for_an_idle_tenant_with_none() -> None:
     assert SlotPolicy(limit=2, idle=frozenset({"light"})).allows("a", {"light": 1}, inflight=1)
     # Alone, a tenant may use every slot.
     assert SlotPolicy(limit=2).allows("a", {"a": 1}, inflight=1)
+
+
+def test_a_nodes_only_slot_is_never_kept_idle() -> None:
+    # One batch at a time (a CPU node's default): keeping its only slot for an idle tenant
+    # would stop the node for everyone until that tenant sent something.
+    only = SlotPolicy(limit=1, idle=frozenset({"light"}))
+    assert only.allows("a", {}, inflight=0)
+    assert not only.allows("a", {"a": 1}, inflight=1)  # nothing free

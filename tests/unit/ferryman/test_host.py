@@ -1,0 +1,22 @@
+"""Defaults sized to the host (``ferryman.kernel.host``) and a node's settings sized with them."""
+
+from __future__ import annotations
+
+from ferryman.kernel.host import node_torch_threads, service_cores
+from gpu_node.settings import NodeSettings
+
+
+def test_services_keep_a_core_in_four_and_nodes_share_the_rest() -> None:
+    assert service_cores(1) == 0  # nothing to keep: the one core is everyone's
+    assert [service_cores(c) for c in (2, 4, 8, 16)] == [1, 1, 2, 4]
+    assert node_torch_threads(2) == 1
+    assert node_torch_threads(16) == 12
+    assert node_torch_threads(16, nodes=2) == 6
+    assert node_torch_threads(2, nodes=4) == 1  # never below one
+
+
+def test_node_settings_fill_only_what_was_left_to_the_host() -> None:
+    assert NodeSettings(torch_threads=0).sized("cpu", cores=8).torch_threads == 6
+    assert NodeSettings(torch_threads=2).sized("cpu", cores=8).torch_threads == 2
+    # On a GPU the CPU threads stay torch's own choice.
+    assert NodeSettings(torch_threads=0).sized("cuda", cores=8).torch_threads == 0
