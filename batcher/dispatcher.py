@@ -27,7 +27,7 @@ from batcher.node_client import NodeCallError
 from batcher.predictor import LatencyPredictor
 from batcher.replicas import Replica, ReplicaDirectory
 from batcher.settings import BatcherSettings
-from ferryman.errors import Reason, make_status, unpack_details
+from ferryman.errors import Reason, make_status, reason_of
 from ferryman.kernel.telemetry import links, traceparent, tracer
 from ferryman.v1 import batcher_pb2, node_pb2
 from registry.tables import DeadLetter
@@ -66,10 +66,7 @@ def owner_of(entries: Sequence[Entry]) -> str:
 
 
 def is_model_error(status: status_pb2.Status) -> bool:
-    info = unpack_details(status).get("ErrorInfo")
-    return (
-        status.code == grpc.StatusCode.INTERNAL.value[0] and getattr(info, "reason", "") == Reason.MODEL_ERROR
-    )
+    return status.code == grpc.StatusCode.INTERNAL.value[0] and reason_of(status) == Reason.MODEL_ERROR
 
 
 class Dispatcher:

@@ -37,7 +37,10 @@ class LocalBatcher:
 
         self._service.submit(item, sink, LOCAL_STREAM)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - loop.time()))
+            # The future is the sink's alone to resolve: a timeout or cancel here only stops
+            # waiting (the sink then finds it done and drops the late result).
+            async with asyncio.timeout_at(deadline):
+                return await future
         except TimeoutError:
             self._service.cancel(LOCAL_STREAM, item.request_id)
             status = make_status(

@@ -21,12 +21,16 @@ class LatencyPredictor:
     """Model compute seconds by batch size."""
     overhead_s: float = 0.0
     """Moving average of the rest of a batch's round trip (transport, (de)serialization)."""
+    _known: dict[int, float] = field(default_factory=dict, repr=False)
+    """Compute predictions by rows since the points last changed: the scheduler asks for
+    the same few sizes for every queued item on every decision."""
 
     def seed(self, profile: Mapping[int, float]) -> None:
         """Take a node's warm-up profile for sizes not yet measured live."""
         for size, seconds in profile.items():
             if size > 0 and seconds > 0:
                 self.points.setdefault(size, seconds)
+        self._known.clear()
 
     def observe(self, rows: int, compute_s: float, overhead_s: float = 0.0) -> None:
         """Blend a measured batch (rows, compute seconds, round-trip overhead) into the estimates.
@@ -39,11 +43,15 @@ class LatencyPredictor:
             return
         old = self.points.get(rows)
         self.points[rows] = compute_s if old is None else old + self.smoothing * (compute_s - old)
+        self._known.clear()
         self.overhead_s += self.smoothing * (max(0.0, overhead_s) - self.overhead_s)
 
     def predict(self, rows: int) -> float:
         """Expected seconds from dispatch to answer for a batch of ``rows`` rows."""
-        return self._compute(rows) + self.overhead_s
+        known = self._known.get(rows)
+        if known is None:
+            known = self._known[rows] = self._compute(rows)
+        return known + self.overhead_s
 
     def _compute(self, rows: int) -> float:
         if not self.points:

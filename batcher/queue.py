@@ -74,6 +74,9 @@ class VersionQueue:
         self._wakeup = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
         self._labels = {"model": self.model, "version": self.version}
+        # Children looked up once: labels() validates its arguments on every call.
+        self._depth = metrics.queue_depth.labels(**self._labels)
+        self._waited = metrics.queue_wait.labels(**self._labels)
 
     @property
     def version_key(self) -> str:
@@ -109,7 +112,7 @@ class VersionQueue:
         self._rows += entry.rows
         self._tenant_rows[entry.tenant] = self._tenant_rows.get(entry.tenant, 0) + entry.rows
         self.arrivals.add(entry.rows, self._clock())
-        self._metrics.queue_depth.labels(**self._labels).set(self.rows)
+        self._depth.set(self.rows)
         self._wakeup.set()
 
     def remove(self, entry: Entry) -> None:
@@ -118,7 +121,7 @@ class VersionQueue:
             self.entries.remove(entry)
             self._rows -= entry.rows
             self._count_tenant_rows()
-            self._metrics.queue_depth.labels(**self._labels).set(self.rows)
+            self._depth.set(self.rows)
             self._wakeup.set()
 
     def waiting_tenants(self) -> set[str]:
@@ -139,8 +142,13 @@ class VersionQueue:
             timeout = self._step()
             if timeout == 0.0:
                 continue
+            # asyncio.timeout, not wait_for: no task per wakeup (one per arriving item).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout=timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wakeup.wait()
+            # Items come in bursts (callers answered by one batch send again together): let
+            # the rest of the burst land first, and decide once for all of it.
+            await asyncio.sleep(0)
 
     def _step(self) -> float | None:
         """One decision; returns how long to sleep (None: until an event, 0: decide again)."""
@@ -164,6 +172,11 @@ class VersionQueue:
             arrival_rate=self.arrivals.rate(now),
         )
         fair, policy = self._fair_view(capacity.free_slots, now)
+        if not self.draining and (capacity.free_slots <= 0 or self._tenant_rows.keys() <= fair.blocked):
+            # Nobody queued here may take a slot: a full decision (every item ordered and
+            # priced) would dispatch nothing. Sleep until a slot frees (the dispatcher wakes
+            # every queue) or the most urgent item could no longer be run in time.
+            return self._until_unmeetable(now)
         decision = decide(now, self.entries, self.config, self.predictor, load, self.draining, fair)
         self.last_decision_window, self.last_target_rows = decision.window_s, decision.target_rows
         for index in decision.expired:
@@ -181,7 +194,7 @@ class VersionQueue:
             self.entries = [e for i, e in enumerate(self.entries) if i not in gone]
             self._rows = sum(e.rows for e in self.entries)
             self._count_tenant_rows()
-            self._metrics.queue_depth.labels(**self._labels).set(self.rows)
+            self._depth.set(self.rows)
         if dispatched:
             return 0.0
         if blocked:
@@ -190,6 +203,11 @@ class VersionQueue:
         if decision.wake_at is None:
             return None
         return max(0.0, decision.wake_at - now)
+
+    def _until_unmeetable(self, now: float) -> float:
+        """Seconds until the earliest deadline leaves no time for even a one-row batch."""
+        earliest = min(e.deadline for e in self.entries)
+        return max(0.0, earliest - self.predictor.predict(1) - now)
 
     def _fair_view(self, free_slots: int, now: float) -> tuple[FairView, SlotPolicy]:
         """The ledger's view with the tenants that may not take a slot now (the slot
@@ -225,7 +243,7 @@ class VersionQueue:
         self._wake(True)  # free slots and virtual times moved: a deferred queue may be ahead now
         for entry in batch:
             entry.dispatched = True
-            self._metrics.queue_wait.labels(**self._labels).observe(now - entry.arrival)
+            self._waited.observe(now - entry.arrival)
             for waiter in entry.waiters:
                 if waiter.span is not None:
                     waiter.span.set_attribute(
@@ -267,7 +285,7 @@ class VersionQueue:
         for entry in entries:
             self._metrics.shed.labels(**self._labels, reason="no_replica").inc()
             self._finish(entry, batcher_pb2.ItemResult(status=status))
-        self._metrics.queue_depth.labels(**self._labels).set(0)
+        self._depth.set(0)
 
     async def wait_idle(self) -> None:
         while self.busy:

@@ -156,6 +156,12 @@ def unpack_details(status: status_pb2.Status) -> dict[str, object]:
     return found
 
 
+def reason_of(status: status_pb2.Status) -> str:
+    """The ErrorInfo reason of a status ("" when it carries none)."""
+    info = unpack_details(status).get("ErrorInfo")
+    return info.reason if isinstance(info, error_details_pb2.ErrorInfo) else ""
+
+
 def expected_wait_s(status: status_pb2.Status) -> float | None:
     """The predicted latency an OVERLOADED refusal carries, in seconds; None for anything else."""
     info = unpack_details(status).get("ErrorInfo")

@@ -25,13 +25,13 @@ from registry.cache import SnapshotCache
 from registry.snapshot import RouteRecord, TenantRecord, VersionRecord
 from router.auth import authenticate
 from router.bounds import clip
+from router.door_limit import DoorLimit
 from router.generation import Generator
-from router.handlers import Undecodable
-from router.http.errors import http_status
+from router.handlers import Undecodable, undecodable
 from router.metrics import RouterMetrics
 from router.service import RequestFailed, RouterService, fail, unknown_model
 from router.settings import RouterSettings
-from router.spans import Door, Protocol, grpc_door, is_server_fault, server_address
+from router.spans import Door, Protocol, failure_attributes, grpc_door, is_server_fault, server_address
 from router.statistics import Statistics, VersionStats
 
 log = logging.getLogger("ferryman.router")
@@ -54,15 +54,6 @@ HTTP_OK = 200
 """The model label of requests for a model that does not exist (or the tenant may not see)."""
 
 
-def undecodable(request: Undecodable) -> status_pb2.Status:
-    return make_status(
-        grpc.StatusCode.INVALID_ARGUMENT,
-        f"the request could not be parsed: {request.reason}",
-        reason=Reason.UNDECODABLE,
-        violations=[("request", request.reason)],
-    )
-
-
 def own_deadline(
     request: inference_pb2.PredictRequest | inference_pb2.GenerateRequest, call_deadline: float
 ) -> float:
@@ -71,14 +62,6 @@ def own_deadline(
         return call_deadline
     own = asyncio.get_running_loop().time() + request.timeout.ToTimedelta().total_seconds()
     return min(call_deadline, own)
-
-
-def failure_attributes(door: Door, status: status_pb2.Status) -> dict[str, int]:
-    """The convention's status attribute of a failed request: its gRPC code, or the HTTP
-    status an HTTP door answers it with."""
-    if door.http:
-        return {"http.response.status_code": http_status(status)}
-    return {"rpc.grpc.status_code": status.code}
 
 
 class Gateway:
@@ -99,6 +82,7 @@ class Gateway:
         self._metrics = metrics
         self._tracer = tracer("ferryman.router")
         self._statistics = Statistics()
+        self._door = DoorLimit(settings, metrics)
         self._server = {False: server_address(settings.listen), True: server_address(settings.http_listen)}
         """Span attributes of the port each kind of door listens on (gRPC: False, HTTP: True)."""
 
@@ -244,7 +228,26 @@ class Gateway:
         parent: Context,
         door: Door,
     ) -> inference_pb2.PredictResponse:
-        """RouterService.predict inside the request's root span, measured and logged."""
+        """RouterService.predict inside the request's root span, measured and logged, once
+        the door's concurrency limit admits it."""
+        self._door.admit(tenant.name)
+        failure: BaseException | None = None
+        try:
+            return await self._admitted(request, tenant, deadline, parent, door)
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            self._door.done(tenant.name, failure)
+
+    async def _admitted(
+        self,
+        request: inference_pb2.PredictRequest,
+        tenant: TenantRecord,
+        deadline: float,
+        parent: Context,
+        door: Door,
+    ) -> inference_pb2.PredictResponse:
         started = time.perf_counter()
         protocol = door.protocol
         with self._root(door, parent, tenant.name, request.model) as span:

@@ -13,7 +13,9 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
+from google.rpc import status_pb2
 
+from ferryman.errors import Reason, make_status
 from ferryman.v1 import inference_pb2, inference_pb2_grpc
 
 SERVICE = "ferryman.v1.Inference"
@@ -24,6 +26,15 @@ class Undecodable:
     """A request message that could not be parsed, and why."""
 
     reason: str
+
+
+def undecodable(request: Undecodable) -> status_pb2.Status:
+    return make_status(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"the request could not be parsed: {request.reason}",
+        reason=Reason.UNDECODABLE,
+        violations=[("request", request.reason)],
+    )
 
 
 def tolerant(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:

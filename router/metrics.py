@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ferryman.v1 import common_pb2
 
@@ -63,6 +63,17 @@ class RouterMetrics:
             "ferryman_router_shed",
             "Requests refused at the router while their version's batcher queue was too long.",
             ["model", "version"],
+            registry=self.registry,
+        )
+
+        self.limited = Counter(
+            "ferryman_router_limited",
+            "Requests refused at the door by the adaptive concurrency limit.",
+            registry=self.registry,
+        )
+        self.concurrency_limit = Gauge(
+            "ferryman_router_concurrency_limit",
+            "Requests the router admits in flight at once (adaptive).",
             registry=self.registry,
         )
 

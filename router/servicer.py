@@ -12,8 +12,8 @@ from ferryman.kernel.telemetry import context_from_metadata
 from ferryman.v1 import inference_pb2, inference_pb2_grpc
 from registry.snapshot import TenantRecord
 from router.auth import bearer_key
-from router.gateway import Gateway, undecodable
-from router.handlers import Undecodable
+from router.gateway import Gateway
+from router.handlers import Undecodable, undecodable
 from router.service import RequestFailed
 
 

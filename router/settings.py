@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from router.limiter import LimitConfig
+
 
 class RouterSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FERRYMAN_ROUTER_", extra="ignore")
@@ -45,8 +47,31 @@ class RouterSettings(BaseSettings):
     request goes on and is refused (or times out) further down."""
     shed_smoothing: float = Field(default=0.2, gt=0, le=1)
     """Weight of each answered request in the latency average the router sheds by."""
+    adaptive_limit: bool = True
+    """Refuse at the door, at next to no cost, requests past a concurrency limit that load
+    refusals further down adjust (router/limiter.py); off, every request goes on."""
+    limit_initial: int = Field(default=1000, ge=1)
+    """Requests in flight at once before any load refusal (also the ceiling)."""
+    limit_min: int = Field(default=16, ge=1)
+    """The limit never drops below this: enough to keep a device's batches full."""
+    limit_backoff: float = Field(default=0.9, gt=0, lt=1)
+    """After a window with too many load refusals: this times the most that were in flight."""
+    limit_drop_ratio: float = Field(default=0.01, ge=0, lt=1)
+    """Share of a window's requests refused further down for load that cuts the limit."""
+    limit_window_s: float = Field(default=0.1, gt=0)
+    limit_window_samples: int = Field(default=20, ge=1)
     max_tenant_labels: int = Field(default=100, ge=1)
     """Tenants named in metric labels; the rest are counted as ``other``."""
+
+    def limit_config(self) -> LimitConfig:
+        return LimitConfig(
+            initial=self.limit_initial,
+            minimum=min(self.limit_min, self.limit_initial),
+            backoff=self.limit_backoff,
+            drop_ratio=self.limit_drop_ratio,
+            window_s=self.limit_window_s,
+            window_samples=self.limit_window_samples,
+        )
 
     def batcher_addresses(self) -> list[str]:
         return [a.strip() for a in self.batchers.split(",") if a.strip()]

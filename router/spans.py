@@ -13,6 +13,9 @@ from enum import StrEnum
 from types import MappingProxyType
 
 import grpc
+from google.rpc import status_pb2
+
+from router.http.errors import http_status
 
 SERVER_FAULTS = frozenset(
     {
@@ -70,3 +73,11 @@ def server_address(listen: str) -> dict[str, str | int]:
 
 def is_server_fault(code: grpc.StatusCode) -> bool:
     return code in SERVER_FAULTS
+
+
+def failure_attributes(door: Door, status: status_pb2.Status) -> dict[str, int]:
+    """The convention's status attribute of a failed request: its gRPC code, or the HTTP
+    status an HTTP door answers it with."""
+    if door.http:
+        return {"http.response.status_code": http_status(status)}
+    return {"rpc.grpc.status_code": status.code}

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 from batcher_platform import REGISTRY_REFRESH_S, node_main, register, wait_for_replicas
@@ -79,9 +80,12 @@ class E2E:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         listen: str = "127.0.0.1:0",
         http_max_connections: int = DEFAULT_HTTP_MAX_CONNECTIONS,
+        **extra: Any,
     ) -> tuple[str, ServiceThread]:
-        """Another router on the same platform (for multi-router quota tests)."""
+        """Another router on the same platform (for multi-router quota tests); ``extra``:
+        more of its settings."""
         settings = RouterSettings(
+            **extra,
             quota_timeout_s=quota_timeout_s,
             listen=listen,
             http_max_connections=http_max_connections,

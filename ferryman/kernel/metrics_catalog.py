@@ -12,6 +12,8 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     "ferryman_tokens": ("counter", ("tenant", "model", "direction")),
     "ferryman_cost_usd": ("counter", ("tenant", "model")),
     "ferryman_router_shed": ("counter", ("model", "version")),
+    "ferryman_router_limited": ("counter", ()),
+    "ferryman_router_concurrency_limit": ("gauge", ()),
     "ferryman_auth_failures": ("counter", ("protocol",)),
     # batcher
     "ferryman_batch_size": ("histogram", ("model", "version")),

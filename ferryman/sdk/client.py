@@ -17,19 +17,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import grpc
 
 from ferryman.sdk.calls import (
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT_S,
     Metadata,
     build_request,
     call_metadata,
     call_timeout,
-    channel_credentials,
     channel_options,
     endpoint,
     needs_schema,
@@ -37,10 +33,12 @@ from ferryman.sdk.calls import (
     retry_delay,
     tagged,
 )
-from ferryman.sdk.errors import ClientClosed, FerrymanError, from_rpc_error, from_status
+from ferryman.sdk.endpoint import Endpoint
+from ferryman.sdk.errors import FerrymanError, from_rpc_error, from_status
 from ferryman.sdk.generation import Chunk, Message, build_generate, stream, stream_async
 from ferryman.sdk.prediction import Prediction
-from ferryman.v1 import inference_pb2, inference_pb2_grpc
+from ferryman.sdk.throttle import throttled
+from ferryman.v1 import inference_pb2
 
 __all__ = ["AsyncClient", "Client", "endpoint"]
 
@@ -53,41 +51,7 @@ def _stream_answer(reply: inference_pb2.PredictStreamResponse) -> Prediction | F
     return tagged(from_status(reply.error), reply.request_id)
 
 
-class _Endpoint:
-    """What both clients hold: the channel's target and credentials, the key, defaults
-    and model schemas."""
-
-    def __init__(
-        self,
-        target: str | None = None,
-        api_key: str | None = None,
-        *,
-        timeout: float = DEFAULT_TIMEOUT_S,
-        retries: int = DEFAULT_RETRIES,
-        tls: bool | str | Path = False,
-        credentials: grpc.ChannelCredentials | None = None,
-    ) -> None:
-        """``target`` and ``api_key`` default to FERRYMAN_TARGET and FERRYMAN_API_KEY; ``tls``:
-        True to verify the router with the system's CAs, or a CA file's path."""
-        self._target, api_key = endpoint(target, api_key)
-        self._credentials = channel_credentials(tls, credentials)
-        self._metadata = (("authorization", f"Bearer {api_key}"),)
-        self._timeout = timeout
-        self._retries = retries
-        self._models: dict[str, inference_pb2.ModelInfo] = {}
-        self._closed = False
-        self._stub = inference_pb2_grpc.InferenceStub(self._open_channel())
-
-    def _open_channel(self) -> grpc.Channel | grpc.aio.Channel:
-        """The channel to ``self._target`` (blocking or asyncio, by client)."""
-        raise NotImplementedError
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ClientClosed()
-
-
-class Client(_Endpoint):
+class Client(Endpoint):
     """A blocking client for one Ferryman endpoint."""
 
     def _open_channel(self) -> grpc.Channel:
@@ -157,17 +121,22 @@ class Client(_Endpoint):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise tagged(out_of_time(), request.request_id)
-            try:
-                response = self._stub.Predict(
-                    request, metadata=call_metadata(self._metadata, metadata), timeout=remaining
-                )
-                return Prediction.from_proto(response)
-            except grpc.RpcError as exc:
-                error = tagged(from_rpc_error(exc), request.request_id)
-                delay = retry_delay(error, attempt)
-                if delay is None or attempt == self._retries or time.monotonic() + delay >= deadline:
-                    raise error from None
-                time.sleep(delay)
+            if self._throttle.admit():
+                try:
+                    response = self._stub.Predict(
+                        request, metadata=call_metadata(self._metadata, metadata), timeout=remaining
+                    )
+                    self._throttle.answered(grpc.StatusCode.OK)
+                    return Prediction.from_proto(response)
+                except grpc.RpcError as exc:
+                    error = tagged(from_rpc_error(exc), request.request_id)
+                    self._throttle.answered(error.code)
+            else:
+                error = tagged(throttled(), request.request_id)
+            delay = retry_delay(error, attempt)
+            if delay is None or attempt == self._retries or time.monotonic() + delay >= deadline:
+                raise error from None
+            time.sleep(delay)
         raise AssertionError("unreachable")
 
     def predict_many(
@@ -249,7 +218,7 @@ class Client(_Endpoint):
         self.close()
 
 
-class AsyncClient(_Endpoint):
+class AsyncClient(Endpoint):
     """An asyncio client for one Ferryman endpoint (same API as Client, awaited)."""
 
     def _open_channel(self) -> grpc.aio.Channel:
@@ -316,17 +285,22 @@ class AsyncClient(_Endpoint):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise tagged(out_of_time(), request.request_id)
-            try:
-                response = await self._stub.Predict(
-                    request, metadata=call_metadata(self._metadata, metadata), timeout=remaining
-                )
-                return Prediction.from_proto(response)
-            except grpc.RpcError as exc:
-                error = tagged(from_rpc_error(exc), request.request_id)
-                delay = retry_delay(error, attempt)
-                if delay is None or attempt == self._retries or loop.time() + delay >= deadline:
-                    raise error from None
-                await asyncio.sleep(delay)
+            if self._throttle.admit():
+                try:
+                    response = await self._stub.Predict(
+                        request, metadata=call_metadata(self._metadata, metadata), timeout=remaining
+                    )
+                    self._throttle.answered(grpc.StatusCode.OK)
+                    return Prediction.from_proto(response)
+                except grpc.RpcError as exc:
+                    error = tagged(from_rpc_error(exc), request.request_id)
+                    self._throttle.answered(error.code)
+            else:
+                error = tagged(throttled(), request.request_id)
+            delay = retry_delay(error, attempt)
+            if delay is None or attempt == self._retries or loop.time() + delay >= deadline:
+                raise error from None
+            await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
     async def predict_many(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 from google.rpc import status_pb2
 
-from ferryman.errors import Reason, status_code, status_of, unpack_details
+from ferryman.errors import Reason, reason_of, status_code, status_of, unpack_details
 
 
 class FerrymanError(Exception):
@@ -96,7 +96,7 @@ def from_status(status: status_pb2.Status) -> FerrymanError:
     """The typed error for a google.rpc.Status."""
     code = status_code(status)
     details = unpack_details(status)
-    reason = getattr(details.get("ErrorInfo"), "reason", "")
+    reason = reason_of(status)
     retry = details.get("RetryInfo")
     retry_after = retry.retry_delay.ToTimedelta().total_seconds() if retry is not None else None  # type: ignore[attr-defined]
     if code == grpc.StatusCode.UNAUTHENTICATED:

@@ -133,8 +133,9 @@ class QuotaService:
             return Verdict(Decision.ADMIT, held=False)
         budget = self._settings.backend_timeout_s
         try:
-            return await asyncio.wait_for(
-                self._backend.reserve(
+            # asyncio.timeout, not wait_for: no task per request on the hot path.
+            async with asyncio.timeout(budget):
+                return await self._backend.reserve(
                     request_id,
                     limits,
                     tokens,
@@ -144,9 +145,7 @@ class QuotaService:
                     budget,
                     min_tokens,
                     cost_per_token,
-                ),
-                budget,
-            )
+                )
         except (RedisError, OSError, TimeoutError) as exc:
             if self._settings.fail_mode == "open":
                 self._log.warning("fail-open", "quota backend down, admitting (fail open): %s", exc)
@@ -181,7 +180,8 @@ class QuotaService:
         charged at its upper bound (a released one in full)."""
         for attempt in range(self._settings.settle_attempts):
             try:
-                return bool(await asyncio.wait_for(call(), self._settings.backend_timeout_s))
+                async with asyncio.timeout(self._settings.backend_timeout_s):
+                    return bool(await call())
             except (RedisError, OSError, TimeoutError) as exc:
                 if attempt + 1 == self._settings.settle_attempts:
                     self._log.warning("settle", "quota settle failed, the reservation will expire: %s", exc)

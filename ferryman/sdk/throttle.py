@@ -1,0 +1,84 @@
+"""Client-side adaptive throttling (Google SRE, "Handling Overload"): a client that the
+platform keeps refusing stops sending most of its requests, so refusals stop costing the
+router anything.
+
+Over a sliding window the client counts the requests it sent and those the server accepted
+(anything but a RESOURCE_EXHAUSTED refusal). While accepts keep up, nothing changes; once
+requests exceed ``k`` times the accepts, each new request is refused locally with
+probability ``(requests - k * accepts) / (requests + 1)``. Refused locally, a request is
+retried with backoff like one the server refused, and still counts as sent: the
+probability falls as soon as the server accepts again.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import grpc
+
+from ferryman.sdk.errors import Overloaded
+
+K = 2.0
+"""Requests allowed per accept before the client refuses locally (SRE's usual value)."""
+WINDOW_S = 30.0
+"""How far back requests and accepts count."""
+BUCKETS = 30
+"""The window is kept as this many counters (O(1) memory and time per request)."""
+THROTTLED = "CLIENT_THROTTLED"
+
+
+def throttled() -> Overloaded:
+    """The error a locally refused request raises (retried like a server's refusal)."""
+    return Overloaded(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "refused by the client: the platform has been refusing most requests; retry later",
+        THROTTLED,
+    )
+
+
+@dataclass
+class AdaptiveThrottle:
+    """Requests and accepts in a sliding window, and the local refusal they imply."""
+
+    enabled: bool = True
+    """Off: count nothing and refuse nothing."""
+    k: float = K
+    window_s: float = WINDOW_S
+    clock: Callable[[], float] = time.monotonic
+    rng: random.Random = field(default_factory=random.Random)
+    _requests: list[int] = field(default_factory=lambda: [0] * BUCKETS)
+    _accepts: list[int] = field(default_factory=lambda: [0] * BUCKETS)
+    _slots: list[int] = field(default_factory=lambda: [-1] * BUCKETS)
+
+    def _bucket(self) -> int:
+        """The current bucket, emptied when it last held an older slot of time."""
+        slot = int(self.clock() // (self.window_s / BUCKETS))
+        i = slot % BUCKETS
+        if self._slots[i] != slot:
+            self._slots[i], self._requests[i], self._accepts[i] = slot, 0, 0
+        return i
+
+    def _totals(self) -> tuple[int, int]:
+        newest = int(self.clock() // (self.window_s / BUCKETS))
+        live = [i for i in range(BUCKETS) if newest - self._slots[i] < BUCKETS]
+        return sum(self._requests[i] for i in live), sum(self._accepts[i] for i in live)
+
+    def rejection_probability(self) -> float:
+        requests, accepts = self._totals()
+        return max(0.0, (requests - self.k * accepts) / (requests + 1))
+
+    def admit(self) -> bool:
+        """Count a request about to be sent; False: refuse it locally instead."""
+        if not self.enabled:
+            return True
+        refuse = self.rng.random() < self.rejection_probability()
+        self._requests[self._bucket()] += 1
+        return not refuse
+
+    def answered(self, code: grpc.StatusCode) -> None:
+        """The server answered a sent request with ``code`` (OK or an error)."""
+        if self.enabled and code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+            self._accepts[self._bucket()] += 1

@@ -1,0 +1,112 @@
+"""The router's adaptive concurrency limit at the door, over real gRPC: past the limit a
+tenant's flood is refused at once (RESOURCE_EXHAUSTED, OVERLOADED, with RetryInfo), never
+reaches quota or a batcher, and charges nothing; another tenant under its share is still
+served; the SDK's client-side throttle then keeps most of the flood from being sent."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+import numpy as np
+from metrics_scrape import sample, scrape, total
+from router_platform import E2E, SLOW_MS, wait_known
+
+import ferryman
+from ferryman.errors import Reason, reason_of, status_of
+from ferryman.kernel.net import free_port
+from ferryman.sdk.throttle import THROTTLED
+from ferryman.tensors import encode
+from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from gpu_node.demo import echo
+from router.quota.settings import QuotaSettings
+
+LIMIT = 4
+FLOOD = 16
+
+
+def slow_request() -> inference_pb2.PredictRequest:
+    return inference_pb2.PredictRequest(
+        model="echo",
+        version="slow",
+        inputs=[common_pb2.NamedTensor(name="input", tensor=encode(np.ones((1, echo.WIDTH), np.float32)))],
+    )
+
+
+Outcome = grpc.aio.AioRpcError | None
+
+
+async def flood(router: str, flood_key: str, light_key: str) -> tuple[list[Outcome], float]:
+    """FLOOD slow requests at once from one tenant, then one from another while they run."""
+    async with grpc.aio.insecure_channel(router) as channel:
+        stub = inference_pb2_grpc.InferenceStub(channel)
+
+        async def one(key: str) -> Outcome:
+            try:
+                await stub.Predict(slow_request(), metadata=[("authorization", f"Bearer {key}")], timeout=10)
+            except grpc.aio.AioRpcError as exc:
+                return exc
+            return None
+
+        flooding = [asyncio.create_task(one(flood_key)) for _ in range(FLOOD)]
+        await asyncio.sleep(SLOW_MS / 3000)  # the admitted ones are running
+        started = time.perf_counter()
+        light = await one(light_key)
+        light_s = time.perf_counter() - started
+        assert light is None, f"the light tenant was refused: {light}"
+        return list(await asyncio.gather(*flooding)), light_s
+
+
+def test_a_flood_past_the_limit_is_refused_at_the_door_and_another_tenant_is_still_served(e2e: E2E) -> None:
+    metrics = f"127.0.0.1:{free_port()}"
+    router, _ = e2e.start_router(
+        QuotaSettings(), metrics_listen=metrics, limit_initial=LIMIT, limit_min=LIMIT
+    )
+    flood_key, light_key = e2e.new_tenant("flood"), e2e.new_tenant("light")
+    wait_known([router], flood_key)
+    wait_known([router], light_key)
+    url = f"http://{metrics}/metrics"
+    decisions_before = total(scrape(url), "ferryman_quota_decisions_total")
+    outcomes, light_s = asyncio.run(flood(router, flood_key, light_key))
+    refused = [e for e in outcomes if e is not None]
+    assert len(refused) == FLOOD - LIMIT, [e.code() for e in refused]
+    for error in refused:
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        status = status_of(error)
+        assert reason_of(status) == Reason.OVERLOADED
+        assert any(d.type_url.endswith("google.rpc.RetryInfo") for d in status.details)
+    assert light_s < SLOW_MS * 3 / 1000  # served beside the flood, not after it
+    assert sample(url, "ferryman_router_limited_total") == FLOOD - LIMIT
+    assert sample(url, "ferryman_router_concurrency_limit") == LIMIT
+    # Refused at the door: no quota call for them (only the admitted and the light one).
+    assert total(scrape(url), "ferryman_quota_decisions_total") - decisions_before == LIMIT + 1
+
+
+def test_the_sdk_stops_sending_most_of_what_the_platform_keeps_refusing(e2e: E2E) -> None:
+    metrics = f"127.0.0.1:{free_port()}"
+    # A floor of one in flight: with a slow request running, every other one is refused.
+    router, _ = e2e.start_router(QuotaSettings(), metrics_listen=metrics, limit_initial=1, limit_min=1)
+    key = e2e.new_tenant("throttled")
+    wait_known([router], key)
+    url = f"http://{metrics}/metrics"
+
+    async def scenario() -> tuple[int, int]:
+        async with ferryman.AsyncClient(router, key, retries=0) as client:
+            inputs = np.ones((1, echo.WIDTH), np.float32)
+            running = asyncio.create_task(client.predict("echo", inputs, version="slow"))
+            await asyncio.sleep(SLOW_MS / 3000)
+            local = server = 0
+            for _ in range(300):
+                try:
+                    await client.predict("echo", inputs, version="slow")
+                except ferryman.FerrymanError as exc:
+                    local += exc.reason == THROTTLED
+                    server += exc.reason == Reason.OVERLOADED
+            await running
+            return local, server
+
+    local, server = asyncio.run(scenario())
+    assert local + server == 300
+    assert local > server, (local, server)  # most were never sent
+    assert sample(url, "ferryman_router_limited_total") == server

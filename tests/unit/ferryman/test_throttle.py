@@ -1,0 +1,81 @@
+"""The SDK's client-side adaptive throttling (pure: a fake clock and a seeded rng)."""
+
+from __future__ import annotations
+
+import random
+
+import grpc
+
+from ferryman.sdk.throttle import WINDOW_S, AdaptiveThrottle
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def throttle(clock: Clock) -> AdaptiveThrottle:
+    return AdaptiveThrottle(clock=clock, rng=random.Random(7))
+
+
+def test_accepted_requests_are_never_refused_locally() -> None:
+    t = throttle(Clock())
+    for _ in range(1000):
+        assert t.admit()
+        t.answered(grpc.StatusCode.OK)
+    assert t.rejection_probability() == 0.0
+    # Errors other than a refusal (a bad input, an outage) do not throttle either.
+    for _ in range(1000):
+        assert t.admit()
+        t.answered(grpc.StatusCode.INVALID_ARGUMENT)
+    assert t.rejection_probability() == 0.0
+
+
+def test_a_refused_client_stops_sending_most_requests_and_recovers() -> None:
+    clock = Clock()
+    t = throttle(clock)
+    for _ in range(100):  # healthy
+        t.admit()
+        t.answered(grpc.StatusCode.OK)
+    sent = 0
+    for _ in range(2000):  # the platform refuses everything
+        if t.admit():
+            sent += 1
+            t.answered(grpc.StatusCode.RESOURCE_EXHAUSTED)
+    # Past k requests per accept, most never leave the client (about 201 * ln(21) ~ 610
+    # of the 2,000 are sent while the window still holds the 100 accepts).
+    assert sent < 700, sent
+    assert t.rejection_probability() > 0.85
+    # The window slides: once the refusals are old, requests flow again.
+    clock.now += WINDOW_S + 1
+    assert t.rejection_probability() == 0.0
+    assert t.admit()
+
+
+def test_a_client_offering_three_times_capacity_sends_about_k_times_it() -> None:
+    clock = Clock()
+    t = throttle(clock)
+    sent = 0
+    for _ in range(3000):  # a second of time per round: 3 requests offered, 1 accepted
+        accepted_this_round = False
+        for _ in range(3):
+            if not t.admit():
+                continue
+            sent += 1
+            code = grpc.StatusCode.RESOURCE_EXHAUSTED if accepted_this_round else grpc.StatusCode.OK
+            accepted_this_round = True
+            t.answered(code)
+        clock.now += 1.0
+    # SRE's K = 2: about twice what the server takes, instead of three times.
+    assert 1.8 < sent / 3000 < 2.2, sent
+
+
+def test_off_it_refuses_nothing() -> None:
+    t = AdaptiveThrottle(enabled=False, clock=Clock())
+    for _ in range(1000):
+        assert t.admit()
+        t.answered(grpc.StatusCode.RESOURCE_EXHAUSTED)
+    assert t.rejection_probability() == 0.0
