@@ -176,7 +176,7 @@ class VersionQueue:
             # Nobody queued here may take a slot: a full decision (every item ordered and
             # priced) would dispatch nothing. Sleep until a slot frees (the dispatcher wakes
             # every queue) or the most urgent item could no longer be run in time.
-            return self._until_unmeetable(now)
+            return self._expire_late(now)
         decision = decide(now, self.entries, self.config, self.predictor, load, self.draining, fair)
         self.last_decision_window, self.last_target_rows = decision.window_s, decision.target_rows
         for index in decision.expired:
@@ -204,10 +204,21 @@ class VersionQueue:
             return None
         return max(0.0, decision.wake_at - now)
 
-    def _until_unmeetable(self, now: float) -> float:
-        """Seconds until the earliest deadline leaves no time for even a one-row batch."""
-        earliest = min(e.deadline for e in self.entries)
-        return max(0.0, earliest - self.predictor.predict(1) - now)
+    def _expire_late(self, now: float) -> float | None:
+        """Fail the items that can no longer be run in time (as ``decide`` would); returns
+        the seconds until the next one would become so (None: nothing is left queued)."""
+        due = [(e.deadline - self.predictor.predict(e.rows), e) for e in self.entries]
+        late = [e for at, e in due if at <= now]
+        if late:
+            for entry in late:
+                self._expire(entry, now)
+            gone = set(map(id, late))
+            self.entries = [e for e in self.entries if id(e) not in gone]
+            self._rows = sum(e.rows for e in self.entries)
+            self._count_tenant_rows()
+            self._depth.set(self.rows)
+        waits = [at - now for at, _ in due if at > now]
+        return min(waits) if waits else None
 
     def _fair_view(self, free_slots: int, now: float) -> tuple[FairView, SlotPolicy]:
         """The ledger's view with the tenants that may not take a slot now (the slot

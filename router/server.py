@@ -60,6 +60,7 @@ async def serve_router(
         metrics_listen=settings.metrics_listen,
         metrics=metrics.registry,
         grace_s=2.0,
+        reuse_port=settings.reuse_port,
     )
     async with run_service(spec, common, stop) as rt:
         engine = make_engine(common.resolved_database_url())
@@ -99,7 +100,12 @@ async def serve_router(
         add_oip_servicer(OipServicer(gateway), rt.server)
         if settings.http_listen:
             http = HttpDoor(
-                gateway, settings.http_listen, settings.http_max_connections, common.tls_cert, common.tls_key
+                gateway,
+                settings.http_listen,
+                settings.http_max_connections,
+                common.tls_cert,
+                common.tls_key,
+                reuse_port=settings.reuse_port,
             )
             await http.start()
             gateway.listening(http.address, http=True)

@@ -30,6 +30,12 @@ class RouterSettings(BaseSettings):
     internal_listen: str = ""
     """host:port where an in-process Quota service is served to other services (the
     console), behind the service token; empty serves it nowhere. Never the public port."""
+    workers: int = Field(default=1, ge=1)
+    """Router processes serving the public port (and the HTTP doors) together, each with its
+    own event loop, sharing the port by SO_REUSEPORT; the kernel spreads connections over
+    them (router/workers.py)."""
+    reuse_port: bool = False
+    """Bind the public port and the HTTP doors shared (set for each of several workers)."""
     streams_per_batcher: int = Field(default=2, ge=1)
     default_timeout_s: float = Field(default=30.0, gt=0)
     """Deadline of requests that come without one."""

@@ -5,9 +5,10 @@ router), and an asyncio micro-batcher that runs a batch at once when the model i
 when it frees up, takes everything queued (up to ``--max-batch``) into the next. The forward
 runs in one worker thread with 1 torch thread, the same seeded weights as the demo.
 
-Run as a module it serves until SIGTERM; ``limit_reference()`` starts it in its own process
-and stops it by PID. The distance between it and Ferryman, measured in one run, is the
-platform's own cost.
+With ``--echo`` it is the bare floor instead: the same unary call answering its inputs, no
+model (what a Python gRPC hop costs by itself). Run as a module it serves until SIGTERM;
+``limit_reference()`` starts it in its own process and stops it by PID. The distance
+between it and Ferryman, measured in one run, is the platform's own cost.
 """
 
 from __future__ import annotations
@@ -89,25 +90,42 @@ class Servicer(inference_pb2_grpc.InferenceServicer):
         )
 
 
-async def serve(port: int, torch_threads: int, max_batch: int) -> None:
-    batcher = MicroBatcher(torch_threads, max_batch)
+class EchoServicer(inference_pb2_grpc.InferenceServicer):
+    """The bare floor: a grpc.aio unary call that answers its inputs, no model, no batching."""
+
+    async def Predict(
+        self, request: inference_pb2.PredictRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> inference_pb2.PredictResponse:
+        return inference_pb2.PredictResponse(
+            request_id=request.request_id, model=request.model, version="echo", outputs=request.inputs
+        )
+
+
+async def serve(port: int, torch_threads: int, max_batch: int, echo: bool = False) -> None:
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    inference_pb2_grpc.add_InferenceServicer_to_server(Servicer(batcher), server)
+    batcher = None if echo else MicroBatcher(torch_threads, max_batch)
+    servicer = EchoServicer() if batcher is None else Servicer(batcher)
+    inference_pb2_grpc.add_InferenceServicer_to_server(servicer, server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
-    runner = asyncio.create_task(batcher.run())
+    runner = None if batcher is None else asyncio.create_task(batcher.run())
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
-    runner.cancel()
+    if runner is not None:
+        runner.cancel()
     await server.stop(grace=None)
 
 
 @contextmanager
-def limit_reference(port: int, torch_threads: int = 1, max_batch: int = MAX_BATCH) -> Iterator[int]:
-    """The reference serving on ``port`` until the block ends; yields its PID."""
+def limit_reference(
+    port: int, torch_threads: int = 1, max_batch: int = MAX_BATCH, echo: bool = False
+) -> Iterator[int]:
+    """The reference serving on ``port`` until the block ends (``echo``: the bare echo
+    server instead); yields its PID."""
     command = [sys.executable, "-m", "bench.scenarios.limit_ref", "--port", str(port)]
     command += ["--torch-threads", str(torch_threads), "--max-batch", str(max_batch)]
+    command += ["--echo"] if echo else []
     with serving(command, f"127.0.0.1:{port}", "the limit reference") as pid:
         yield pid
 
@@ -117,8 +135,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument("--max-batch", type=int, default=MAX_BATCH)
+    parser.add_argument("--echo", action="store_true", help="the bare echo server, no model")
     opts = parser.parse_args()
-    asyncio.run(serve(opts.port, opts.torch_threads, opts.max_batch))
+    asyncio.run(serve(opts.port, opts.torch_threads, opts.max_batch, opts.echo))
 
 
 if __name__ == "__main__":

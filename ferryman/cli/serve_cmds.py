@@ -95,6 +95,10 @@ def serve_router_cmd(
     http_listen: Annotated[
         str | None, typer.Option(help="host:port of the HTTP doors (OIP REST /v2, OpenAI /v1).")
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="Router processes sharing the port (SO_REUSEPORT), one event loop each."),
+    ] = None,
 ) -> None:
     """Run a router: the public Inference and OIP v2 gRPC services on --listen, the HTTP doors
     on --http-listen (and quotas, unless --quota-address)."""
@@ -113,9 +117,18 @@ def serve_router_cmd(
             metrics_listen=metrics_listen,
             internal_listen=internal_listen,
             http_listen=http_listen,
+            workers=workers,
         )
     )
     quota_settings = QuotaSettings(**_overrides(redis_url=redis_url, backend="redis" if redis_url else None))
+    if router_settings.workers > 1:
+        from ferryman.cli.workers import check_workers, serve_router_workers
+
+        try:
+            check_workers(router_settings, local_batcher)
+        except (OSError, ValueError) as exc:
+            fail(str(exc))
+        _serve(serve_router_workers(router_settings, quota_settings, settings()))
     if local_batcher:
         _serve(serve_router_with_batcher(router_settings, quota_settings, BatcherSettings(), settings()))
     _serve(serve_router(router_settings, quota_settings, settings()))

@@ -34,7 +34,7 @@ from ferryman.cli.output import console, fail
 from ferryman.cli.supervisor import Platform
 from ferryman.kernel.config import CommonSettings
 from ferryman.kernel.host import node_torch_threads, usable_cores
-from ferryman.kernel.net import check_listenable, free_port
+from ferryman.kernel.net import check_listenable, free_port, free_ports
 from ferryman.kernel.security import Security, sync_channel
 from ferryman.sdk.client import Client
 from ferryman.sdk.errors import FerrymanError
@@ -204,6 +204,9 @@ def up(
     generate: Annotated[
         bool, typer.Option(help="Serve the generative demo (SmolLM2, on the first node) too.")
     ] = True,
+    workers: Annotated[
+        int, typer.Option(help="Router processes sharing the public port (then the batcher runs apart).")
+    ] = 1,
     separate_batcher: Annotated[
         bool,
         typer.Option(
@@ -216,8 +219,10 @@ def up(
     from gpu_node.demo.build import build_demo_artifacts, register_demo
     from registry.migrate import upgrade
 
-    if nodes < 1:
-        fail("--nodes must be at least 1")
+    if nodes < 1 or workers < 1:
+        fail("--nodes and --workers must be at least 1")
+    # N routers share the configured batcher: one inside each would split every batch N ways.
+    separate_batcher = separate_batcher or workers > 1
     try:
         check_listenable(listen)  # before minutes of model building, not after
         check_listenable(http_listen)
@@ -247,6 +252,11 @@ def up(
     console_port = free_port()
     names = ["router", "batcher", *(f"node-{i + 1}" for i in range(nodes))]
     metrics = {name: f"127.0.0.1:{free_port()}" for name in names}
+    # Router worker i serves its metrics on the first worker's port + i.
+    base = free_ports(workers)
+    metrics.update(
+        {("router" if i == 0 else f"router-{i + 1}"): f"127.0.0.1:{base + i}" for i in range(workers)}
+    )
     platform = Platform()
     stop_requested = False
 
@@ -270,6 +280,7 @@ def up(
             "--listen",
             listen,
             *(["--batchers", batcher] if separate_batcher else ["--local-batcher"]),
+            *(["--workers", str(workers)] if workers > 1 else []),
             "--metrics-listen",
             metrics["router"],
             "--internal-listen",
@@ -284,7 +295,7 @@ def up(
         )
         console_env = {
             "FERRYMAN_CONSOLE_METRICS_URLS": ",".join(
-                f"http://{metrics[n]}/metrics" for n in ("router", "batcher")
+                f"http://{address}/metrics" for n, address in metrics.items() if not n.startswith("node")
             ),
             "FERRYMAN_CONSOLE_QUOTA_ADDRESS": quota_internal,
         }

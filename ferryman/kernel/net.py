@@ -12,6 +12,24 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> int:
+    """A port p such that p .. p + count - 1 are all free now (a router's workers serve
+    metrics on consecutive ports)."""
+    while True:
+        base = free_port(host)
+        held: list[socket.socket] = []
+        try:
+            for port in range(base, base + count):
+                held.append(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+                held[-1].bind((host, port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+
+
 def cannot_listen(listen: str, detail: str = "") -> OSError:
     """The one error for an address a server cannot bind (held by another process, or not local)."""
     suffix = f" ({detail})" if detail else ""

@@ -55,6 +55,8 @@ class ServiceSpec:
     metrics: CollectorRegistry | None = None
     grace_s: float | None = 1.0
     """How long in-flight calls get when the server stops."""
+    reuse_port: bool = False
+    """Share ``listen`` with the other workers of this instance (SO_REUSEPORT)."""
 
 
 class ServiceRuntime:
@@ -73,7 +75,9 @@ class ServiceRuntime:
         self.options = options
         """Server options (keepalive, idle limits) this runtime's server was made with."""
         interceptors = [ServiceTokenInterceptor(security.token)] if spec.internal else []
-        self.server, self.health = create_server(spec.services, spec.max_message_bytes, interceptors, options)
+        self.server, self.health = create_server(
+            spec.services, spec.max_message_bytes, interceptors, options, spec.reuse_port
+        )
         self.port = bind(self.server, spec.listen, security, internal=spec.internal)
         self.address = f"{spec.listen.rsplit(':', 1)[0]}:{self.port}"
         self._started = False

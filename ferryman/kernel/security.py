@@ -35,6 +35,8 @@ OPEN_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
 # One server per port: gRPC enables SO_REUSEPORT by default, which lets a second process
 # bind the same port and silently take a share of the connections.
 NO_REUSEPORT = ("grpc.so_reuseport", 0)
+REUSEPORT = ("grpc.so_reuseport", 1)
+"""Only for the processes of one instance that share its port on purpose (router workers)."""
 
 
 @dataclass(frozen=True)

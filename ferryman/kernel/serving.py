@@ -12,7 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
-from ferryman.kernel.security import NO_REUSEPORT
+from ferryman.kernel.security import NO_REUSEPORT, REUSEPORT
 
 # Servicer methods take the request/response-typed context; our shells need no more than Any.
 ServicerContext = grpc.aio.ServicerContext[Any, Any]
@@ -34,15 +34,19 @@ def create_server(
     max_message_bytes: int,
     interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
     options: Sequence[tuple[str, int]] = (),
+    reuse_port: bool = False,
 ) -> tuple[grpc.aio.Server, HealthServicer]:
     """A grpc.aio server with grpc.health.v1 and reflection for ``service_names`` added.
 
     Reflection lists exactly ``service_names`` (and health): a server hosting internal
     and public services on different ports lists each port's own. The caller registers
     its own servicers, binds a port (``ferryman.kernel.security.bind``) and starts it.
+    ``reuse_port``: share the port with other processes (a router's workers, deliberately);
+    otherwise a second process cannot bind it and silently take a share of the connections.
     """
     server = grpc.aio.server(
-        options=[*channel_options(max_message_bytes), NO_REUSEPORT, *options], interceptors=list(interceptors)
+        options=[*channel_options(max_message_bytes), REUSEPORT if reuse_port else NO_REUSEPORT, *options],
+        interceptors=list(interceptors),
     )
     health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -96,12 +96,21 @@ class HttpDoor:
     """The app served on ``listen`` until ``close``."""
 
     def __init__(
-        self, gateway: Gateway, listen: str, max_connections: int, certfile: str = "", keyfile: str = ""
+        self,
+        gateway: Gateway,
+        listen: str,
+        max_connections: int,
+        certfile: str = "",
+        keyfile: str = "",
+        reuse_port: bool = False,
     ) -> None:
         host, _, port = listen.rpartition(":")
         self._socket = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET)
-        # One server per port (no SO_REUSEPORT); a port in TIME_WAIT is free.
+        # One server per port unless this instance's workers share it (SO_REUSEPORT); a port
+        # in TIME_WAIT is free.
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         try:
             self._socket.bind((host.strip("[]"), int(port)))
         except OSError as exc:

@@ -145,7 +145,8 @@ def collected() -> Iterator[Collected]:
         "FERRYMAN_BATCHER_MAX_INFLIGHT_PER_NODE": "1",
     }
     try:
-        with platform(PlatformSpec(env=env)) as running:
+        # The batcher in its own process: its spans carry its own service name.
+        with platform(PlatformSpec(env=env, separate_batcher=True)) as running:
             yield Collected(collector, metrics, running, f"http://{router_metrics}/metrics")
     finally:
         server.stop(grace=None)

@@ -1,0 +1,239 @@
+"""Overload with a native load generator: ``mlp`` offered 1x, 2x and 3x its capacity in open
+loop, every request with a 50 ms deadline, driven by h2load (Debian's nghttp2-client).
+
+On two cores a Python load generator at 3x capacity takes a core by itself and decides the
+result; h2load is C and its CPU is measured and printed beside the router's. h2load speaks
+HTTP/2 and sends gRPC frames as POST bodies, but cannot read gRPC statuses (they come in
+trailers), so outcomes are counted from the router's own metrics: answers within the deadline
+(the latency histogram's 50 ms bucket, code OK), refusals at the door (the adaptive
+concurrency limit) and further in (shedding, deadlines). Every request carries the same input,
+so the platform runs with coalescing off (each one computes). A Python probe at 20 requests/s
+beside the load times its own answers and refusals by outcome. The bare grpc.aio echo server
+(``limit_ref --echo``) is driven the same way in the same run: what a refusal costs the router
+is compared with the echo server's CPU per call.
+
+    python -m bench.scenarios.overload_native [--seconds 10] [--deadline-ms 50] [--no-limit]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import re
+import resource
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import ferryman
+from bench.scenarios.limit_ref import limit_reference
+from bench.scenarios.measure import cpu_seconds, machine
+from bench.scenarios.platform import PlatformSpec
+from bench.scenarios.platform import ferryman as ferryman_platform
+from ferryman.kernel.net import free_port
+from ferryman.tensors import encode
+from ferryman.top import Samples, scrape
+from ferryman.v1 import common_pb2, inference_pb2
+
+CLOSED_CLIENTS, CLOSED_STREAMS = 4, 16
+"""Capacity: 64 requests in flight (4 connections x 16 streams), as the closed-loop scenarios."""
+OPEN_CLIENTS = 8
+MAX_STREAMS = 1024
+"""Open loop: streams per connection never hold back the offered rate."""
+FACTORS = (1.0, 2.0, 3.0)
+PROBE_RATE = 20.0
+CLOSED_TIMEOUT_MS = 5000
+DONE = re.compile(r"requests: (\d+) total, (\d+) started, (\d+) done")
+
+
+@dataclass
+class Driven:
+    requests: int
+    generator_cpu_s: float
+    probe: dict[str, list[float]] = field(default_factory=dict)
+    """The probe's latencies (ms) by outcome."""
+
+
+def grpc_body(request: inference_pb2.PredictRequest) -> bytes:
+    """One gRPC message as an HTTP/2 body: no compression flag, 4-byte length, the message."""
+    data = request.SerializeToString()
+    return b"\0" + len(data).to_bytes(4, "big") + data
+
+
+def h2load_args(
+    address: str, key: str, body: Path, seconds: float, deadline_ms: int, rate: float
+) -> list[str]:
+    args = ["h2load", "-D", str(math.ceil(seconds)), "-d", str(body)]
+    args += ["-H", "content-type: application/grpc", "-H", "te: trailers"]
+    args += ["-H", f"authorization: Bearer {key}", "-H", f"grpc-timeout: {deadline_ms}m"]
+    if rate:
+        args += ["-c", str(OPEN_CLIENTS), "-m", str(MAX_STREAMS), "--rps", f"{rate / OPEN_CLIENTS:.1f}"]
+    else:
+        args += ["-c", str(CLOSED_CLIENTS), "-m", str(CLOSED_STREAMS)]
+    return [*args, f"http://{address}/ferryman.v1.Inference/Predict"]
+
+
+async def probe(address: str, key: str, seconds: float, deadline_s: float) -> dict[str, list[float]]:
+    """Low-rate requests beside the load: each one's latency (ms), by outcome."""
+    latencies: dict[str, list[float]] = {}
+    x = np.zeros((1, 512), np.float32)
+    async with ferryman.AsyncClient(address, key, retries=0, throttle=False) as client:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            started = time.perf_counter()
+            try:
+                await client.predict("mlp", {"input": x}, timeout=deadline_s)
+                outcome = "OK"
+            except ferryman.FerrymanError as exc:
+                outcome = exc.code.name
+            latencies.setdefault(outcome, []).append((time.perf_counter() - started) * 1000)
+            await asyncio.sleep(1 / PROBE_RATE)
+    return latencies
+
+
+async def drive(
+    args: list[str], probe_at: tuple[str, str] | None, seconds: float, deadline_s: float
+) -> Driven:
+    """h2load with ``args`` to its end, and the probe beside it; h2load's CPU from rusage."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE)
+    probed = await probe(*probe_at, seconds, deadline_s) if probe_at else {}
+    out, _ = await proc.communicate()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    found = DONE.search(out.decode())
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Driven(int(found.group(3)) if found else 0, cpu, probed)
+
+
+def delta(before: Samples, after: Samples, name: str, **labels: str) -> float:
+    want = set(labels.items())
+    return sum(v - before.get(k, 0.0) for k, v in after.items() if k[0] == name and want <= set(k[1]))
+
+
+def p99(values: list[float]) -> float:
+    return float(np.percentile(values, 99)) if values else float("nan")
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    """A markdown table of the phases; goodput as a share of goodput at 1x."""
+    at_capacity = rows[1]["good_per_s"] or 1
+    lines = [
+        "| load | offered/s | good/s (of 1x) | door refusals/s | shed/s | late/s "
+        "| router us/refusal | h2load us/req | probe p99 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        probes = ", ".join(f"{k} {v}" for k, v in r["probe_p99_ms"].items()) or "-"
+        share = r["good_per_s"] / at_capacity
+        lines.append(
+            f"| {r['load']} | {r['offered_per_s']:,} | {r['good_per_s']:,} ({share:.2f}) "
+            f"| {r['refused_at_door_per_s']:,} | {r['shed_per_s']:,} | {r['late_per_s']:,} "
+            f"| {r['router_cpu_us_per_refusal']} | {r['h2load_cpu_us_per_request']} | {probes} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--deadline-ms", type=int, default=50)
+    parser.add_argument("--no-limit", action="store_true", help="the router's adaptive limit off")
+    parser.add_argument("--out", type=Path, default=Path("docs/bench"))
+    opts = parser.parse_args()
+    deadline_s = opts.deadline_ms / 1000
+    x = np.random.default_rng(0).standard_normal((1, 512), dtype=np.float32)
+    request = inference_pb2.PredictRequest(
+        model="mlp", inputs=[common_pb2.NamedTensor(name="input", tensor=encode(x))]
+    )
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        body = Path(tmp) / "request.bin"
+        body.write_bytes(grpc_body(request))
+        with limit_reference(port := free_port(), echo=True) as echo_pid:
+            cpu_before = cpu_seconds([echo_pid])
+            args = h2load_args(f"127.0.0.1:{port}", "unused", body, opts.seconds, CLOSED_TIMEOUT_MS, 0.0)
+            echo = asyncio.run(drive(args, None, opts.seconds, deadline_s))
+            echo_us = (cpu_seconds([echo_pid]) - cpu_before) / max(1, echo.requests) * 1e6
+        print(f"bare echo: {echo.requests / opts.seconds:,.0f} calls/s, server {echo_us:.0f} us CPU per call")
+        metrics_at = f"127.0.0.1:{free_port()}"
+        env = {"FERRYMAN_BATCHER_COALESCE": "false", "FERRYMAN_ROUTER_METRICS_LISTEN": metrics_at}
+        if opts.no_limit:
+            env["FERRYMAN_ROUTER_ADAPTIVE_LIMIT"] = "false"
+        url = f"http://{metrics_at}/metrics"
+        with ferryman_platform(PlatformSpec(env=env)) as platform:
+            capacity = ok_cpu_ms = 0.0
+            for factor in (0.0, *FACTORS):
+                rate = factor * capacity
+                timeout_ms = opts.deadline_ms if factor else CLOSED_TIMEOUT_MS
+                args = h2load_args(platform.address, platform.key, body, opts.seconds, timeout_ms, rate)
+                before, cpu_before, started = (
+                    scrape([url]),
+                    cpu_seconds([platform.router_pid]),
+                    time.monotonic(),
+                )
+                driven = asyncio.run(
+                    drive(
+                        args, (platform.address, platform.key) if factor else None, opts.seconds, deadline_s
+                    )
+                )
+                elapsed = time.monotonic() - started
+                after, router_cpu = scrape([url]), cpu_seconds([platform.router_pid]) - cpu_before
+                ok = delta(before, after, "ferryman_requests_total", code="OK")
+                good = delta(
+                    before, after, "ferryman_request_latency_seconds_bucket", code="OK", le=str(deadline_s)
+                )
+                door = delta(before, after, "ferryman_router_limited_total")
+                shed = delta(before, after, "ferryman_requests_total", code="RESOURCE_EXHAUSTED")
+                late = delta(before, after, "ferryman_requests_total", code="DEADLINE_EXCEEDED")
+                if not factor:
+                    capacity, ok_cpu_ms = ok / elapsed, router_cpu / max(1.0, ok) * 1000
+                refused = door + shed
+                refusal_cpu_us = (
+                    (router_cpu - ok * ok_cpu_ms / 1000) / refused * 1e6 if refused else float("nan")
+                )
+                row = {
+                    "load": f"{factor:g}x capacity, open loop"
+                    if factor
+                    else "capacity: closed loop, 64 in flight",
+                    "offered_per_s": round(rate or driven.requests / elapsed),
+                    "sent_per_s": round(driven.requests / elapsed),
+                    "good_per_s": round(good / elapsed),
+                    "ok_per_s": round(ok / elapsed),
+                    "refused_at_door_per_s": round(door / elapsed),
+                    "shed_per_s": round(shed / elapsed),
+                    "late_per_s": round(late / elapsed),
+                    "router_cpu_ms_per_request": round(router_cpu / max(1, driven.requests) * 1000, 3),
+                    "router_cpu_us_per_refusal": round(refusal_cpu_us),
+                    "h2load_cpu_us_per_request": round(
+                        driven.generator_cpu_s / max(1, driven.requests) * 1e6
+                    ),
+                    "probe_p99_ms": {k: round(p99(v), 1) for k, v in driven.probe.items()},
+                    "probe_counts": {k: len(v) for k, v in driven.probe.items()},
+                }
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    print(f"\nbare echo server: {echo_us:.0f} us CPU per call\n")
+    print(summary(rows))
+    record = {
+        "scenario": "overload_native",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": machine(),
+        "echo_us_per_call": round(echo_us),
+        "adaptive_limit": not opts.no_limit,
+        "rows": rows,
+    }
+    name = "overload_native_nolimit.json" if opts.no_limit else "overload_native.json"
+    opts.out.mkdir(parents=True, exist_ok=True)
+    (opts.out / name).write_text(json.dumps(record, indent=2))
+
+
+if __name__ == "__main__":
+    main()
