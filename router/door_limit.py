@@ -27,26 +27,43 @@ class DoorLimit:
     def __init__(self, settings: RouterSettings, metrics: RouterMetrics) -> None:
         self._limit = AdaptiveLimit(settings.limit_config()) if settings.adaptive_limit else None
         self._metrics = metrics
-        self._refusal = RequestFailed(
-            make_status(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                "the router is at its concurrency limit; retry shortly",
-                reason=Reason.OVERLOADED,
-                retry_after=timedelta(seconds=settings.limit_window_s),
-            )
+        self._refusal = make_status(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "the router is at its concurrency limit; retry shortly",
+            reason=Reason.OVERLOADED,
+            retry_after=timedelta(seconds=settings.limit_window_s),
         )
+        self._stale = make_status(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            "the request waited to be read until no answer could make its deadline",
+            reason=Reason.DEADLINE_UNMEETABLE,
+        )
+        self._fastest_s: float | None = None
+        """The fastest answer this router has given (any model), admission to answer."""
         limit = self._limit
         if limit is not None:
             metrics.concurrency_limit.set_function(lambda: limit.limit)
 
-    def admit(self, tenant: str) -> None:
-        """Admit a request of ``tenant``, or raise RequestFailed: the limit is reached."""
+    def admit(self, tenant: str, budget_s: float) -> float:
+        """Admit a request of ``tenant`` with ``budget_s`` left; returns the admission time
+        (event-loop clock). Raises RequestFailed when the request waited (in the transport,
+        behind others: under overload, processing is first come first served) until not
+        even the fastest answer yet could make its deadline (CoDel's rule: drop what waited
+        too long, serve fresh work), or when the limit is reached."""
+        if self._fastest_s is not None and budget_s < self._fastest_s:
+            self._metrics.stale.inc()
+            raise RequestFailed(self._stale)
         if self._limit is not None and not self._limit.try_acquire(tenant):
             self._metrics.limited.inc()
-            raise RequestFailed(self._refusal.status)
+            raise RequestFailed(self._refusal)
+        return asyncio.get_running_loop().time()
 
-    def done(self, tenant: str, failure: BaseException | None) -> None:
+    def done(self, tenant: str, admitted_at: float, failure: BaseException | None) -> None:
         """An admitted request of ``tenant`` ended (``failure``: how, if it failed)."""
+        now = asyncio.get_running_loop().time()
+        if failure is None:
+            took = now - admitted_at
+            self._fastest_s = took if self._fastest_s is None else min(self._fastest_s, took)
         if self._limit is None:
             return
         dropped = (
@@ -54,4 +71,4 @@ class DoorLimit:
             and failure.status.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
             and reason_of(failure.status) in LOAD_REFUSALS
         )
-        self._limit.release(tenant, dropped, asyncio.get_running_loop().time())
+        self._limit.release(tenant, dropped, now)

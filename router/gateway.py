@@ -230,7 +230,7 @@ class Gateway:
     ) -> inference_pb2.PredictResponse:
         """RouterService.predict inside the request's root span, measured and logged, once
         the door's concurrency limit admits it."""
-        self._door.admit(tenant.name)
+        admitted_at = self._door.admit(tenant.name, deadline - asyncio.get_running_loop().time())
         failure: BaseException | None = None
         try:
             return await self._admitted(request, tenant, deadline, parent, door)
@@ -238,7 +238,7 @@ class Gateway:
             failure = exc
             raise
         finally:
-            self._door.done(tenant.name, failure)
+            self._door.done(tenant.name, admitted_at, failure)
 
     async def _admitted(
         self,

@@ -71,6 +71,12 @@ class RouterMetrics:
             "Requests refused at the door by the adaptive concurrency limit.",
             registry=self.registry,
         )
+        self.stale = Counter(
+            "ferryman_router_stale",
+            "Requests refused on arrival: they waited to be read until not even the fastest "
+            "answer yet could make their deadline.",
+            registry=self.registry,
+        )
         self.concurrency_limit = Gauge(
             "ferryman_router_concurrency_limit",
             "Requests the router admits in flight at once (adaptive).",

@@ -33,10 +33,10 @@ import numpy as np
 
 import ferryman
 from bench.scenarios.limit_ref import limit_reference
-from bench.scenarios.measure import cpu_seconds, machine
+from bench.scenarios.measure import cpu_seconds, machine, tree_pids
 from bench.scenarios.platform import PlatformSpec
 from bench.scenarios.platform import ferryman as ferryman_platform
-from ferryman.kernel.net import free_port
+from ferryman.kernel.net import free_port, free_ports
 from ferryman.tensors import encode
 from ferryman.top import Samples, scrape
 from ferryman.v1 import common_pb2, inference_pb2
@@ -146,6 +146,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--deadline-ms", type=int, default=50)
     parser.add_argument("--no-limit", action="store_true", help="the router's adaptive limit off")
+    parser.add_argument("--workers", type=int, default=1, help="router processes on the port")
     parser.add_argument("--out", type=Path, default=Path("docs/bench"))
     opts = parser.parse_args()
     deadline_s = opts.deadline_ms / 1000
@@ -163,20 +164,24 @@ def main() -> None:
             echo = asyncio.run(drive(args, None, opts.seconds, deadline_s))
             echo_us = (cpu_seconds([echo_pid]) - cpu_before) / max(1, echo.requests) * 1e6
         print(f"bare echo: {echo.requests / opts.seconds:,.0f} calls/s, server {echo_us:.0f} us CPU per call")
-        metrics_at = f"127.0.0.1:{free_port()}"
-        env = {"FERRYMAN_BATCHER_COALESCE": "false", "FERRYMAN_ROUTER_METRICS_LISTEN": metrics_at}
+        metrics_port = free_ports(opts.workers)  # worker i serves its metrics on the port + i
+        env = {
+            "FERRYMAN_BATCHER_COALESCE": "false",
+            "FERRYMAN_ROUTER_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
+        }
         if opts.no_limit:
             env["FERRYMAN_ROUTER_ADAPTIVE_LIMIT"] = "false"
-        url = f"http://{metrics_at}/metrics"
-        with ferryman_platform(PlatformSpec(env=env)) as platform:
+        urls = [f"http://127.0.0.1:{metrics_port + i}/metrics" for i in range(opts.workers)]
+        with ferryman_platform(PlatformSpec(env=env, workers=opts.workers)) as platform:
+            routers = tree_pids([platform.router_pid])
             capacity = ok_cpu_ms = 0.0
             for factor in (0.0, *FACTORS):
                 rate = factor * capacity
                 timeout_ms = opts.deadline_ms if factor else CLOSED_TIMEOUT_MS
                 args = h2load_args(platform.address, platform.key, body, opts.seconds, timeout_ms, rate)
                 before, cpu_before, started = (
-                    scrape([url]),
-                    cpu_seconds([platform.router_pid]),
+                    scrape(urls),
+                    cpu_seconds(routers),
                     time.monotonic(),
                 )
                 driven = asyncio.run(
@@ -185,7 +190,7 @@ def main() -> None:
                     )
                 )
                 elapsed = time.monotonic() - started
-                after, router_cpu = scrape([url]), cpu_seconds([platform.router_pid]) - cpu_before
+                after, router_cpu = scrape(urls), cpu_seconds(routers) - cpu_before
                 ok = delta(before, after, "ferryman_requests_total", code="OK")
                 good = delta(
                     before, after, "ferryman_request_latency_seconds_bucket", code="OK", le=str(deadline_s)
@@ -211,7 +216,9 @@ def main() -> None:
                     "shed_per_s": round(shed / elapsed),
                     "late_per_s": round(late / elapsed),
                     "router_cpu_ms_per_request": round(router_cpu / max(1, driven.requests) * 1000, 3),
-                    "router_cpu_us_per_refusal": round(refusal_cpu_us),
+                    "router_cpu_us_per_refusal": None
+                    if math.isnan(refusal_cpu_us)
+                    else round(refusal_cpu_us),
                     "h2load_cpu_us_per_request": round(
                         driven.generator_cpu_s / max(1, driven.requests) * 1e6
                     ),
@@ -228,9 +235,10 @@ def main() -> None:
         "machine": machine(),
         "echo_us_per_call": round(echo_us),
         "adaptive_limit": not opts.no_limit,
+        "workers": opts.workers,
         "rows": rows,
     }
-    name = "overload_native_nolimit.json" if opts.no_limit else "overload_native.json"
+    name = f"overload_native{'_nolimit' if opts.no_limit else ''}_w{opts.workers}.json"
     opts.out.mkdir(parents=True, exist_ok=True)
     (opts.out / name).write_text(json.dumps(record, indent=2))
 

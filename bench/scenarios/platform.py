@@ -50,6 +50,8 @@ class PlatformSpec:
     separate_batcher: bool = False
     """The batcher in its own process behind a gRPC stream (the Kubernetes topology)
     instead of inside the router's, as ``ferryman up`` runs it."""
+    workers: int = 1
+    """Router processes on the one port (more than one runs the batcher apart)."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra settings for every service (each reads its own ``FERRYMAN_<SERVICE>_`` prefix)."""
 
@@ -119,10 +121,12 @@ def ferryman(spec: PlatformSpec) -> Iterator[Running]:
                 name = f"bench-{i + 1}"
                 args = ["serve", "node", "--listen", f"127.0.0.1:{free_port()}", "--name", name]
                 platform.start_command(name, args, env)
-            if spec.separate_batcher:
+            separate = spec.separate_batcher or spec.workers > 1
+            if separate:
                 platform.start_command("batcher", ["serve", "batcher", "--listen", batcher], env)
-            where = ["--batchers", batcher] if spec.separate_batcher else ["--local-batcher"]
+            where = ["--batchers", batcher] if separate else ["--local-batcher"]
             router_args = ["serve", "router", "--listen", router, *where, "--http-listen", http]
+            router_args += ["--workers", str(spec.workers)]
             if spec.redis_url:
                 router_args += ["--redis-url", spec.redis_url]
             platform.start_command("router", router_args, env)

@@ -13,6 +13,7 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     "ferryman_cost_usd": ("counter", ("tenant", "model")),
     "ferryman_router_shed": ("counter", ("model", "version")),
     "ferryman_router_limited": ("counter", ()),
+    "ferryman_router_stale": ("counter", ()),
     "ferryman_router_concurrency_limit": ("gauge", ()),
     "ferryman_auth_failures": ("counter", ("protocol",)),
     # batcher

@@ -1,7 +1,8 @@
 """The router's adaptive concurrency limit at the door, over real gRPC: past the limit a
 tenant's flood is refused at once (RESOURCE_EXHAUSTED, OVERLOADED, with RetryInfo), never
 reaches quota or a batcher, and charges nothing; another tenant under its share is still
-served; the SDK's client-side throttle then keeps most of the flood from being sent."""
+served; the SDK's client-side throttle then keeps most of the flood from being sent; and a
+request that waited past any answer's time is refused on arrival."""
 
 from __future__ import annotations
 
@@ -110,3 +111,32 @@ def test_the_sdk_stops_sending_most_of_what_the_platform_keeps_refusing(e2e: E2E
     assert local + server == 300
     assert local > server, (local, server)  # most were never sent
     assert sample(url, "ferryman_router_limited_total") == server
+
+
+def test_a_request_that_waited_past_any_answer_is_refused_on_arrival(e2e: E2E) -> None:
+    metrics = f"127.0.0.1:{free_port()}"
+    router, _ = e2e.start_router(QuotaSettings(), metrics_listen=metrics)
+    key = e2e.new_tenant("stale")
+    wait_known([router], key)
+    url = f"http://{metrics}/metrics"
+    x = encode(np.ones((1, echo.WIDTH), np.float32))
+    stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(router))
+    metadata = [("authorization", f"Bearer {key}")]
+    fresh = inference_pb2.PredictRequest(
+        model="echo", inputs=[common_pb2.NamedTensor(name="input", tensor=x)]
+    )
+    stub.Predict(fresh, metadata=metadata, timeout=30)  # the fastest answer yet: a few ms
+    decisions = total(scrape(url), "ferryman_quota_decisions_total")
+    # As if it had waited in the transport: a microsecond left when the router reads it.
+    stale = inference_pb2.PredictRequest(
+        model="echo", inputs=[common_pb2.NamedTensor(name="input", tensor=x)]
+    )
+    stale.timeout.FromMicroseconds(1)
+    try:
+        stub.Predict(stale, metadata=metadata, timeout=30)
+        raise AssertionError("a request no answer could make in time was run")
+    except grpc.RpcError as exc:
+        assert exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert reason_of(status_of(exc)) == Reason.DEADLINE_UNMEETABLE
+    assert sample(url, "ferryman_router_stale_total") == 1
+    assert total(scrape(url), "ferryman_quota_decisions_total") == decisions  # no quota call
