@@ -61,6 +61,7 @@ async def serve_router(
         metrics=metrics.registry,
         grace_s=2.0,
         reuse_port=settings.reuse_port,
+        max_calls=settings.max_calls,
     )
     async with run_service(spec, common, stop) as rt:
         engine = make_engine(common.resolved_database_url())

@@ -56,6 +56,11 @@ class RouterSettings(BaseSettings):
     adaptive_limit: bool = True
     """Refuse at the door, at next to no cost, requests past a concurrency limit that load
     refusals further down adjust (router/limiter.py); off, every request goes on."""
+    max_calls: int = Field(default=0, ge=0)
+    """Calls in progress on the public port past which gRPC itself refuses a new one
+    (RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded") before it is read or any of our
+    code runs: the cheapest refusal there is, and a bound on the backlog in front of the
+    router under overload. 0: no such bound."""
     limit_initial: int = Field(default=1000, ge=1)
     """Requests in flight at once before any load refusal (also the ceiling)."""
     limit_min: int = Field(default=16, ge=1)

@@ -57,6 +57,8 @@ class ServiceSpec:
     """How long in-flight calls get when the server stops."""
     reuse_port: bool = False
     """Share ``listen`` with the other workers of this instance (SO_REUSEPORT)."""
+    max_calls: int = 0
+    """Calls in progress past which gRPC refuses new ones before any of our code (0: none)."""
 
 
 class ServiceRuntime:
@@ -76,7 +78,7 @@ class ServiceRuntime:
         """Server options (keepalive, idle limits) this runtime's server was made with."""
         interceptors = [ServiceTokenInterceptor(security.token)] if spec.internal else []
         self.server, self.health = create_server(
-            spec.services, spec.max_message_bytes, interceptors, options, spec.reuse_port
+            spec.services, spec.max_message_bytes, interceptors, options, spec.reuse_port, spec.max_calls
         )
         self.port = bind(self.server, spec.listen, security, internal=spec.internal)
         self.address = f"{spec.listen.rsplit(':', 1)[0]}:{self.port}"

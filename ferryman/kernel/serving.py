@@ -35,6 +35,7 @@ def create_server(
     interceptors: Sequence[grpc.aio.ServerInterceptor[Any, Any]] = (),
     options: Sequence[tuple[str, int]] = (),
     reuse_port: bool = False,
+    max_calls: int = 0,
 ) -> tuple[grpc.aio.Server, HealthServicer]:
     """A grpc.aio server with grpc.health.v1 and reflection for ``service_names`` added.
 
@@ -43,10 +44,13 @@ def create_server(
     its own servicers, binds a port (``ferryman.kernel.security.bind``) and starts it.
     ``reuse_port``: share the port with other processes (a router's workers, deliberately);
     otherwise a second process cannot bind it and silently take a share of the connections.
+    ``max_calls``: calls in progress past which gRPC itself refuses a new one
+    (RESOURCE_EXHAUSTED) before it is read or any of our code runs; 0: no limit.
     """
     server = grpc.aio.server(
         options=[*channel_options(max_message_bytes), REUSEPORT if reuse_port else NO_REUSEPORT, *options],
         interceptors=list(interceptors),
+        maximum_concurrent_rpcs=max_calls or None,
     )
     health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
