@@ -69,15 +69,23 @@ def grpc_body(request: inference_pb2.PredictRequest) -> bytes:
 
 
 def h2load_args(
-    address: str, key: str, body: Path, seconds: float, deadline_ms: int, rate: float
+    address: str,
+    key: str,
+    body: Path,
+    seconds: float,
+    deadline_ms: int,
+    rate: float,
+    connections: int = CLOSED_CLIENTS,
 ) -> list[str]:
+    """h2load's command line: open loop at ``rate`` per second, or closed loop with 64 in
+    flight over ``connections`` connections (rate 0)."""
     args = ["h2load", "-D", str(math.ceil(seconds)), "-d", str(body)]
     args += ["-H", "content-type: application/grpc", "-H", "te: trailers"]
     args += ["-H", f"authorization: Bearer {key}", "-H", f"grpc-timeout: {deadline_ms}m"]
     if rate:
         args += ["-c", str(OPEN_CLIENTS), "-m", str(MAX_STREAMS), "--rps", f"{rate / OPEN_CLIENTS:.1f}"]
     else:
-        args += ["-c", str(CLOSED_CLIENTS), "-m", str(CLOSED_STREAMS)]
+        args += ["-c", str(connections), "-m", str(CLOSED_CLIENTS * CLOSED_STREAMS // connections)]
     return [*args, f"http://{address}/ferryman.v1.Inference/Predict"]
 
 

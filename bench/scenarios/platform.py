@@ -19,11 +19,12 @@ from ferryman.cli.supervisor import Platform
 from ferryman.cli.up import is_serving
 from ferryman.kernel.host import node_torch_threads, usable_cores
 from ferryman.kernel.net import free_port
+from gpu_node.demo import echo
 from gpu_node.demo.build import build_demo_artifacts
 from registry.db import make_engine
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
-from registry.writer import QuotaLimits, RegistryWriter
+from registry.writer import QuotaLimits, RegistryWriter, VersionSpec
 
 TENANT = "bench"
 READY_TIMEOUT_S = 180.0
@@ -67,8 +68,27 @@ class Running:
     router_pid: int
 
 
+ECHO = "gpu_node.demo.echo:EchoHandler"
+"""``echo``: the cheapest model there is (doubles its input), for measuring the platform alone."""
+
+
+def _echo_version() -> VersionSpec:
+    artifact = echo.write_config(MODELS_DIR / "echo.json")
+    return VersionSpec(
+        model="echo",
+        version="1",
+        artifact=str(artifact),
+        format="python",
+        io_schema=echo.SCHEMA,
+        handler=ECHO,
+        max_batch_size=64,
+        published=True,
+    )
+
+
 def _register(writer: RegistryWriter, spec: PlatformSpec) -> str:
-    for version in build_demo_artifacts(MODELS_DIR):
+    versions = build_demo_artifacts(MODELS_DIR) if set(spec.models) - {"echo"} else []
+    for version in [*versions, _echo_version()]:
         if version.model not in spec.models:
             continue
         max_batch = spec.max_batch.get(version.model, version.max_batch_size)
