@@ -262,10 +262,12 @@ def main() -> None:
         "echo_us_per_call": round(echo_us),
         "adaptive_limit": not opts.no_limit,
         "workers": opts.workers,
+        "max_calls": opts.max_calls,
         "capacity_good_per_s": capacity,
         "rows": rows,
     }
-    name = f"overload_native{'_nolimit' if opts.no_limit else ''}_w{opts.workers}.json"
+    calls = f"_calls{opts.max_calls}" if opts.max_calls else ""
+    name = f"overload_native{'_nolimit' if opts.no_limit else ''}_w{opts.workers}{calls}.json"
     opts.out.mkdir(parents=True, exist_ok=True)
     (opts.out / name).write_text(json.dumps(record, indent=2))
 
