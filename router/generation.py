@@ -171,7 +171,7 @@ class Generator:
             cost_per_token=version.price_per_1k_tokens_usd / 1000,
         )
         verdict = await self._service.reserve(
-            quota_id, tenant.name, model, ask, fingerprint(request), deadline
+            quota_id, tenant.name, model, ask, lambda: fingerprint(request), deadline
         )
         if verdict.repeat:
             # Sampling and streaming make a generation another answer each time: its id

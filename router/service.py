@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -178,7 +178,7 @@ class RouterService:
             tenant.name,
             admitted.choice.model,
             Ask(admitted.tokens, admitted.cost),
-            fingerprint(request),
+            lambda: fingerprint(request),
             deadline,
         )
         # A held reservation ends with the request, however it ends: answer, error, the
@@ -197,24 +197,28 @@ class RouterService:
         return response
 
     async def reserve(
-        self, quota_id: str, tenant: str, model: str, ask: Ask, digest: str, deadline: float
+        self, quota_id: str, tenant: str, model: str, ask: Ask, digest: Callable[[], str], deadline: float
     ) -> Verdict:
         """Reserve ``ask`` for a request (within its deadline); a held reservation is renewed
-        until ``commit_later`` or ``release_later``. Refusals raise RequestFailed."""
+        until ``commit_later`` or ``release_later``. Refusals raise RequestFailed.
+        ``digest`` fingerprints the request, only when a quota service needs it."""
         loop = asyncio.get_running_loop()
         try:
-            with current_span(self._tracer, "quota.reserve", attributes={"ferryman.tenant": tenant}):
-                verdict = await self._quota.reserve(
-                    quota_id,
-                    tenant,
-                    model,
-                    ask.tokens,
-                    ask.cost,
-                    digest,
-                    budget_s=min(self._settings.quota_timeout_s, deadline - loop.time()),
-                    min_tokens=ask.min_tokens,
-                    cost_per_token=ask.cost_per_token,
-                )
+            if self._quota.unlimited(tenant, model):
+                verdict = Verdict(Decision.ADMIT, held=False)  # no call, no fingerprint
+            else:
+                with current_span(self._tracer, "quota.reserve", attributes={"ferryman.tenant": tenant}):
+                    verdict = await self._quota.reserve(
+                        quota_id,
+                        tenant,
+                        model,
+                        ask.tokens,
+                        ask.cost,
+                        digest(),
+                        budget_s=min(self._settings.quota_timeout_s, deadline - loop.time()),
+                        min_tokens=ask.min_tokens,
+                        cost_per_token=ask.cost_per_token,
+                    )
         except QuotaUnavailable as exc:
             raise fail(grpc.StatusCode.UNAVAILABLE, str(exc), Reason.QUOTA_UNAVAILABLE) from None
         self._metrics.child(

@@ -36,6 +36,10 @@ class QuotaClient(Protocol):
     async def renew(self, request_ids: list[str], budget_s: float) -> int: ...
     async def commit(self, request_id: str, tokens: int, cost: float, budget_s: float) -> bool: ...
     async def release(self, request_id: str, budget_s: float) -> bool: ...
+    def unlimited(self, tenant: str, model: str) -> bool:
+        """True only when it is known here that no limit applies: Reserve would admit
+        without holding anything, so the router need not call it (nor fingerprint)."""
+        ...
 
 
 class LocalQuota:
@@ -43,6 +47,10 @@ class LocalQuota:
 
     def __init__(self, service: QuotaService) -> None:
         self.service = service
+
+    def unlimited(self, tenant: str, model: str) -> bool:
+        # The same snapshot the service decides on: no skew between the two answers.
+        return not self.service.limits(tenant, model)
 
     async def reserve(
         self,
@@ -83,6 +91,9 @@ class RemoteQuota:
     def __init__(self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]) -> None:
         self._stub = quota_pb2_grpc.QuotaStub(channel)
         self._metadata = metadata
+
+    def unlimited(self, tenant: str, model: str) -> bool:
+        return False  # the Quota server decides on its own snapshot: always ask it
 
     async def reserve(
         self,
