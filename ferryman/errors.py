@@ -20,6 +20,21 @@ from grpc_status import rpc_status
 ERROR_DOMAIN = "ferryman.dev"
 
 
+SERVER_FAULTS = frozenset(
+    {
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+"""Codes that are the server's own fault, never what the caller did (a bad input, an unknown
+model, a quota refusal): spans are marked ERROR, SLOs and canary analysis count them. The
+shipped dashboards and alert rules count the same set (as all codes but the caller's)."""
+
+
 class Reason(StrEnum):
     """Every ErrorInfo reason Ferryman puts on the wire (clients may branch on these)."""
 

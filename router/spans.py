@@ -15,18 +15,9 @@ from types import MappingProxyType
 import grpc
 from google.rpc import status_pb2
 
+from ferryman.errors import SERVER_FAULTS
 from router.http.errors import http_status
 
-SERVER_FAULTS = frozenset(
-    {
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.UNIMPLEMENTED,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DATA_LOSS,
-    }
-)
 """The codes the gRPC conventions count as a server span's error (HTTP's 5xx map from these)."""
 
 

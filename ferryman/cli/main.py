@@ -9,6 +9,7 @@ import typer
 from ferryman import __version__
 from ferryman.cli.admin_cmd import admin_app
 from ferryman.cli.bench_cmd import bench
+from ferryman.cli.canary_cmd import canary
 from ferryman.cli.generate_cmd import generate
 from ferryman.cli.models_cmds import models_app
 from ferryman.cli.output import say_error
@@ -41,6 +42,7 @@ app.command("up")(up)
 app.command("predict")(predict)
 app.command("generate")(generate)
 app.command("top")(top)
+app.command("canary")(canary)
 app.command("bench")(bench)
 
 
