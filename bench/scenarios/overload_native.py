@@ -1,5 +1,5 @@
-"""Overload with a native load generator: ``mlp`` offered 1x, 2x and 3x its capacity in open
-loop, every request with a 50 ms deadline, driven by h2load (Debian's nghttp2-client).
+"""Overload with a native load generator: ``mlp`` offered its capacity, then 2x and 3x, in
+open loop, every request with a 50 ms deadline, driven by h2load (Debian's nghttp2-client).
 
 On two cores a Python load generator at 3x capacity takes a core by itself and decides the
 result; h2load is C and its CPU is measured and printed beside the router's. h2load speaks
@@ -9,10 +9,11 @@ trailers), so outcomes are counted from the router's own metrics: answers within
 concurrency limit) and further in (shedding, deadlines). Every request carries the same input,
 so the platform runs with coalescing off (each one computes). A Python probe at 20 requests/s
 beside the load times its own answers and refusals by outcome. The bare grpc.aio echo server
-(``limit_ref --echo``) is driven the same way in the same run: what a refusal costs the router
+(``limit_ref --echo``) is driven the same way in the same run: the router's CPU per request
 is compared with the echo server's CPU per call.
 
     python -m bench.scenarios.overload_native [--seconds 10] [--deadline-ms 50] [--no-limit]
+        [--workers N] [--max-calls N]
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ MAX_STREAMS = 1024
 """Open loop: streams per connection never hold back the offered rate."""
 SEARCH_FRACTIONS = (0.3, 0.5, 0.7, 0.9)
 """Open-loop rates tried for capacity, as fractions of the closed-loop throughput."""
-FACTORS = (1.0, 2.0, 3.0)
+OVERLOAD_FACTORS = (2.0, 3.0)
+"""Offered load after capacity, as multiples of the capacity's rate."""
 PROBE_RATE = 20.0
 CLOSED_TIMEOUT_MS = 5000
 DONE = re.compile(r"requests: (\d+) total, (\d+) started, (\d+) done")
@@ -250,7 +252,7 @@ def main() -> None:
             search = [at.run(f"{f:g}x closed loop", f * closed["ok_per_s"]) for f in SEARCH_FRACTIONS]
             best = max(search, key=lambda r: r["good_per_s"])
             rows += search
-            for factor in FACTORS[1:]:
+            for factor in OVERLOAD_FACTORS:
                 rows.append(at.run(f"{factor:g}x capacity", factor * best["offered_per_s"]))
             capacity = best["good_per_s"]
     print(f"\nbare echo server: {echo_us:.0f} us CPU per call\n")
