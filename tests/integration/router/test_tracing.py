@@ -20,6 +20,7 @@ from ferryman.kernel.telemetry import traceparent
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from gpu_node.demo import echo
+from registry.writer import QuotaLimits
 
 SPAN_WAIT_S = 5.0
 
@@ -41,6 +42,9 @@ def test_one_trace_per_request_across_router_quota_queue_and_node(
     e2e: E2E, spans: InMemorySpanExporter
 ) -> None:
     stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(e2e.router))
+    # A tenant with a quota: its requests reserve (a tenant no limit applies to is not
+    # even asked about, below).
+    key = e2e.new_tenant("traced", QuotaLimits(rpm=10_000))
     request_ids = [f"trace-{uuid.uuid4().hex[:8]}" for _ in range(3)]
     for request_id in request_ids:
         stub.Predict(
@@ -51,7 +55,7 @@ def test_one_trace_per_request_across_router_quota_queue_and_node(
                     common_pb2.NamedTensor(name="input", tensor=encode(np.ones((1, echo.WIDTH), np.float32)))
                 ],
             ),
-            metadata=(("authorization", f"Bearer {e2e.keys['acme']}"),),
+            metadata=(("authorization", f"Bearer {key}"),),
             timeout=30,
         )
     roots = [
@@ -64,7 +68,8 @@ def test_one_trace_per_request_across_router_quota_queue_and_node(
     batches = finished(spans, "node.batch", 1)
     for root in roots:
         assert root.parent is None
-        assert attrs(root)["ferryman.tenant"] == "acme" and attrs(root)["ferryman.version"] == "1"
+        assert str(attrs(root)["ferryman.tenant"]).startswith("traced-")
+        assert attrs(root)["ferryman.version"] == "1"
         # The RPC semantic conventions: system, service, method, server, status code.
         assert {
             k: attrs(root)[k] for k in ("rpc.system", "rpc.service", "rpc.method", "rpc.grpc.status_code")
@@ -84,6 +89,25 @@ def test_one_trace_per_request_across_router_quota_queue_and_node(
         assert {"quota.reserve", "batcher.queue"} <= children
         linked = [b for b in batches if any(link.context.span_id == root.context.span_id for link in b.links)]
         assert len(linked) == 1, "the batch that ran the request links to its span"
+    unlimited = f"trace-{uuid.uuid4().hex[:8]}"
+    stub.Predict(
+        inference_pb2.PredictRequest(
+            request_id=unlimited,
+            model="echo",
+            inputs=[
+                common_pb2.NamedTensor(name="input", tensor=encode(np.ones((1, echo.WIDTH), np.float32)))
+            ],
+        ),
+        metadata=(("authorization", f"Bearer {e2e.keys['acme']}"),),
+        timeout=30,
+    )
+    (root,) = [
+        s
+        for s in finished(spans, "ferryman.v1.Inference/Predict", 4)
+        if attrs(s).get("ferryman.request_id") == unlimited
+    ]
+    names = {s.name for s in spans.get_finished_spans() if s.context.trace_id == root.context.trace_id}
+    assert "batcher.queue" in names and "quota.reserve" not in names
 
 
 def test_a_batch_of_eight_has_eight_links(e2e: E2E, spans: InMemorySpanExporter) -> None:
