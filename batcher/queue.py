@@ -191,10 +191,7 @@ class VersionQueue:
                 blocked = True
         gone = set(decision.expired) | set(dispatched)
         if gone:
-            self.entries = [e for i, e in enumerate(self.entries) if i not in gone]
-            self._rows = sum(e.rows for e in self.entries)
-            self._count_tenant_rows()
-            self._depth.set(self.rows)
+            self._forget([self.entries[i] for i in gone])
         if dispatched:
             return 0.0
         if blocked:
@@ -212,13 +209,17 @@ class VersionQueue:
         if late:
             for entry in late:
                 self._expire(entry, now)
-            gone = set(map(id, late))
-            self.entries = [e for e in self.entries if id(e) not in gone]
-            self._rows = sum(e.rows for e in self.entries)
-            self._count_tenant_rows()
-            self._depth.set(self.rows)
+            self._forget(late)
         waits = [at - now for at, _ in due if at > now]
         return min(waits) if waits else None
+
+    def _forget(self, gone: list[Entry]) -> None:
+        """Take ``gone`` (dispatched or failed) out of the queue and its counts."""
+        ids = set(map(id, gone))
+        self.entries = [e for e in self.entries if id(e) not in ids]
+        self._rows = sum(e.rows for e in self.entries)
+        self._count_tenant_rows()
+        self._depth.set(self.rows)
 
     def _fair_view(self, free_slots: int, now: float) -> tuple[FairView, SlotPolicy]:
         """The ledger's view with the tenants that may not take a slot now (the slot

@@ -6,6 +6,8 @@ take the cores serving needs."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import grpc
@@ -22,7 +24,7 @@ quota refusal or a caller's mistake says nothing about load)."""
 
 
 class DoorLimit:
-    """``admit()`` before a request, ``done()`` after it, on every path."""
+    """Every request runs inside ``admitted()``, which refuses or counts it."""
 
     def __init__(self, settings: RouterSettings, metrics: RouterMetrics) -> None:
         self._limit = AdaptiveLimit(settings.limit_config()) if settings.adaptive_limit else None
@@ -44,22 +46,29 @@ class DoorLimit:
         if limit is not None:
             metrics.concurrency_limit.set_function(lambda: limit.limit)
 
-    def admit(self, tenant: str, budget_s: float) -> float:
-        """Admit a request of ``tenant`` with ``budget_s`` left; returns the admission time
-        (event-loop clock). Raises RequestFailed when the request waited (in the transport,
-        behind others: under overload, processing is first come first served) until not
-        even the fastest answer yet could make its deadline (CoDel's rule: drop what waited
-        too long, serve fresh work), or when the limit is reached."""
+    @contextmanager
+    def admitted(self, tenant: str, budget_s: float) -> Iterator[None]:
+        """The block runs a request of ``tenant`` with ``budget_s`` left, once admitted.
+
+        Raises RequestFailed instead when the request waited (in the transport, behind
+        others: under overload, processing is first come first served) until not even the
+        fastest answer yet could make its deadline (CoDel's rule: drop what waited too long,
+        serve fresh work), or when the limit is reached."""
         if self._fastest_s is not None and budget_s < self._fastest_s:
             self._metrics.stale.inc()
             raise RequestFailed(self._stale)
         if self._limit is not None and not self._limit.try_acquire(tenant):
             self._metrics.limited.inc()
             raise RequestFailed(self._refusal)
-        return asyncio.get_running_loop().time()
+        admitted_at = asyncio.get_running_loop().time()
+        try:
+            yield
+        except BaseException as exc:
+            self._done(tenant, admitted_at, exc)
+            raise
+        self._done(tenant, admitted_at, None)
 
-    def done(self, tenant: str, admitted_at: float, failure: BaseException | None) -> None:
-        """An admitted request of ``tenant`` ended (``failure``: how, if it failed)."""
+    def _done(self, tenant: str, admitted_at: float, failure: BaseException | None) -> None:
         now = asyncio.get_running_loop().time()
         if failure is None:
             took = now - admitted_at

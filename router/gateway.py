@@ -230,27 +230,14 @@ class Gateway:
     ) -> inference_pb2.PredictResponse:
         """RouterService.predict inside the request's root span, measured and logged, once
         the door's concurrency limit admits it."""
-        admitted_at = self._door.admit(tenant.name, deadline - asyncio.get_running_loop().time())
-        failure: BaseException | None = None
-        try:
-            return await self._admitted(request, tenant, deadline, parent, door)
-        except BaseException as exc:
-            failure = exc
-            raise
-        finally:
-            self._door.done(tenant.name, admitted_at, failure)
-
-    async def _admitted(
-        self,
-        request: inference_pb2.PredictRequest,
-        tenant: TenantRecord,
-        deadline: float,
-        parent: Context,
-        door: Door,
-    ) -> inference_pb2.PredictResponse:
         started = time.perf_counter()
         protocol = door.protocol
-        with self._root(door, parent, tenant.name, request.model) as span:
+        budget = deadline - asyncio.get_running_loop().time()
+        # Refused at the door: no span, no metrics, no log line (the door counts it).
+        with (
+            self._door.admitted(tenant.name, budget),
+            self._root(door, parent, tenant.name, request.model) as span,
+        ):
             try:
                 response = await self._service.predict(request, tenant, deadline)
             except RequestFailed as failed:

@@ -105,6 +105,15 @@ def retry_delay(error: FerrymanError, attempt: int) -> float | None:
     return float(min(MAX_BACKOFF_S, BACKOFF_S * 2**attempt) * random.uniform(1 - JITTER, 1))
 
 
+def retry_or_raise(error: FerrymanError, attempt: int, retries: int, now: float, deadline: float) -> float:
+    """Seconds to wait before attempt ``attempt + 1``; raises ``error`` when it is final, the
+    retries are spent, or the wait would pass the call's deadline."""
+    delay = retry_delay(error, attempt)
+    if delay is None or attempt == retries or now + delay >= deadline:
+        raise error from None  # the gRPC error it was made from says nothing more
+    return delay
+
+
 def channel_credentials(
     tls: bool | str | Path, credentials: grpc.ChannelCredentials | None
 ) -> grpc.ChannelCredentials | None:

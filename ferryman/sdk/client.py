@@ -30,7 +30,7 @@ from ferryman.sdk.calls import (
     endpoint,
     needs_schema,
     out_of_time,
-    retry_delay,
+    retry_or_raise,
     tagged,
 )
 from ferryman.sdk.endpoint import Endpoint
@@ -133,10 +133,7 @@ class Client(Endpoint):
                     self._throttle.answered(error.code)
             else:
                 error = tagged(throttled(), request.request_id)
-            delay = retry_delay(error, attempt)
-            if delay is None or attempt == self._retries or time.monotonic() + delay >= deadline:
-                raise error from None
-            time.sleep(delay)
+            time.sleep(retry_or_raise(error, attempt, self._retries, time.monotonic(), deadline))
         raise AssertionError("unreachable")
 
     def predict_many(
@@ -297,10 +294,7 @@ class AsyncClient(Endpoint):
                     self._throttle.answered(error.code)
             else:
                 error = tagged(throttled(), request.request_id)
-            delay = retry_delay(error, attempt)
-            if delay is None or attempt == self._retries or loop.time() + delay >= deadline:
-                raise error from None
-            await asyncio.sleep(delay)
+            await asyncio.sleep(retry_or_raise(error, attempt, self._retries, loop.time(), deadline))
         raise AssertionError("unreachable")
 
     async def predict_many(

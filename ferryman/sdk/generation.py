@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from ferryman.sdk.calls import out_of_time, priority_level, retry_delay, tagged
+from ferryman.sdk.calls import out_of_time, priority_level, retry_or_raise, tagged
 from ferryman.sdk.errors import from_rpc_error
 from ferryman.sdk.prediction import Timing, Usage
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
@@ -121,10 +121,9 @@ def stream(
             return
         except grpc.RpcError as exc:
             error = tagged(from_rpc_error(exc), request.request_id)
-            delay = retry_delay(error, attempt)
-            if started or delay is None or attempt == retries or time.monotonic() + delay >= deadline:
-                raise error from None
-            time.sleep(delay)
+            if started:
+                raise error from None  # chunks were already handed out: not repeated
+            time.sleep(retry_or_raise(error, attempt, retries, time.monotonic(), deadline))
         finally:
             call.cancel()
 
@@ -151,9 +150,8 @@ async def stream_async(
             return
         except grpc.RpcError as exc:
             error = tagged(from_rpc_error(exc), request.request_id)
-            delay = retry_delay(error, attempt)
-            if started or delay is None or attempt == retries or loop.time() + delay >= deadline:
-                raise error from None
-            await asyncio.sleep(delay)
+            if started:
+                raise error from None  # chunks were already handed out: not repeated
+            await asyncio.sleep(retry_or_raise(error, attempt, retries, loop.time(), deadline))
         finally:
             call.cancel()

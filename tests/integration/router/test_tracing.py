@@ -42,22 +42,20 @@ def test_one_trace_per_request_across_router_quota_queue_and_node(
     e2e: E2E, spans: InMemorySpanExporter
 ) -> None:
     stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(e2e.router))
+    x = encode(np.ones((1, echo.WIDTH), np.float32))
+
+    def predict(request_id: str, key: str) -> None:
+        request = inference_pb2.PredictRequest(
+            request_id=request_id, model="echo", inputs=[common_pb2.NamedTensor(name="input", tensor=x)]
+        )
+        stub.Predict(request, metadata=(("authorization", f"Bearer {key}"),), timeout=30)
+
     # A tenant with a quota: its requests reserve (a tenant no limit applies to is not
     # even asked about, below).
     key = e2e.new_tenant("traced", QuotaLimits(rpm=10_000))
     request_ids = [f"trace-{uuid.uuid4().hex[:8]}" for _ in range(3)]
     for request_id in request_ids:
-        stub.Predict(
-            inference_pb2.PredictRequest(
-                request_id=request_id,
-                model="echo",
-                inputs=[
-                    common_pb2.NamedTensor(name="input", tensor=encode(np.ones((1, echo.WIDTH), np.float32)))
-                ],
-            ),
-            metadata=(("authorization", f"Bearer {key}"),),
-            timeout=30,
-        )
+        predict(request_id, key)
     roots = [
         s
         for s in finished(spans, "ferryman.v1.Inference/Predict", 3)
@@ -90,17 +88,7 @@ def test_one_trace_per_request_across_router_quota_queue_and_node(
         linked = [b for b in batches if any(link.context.span_id == root.context.span_id for link in b.links)]
         assert len(linked) == 1, "the batch that ran the request links to its span"
     unlimited = f"trace-{uuid.uuid4().hex[:8]}"
-    stub.Predict(
-        inference_pb2.PredictRequest(
-            request_id=unlimited,
-            model="echo",
-            inputs=[
-                common_pb2.NamedTensor(name="input", tensor=encode(np.ones((1, echo.WIDTH), np.float32)))
-            ],
-        ),
-        metadata=(("authorization", f"Bearer {e2e.keys['acme']}"),),
-        timeout=30,
-    )
+    predict(unlimited, e2e.keys["acme"])
     (root,) = [
         s
         for s in finished(spans, "ferryman.v1.Inference/Predict", 4)
