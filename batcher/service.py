@@ -257,9 +257,12 @@ class BatcherService:
         return queue
 
     def _wake(self, deferred_only: bool) -> None:
-        for queue in self.queues.values():
-            if queue.entries and (queue.deferred or not deferred_only):
-                queue.poke()
+        waiting = [q for q in self.queues.values() if q.entries and (q.deferred or not deferred_only)]
+        # Woken queues run in the order they are poked, and the first takes the free slot:
+        # the one whose oldest item waited longest goes first, or one tenant's versions on a
+        # shared node would always be served in the order their queues were made.
+        for queue in sorted(waiting, key=lambda q: q.entries[0].arrival):
+            queue.poke()
 
     def _contenders(self, version_key: str) -> set[str]:
         """Tenants with queued work in any queue whose version shares a replica with
