@@ -9,7 +9,13 @@ the same window, as Kayenta judges canaries.
   effect is large: the probability that a canary request takes longer than a baseline one
   exceeds one half by more than ``latency_margin`` (a tiny but significant shift on many
   requests is no reason to roll back).
-- Too few canary requests: inconclusive (wait longer), never a pass.
+- Shadowed outputs (``max_diff_rate``): the share of the candidate's shadow answers that
+  differ from the live ones beyond the tolerance, against a threshold.
+- A tenant's outcome metric (``feedback_metric``, from ``Feedback`` calls): a
+  non-inferiority test on the difference of means; the canary passes when the lower end
+  of its confidence interval lies above ``-feedback_margin`` and fails when the upper end
+  lies below it.
+- Too few samples: inconclusive (wait longer), never a pass.
 
 Pure: the caller gives the two versions' counts and histograms.
 """
@@ -17,11 +23,19 @@ Pure: the caller gives the two versions' counts and histograms.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from statistics import NormalDist
+from typing import Any
 
-from ferryman.top import quantile
+from ferryman.errors import SERVER_FAULTS
+from ferryman.top import Samples, latency_buckets, quantile
+
+FAULT_NAMES = frozenset(code.name for code in SERVER_FAULTS)
+SHADOW_COMPARED = "ferryman_shadow_compared_total"
+"""Shadowed answers compared with the live ones, by model, version and result."""
+SHADOW_SAME = "same"
 
 
 class Outcome(StrEnum):
@@ -40,6 +54,12 @@ class Gates:
     """Server-error rate the canary may add to the baseline's (absolute)."""
     latency_margin: float = 0.1
     """P(canary slower than baseline) may exceed 0.5 by this much before it counts."""
+    max_diff_rate: float | None = None
+    """Share of shadowed answers that may differ from the live ones (None: not checked)."""
+    feedback_metric: str = ""
+    """A tenant outcome metric the canary must not be worse on (empty: not checked)."""
+    feedback_margin: float = 0.0
+    """How much lower the canary's mean of ``feedback_metric`` may be."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +77,38 @@ class Verdict:
     outcome: Outcome
     reasons: list[str]
     numbers: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-safe (no NaN: a figure without samples is null)."""
+        numbers = {k: None if math.isnan(v) else v for k, v in self.numbers.items()}
+        return {"outcome": self.outcome.value, "reasons": list(self.reasons), "numbers": numbers}
+
+
+@dataclass(frozen=True)
+class Moments:
+    """One version's values of an outcome metric: count, mean and variance."""
+
+    n: float
+    mean: float
+    variance: float
+
+    def interval(self, alpha: float) -> tuple[float, float]:
+        """Two-sided (1 - alpha) confidence interval of the mean (normal approximation)."""
+        half = _z(alpha) * math.sqrt(self.variance / self.n) if self.n else math.inf
+        return self.mean - half, self.mean + half
+
+
+def _z(alpha: float) -> float:
+    return NormalDist().inv_cdf(1 - alpha / 2)
+
+
+def lift(base: Moments, canary: Moments, alpha: float) -> tuple[float, float, float]:
+    """The canary's mean minus the baseline's with its two-sided (1 - alpha) interval."""
+    diff = canary.mean - base.mean
+    if not base.n or not canary.n:
+        return diff, -math.inf, math.inf
+    half = _z(alpha) * math.sqrt(base.variance / base.n + canary.variance / canary.n)
+    return diff, diff - half, diff + half
 
 
 def _upper_tail(z: float) -> float:
@@ -150,3 +202,94 @@ def judge(base: VersionWindow, canary: VersionWindow, gates: Gates = Gates()) ->
     if reasons:
         return Verdict(Outcome.FAIL, reasons, numbers)
     return Verdict(Outcome.PASS, ["no significant, material difference in errors or latency"], numbers)
+
+
+def version_window(before: Samples, after: Samples, model: str, version: str) -> VersionWindow:
+    """One version's requests, server errors and latency buckets between two scrapes."""
+
+    def grew(key: tuple[str, tuple[tuple[str, str], ...]], value: float) -> float:
+        return value - before.get(key, 0.0)
+
+    requests = errors = 0.0
+    for key, value in after.items():
+        name, labels = key
+        fields = dict(labels)
+        if name != "ferryman_requests_total" or (fields.get("model"), fields.get("version")) != (
+            model,
+            version,
+        ):
+            continue
+        requests += grew(key, value)
+        errors += grew(key, value) if fields.get("code") in FAULT_NAMES else 0.0
+    where = {"model": model}
+    now = latency_buckets(after, by="version", where=where).get(version, {})
+    then = latency_buckets(before, by="version", where=where).get(version, {})
+    latency = {bound: count - then.get(bound, 0.0) for bound, count in now.items()}
+    return VersionWindow(requests=requests, server_errors=errors, latency=latency)
+
+
+def shadow_window(before: Samples, after: Samples, model: str, version: str) -> tuple[float, float]:
+    """The version's shadowed answers compared between two scrapes, and how many differed
+    (an error of the shadow counts as a difference)."""
+    compared = differed = 0.0
+    for key, value in after.items():
+        name, labels = key
+        fields = dict(labels)
+        if name != SHADOW_COMPARED or (fields.get("model"), fields.get("version")) != (model, version):
+            continue
+        grew = value - before.get(key, 0.0)
+        compared += grew
+        differed += grew if fields.get("result") != SHADOW_SAME else 0.0
+    return compared, differed
+
+
+def judge_shadow(compared: float, differed: float, gates: Gates) -> Verdict:
+    """The candidate's shadowed answers against the live ones."""
+    if gates.max_diff_rate is None:
+        return Verdict(Outcome.PASS, [])
+    numbers = {"shadow_compared": compared, "shadow_diff_rate": differed / compared if compared else math.nan}
+    if compared < gates.min_requests:
+        return Verdict(Outcome.INCONCLUSIVE, [f"too few shadowed answers ({compared:g})"], numbers)
+    rate = differed / compared
+    if rate > gates.max_diff_rate:
+        reason = f"shadowed answers differ {rate:.1%} of the time (at most {gates.max_diff_rate:.1%})"
+        return Verdict(Outcome.FAIL, [reason], numbers)
+    return Verdict(Outcome.PASS, [], numbers)
+
+
+def judge_feedback(base: Moments, canary: Moments, gates: Gates) -> Verdict:
+    """The canary's mean of the tenant's outcome metric against the baseline's."""
+    if not gates.feedback_metric:
+        return Verdict(Outcome.PASS, [])
+    metric = gates.feedback_metric
+    diff, low, high = lift(base, canary, gates.alpha)
+    numbers = {
+        f"baseline_{metric}_n": base.n,
+        f"canary_{metric}_n": canary.n,
+        f"baseline_{metric}_mean": base.mean,
+        f"canary_{metric}_mean": canary.mean,
+        f"{metric}_lift": diff,
+        f"{metric}_lift_low": low,
+        f"{metric}_lift_high": high,
+    }
+    if min(base.n, canary.n) < gates.min_requests:
+        seen = f"{canary.n:g} canary, {base.n:g} baseline"
+        return Verdict(Outcome.INCONCLUSIVE, [f"too few {metric} reports ({seen})"], numbers)
+    interval = f"{diff:+.3g} [{low:+.3g}, {high:+.3g}]"
+    if high < -gates.feedback_margin:
+        return Verdict(Outcome.FAIL, [f"{metric} worse: {interval}"], numbers)
+    if low > -gates.feedback_margin:
+        return Verdict(Outcome.PASS, [f"{metric} not worse: {interval}"], numbers)
+    return Verdict(Outcome.INCONCLUSIVE, [f"{metric} undecided: {interval}"], numbers)
+
+
+def combine(verdicts: Sequence[Verdict]) -> Verdict:
+    """One verdict from several gates: any failure fails, else any doubt waits."""
+    numbers: dict[str, float] = {}
+    for verdict in verdicts:
+        numbers.update(verdict.numbers)
+    for outcome in (Outcome.FAIL, Outcome.INCONCLUSIVE):
+        reasons = [r for verdict in verdicts if verdict.outcome == outcome for r in verdict.reasons]
+        if any(verdict.outcome == outcome for verdict in verdicts):
+            return Verdict(outcome, reasons, numbers)
+    return Verdict(Outcome.PASS, [r for verdict in verdicts for r in verdict.reasons], numbers)

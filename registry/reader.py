@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
 
+from ferryman.canary import Moments
 from registry.keys import matches, parse_prefix
 from registry.snapshot import ready_versions
 from registry.tables import (
@@ -16,11 +18,13 @@ from registry.tables import (
     AuditEvent,
     ConfigRevision,
     DeadLetter,
+    Feedback,
     Model,
     ModelVersion,
     Node,
     Placement,
     QuotaPolicy,
+    Rollout,
     Route,
     Tenant,
 )
@@ -46,6 +50,8 @@ class RouteView:
     salt: str
     fallback: str
     previous_targets: tuple[tuple[str, int], ...] = field(default=())
+    shadow_version: str = ""
+    shadow_percent: int = 0
 
 
 class RegistryReader:
@@ -130,6 +136,8 @@ class RegistryReader:
                 salt=route.salt,
                 fallback=route.fallback_model,
                 previous_targets=_pairs(route.previous_targets),
+                shadow_version=route.shadow_version,
+                shadow_percent=route.shadow_percent,
             )
 
     def nodes(self) -> list[Node]:
@@ -148,6 +156,48 @@ class RegistryReader:
                 .order_by(Model.name, ModelVersion.version)
             )
             return [(name, version) for name, version in rows]
+
+    def placed_on(self, model: str, version: str) -> list[str]:
+        """Where a version is placed: node or pool names, ``*`` for every node."""
+        with Session(self._engine) as s:
+            rows = s.exec(
+                select(Placement.node_name)
+                .join(ModelVersion, col(Placement.version_id) == col(ModelVersion.id))
+                .join(Model, col(ModelVersion.model_id) == col(Model.id))
+                .where(Model.name == model, ModelVersion.version == version)
+            )
+            return sorted(rows)
+
+    def live_rollouts(self) -> list[Rollout]:
+        """Every unfinished rollout."""
+        with Session(self._engine) as s:
+            return list(s.exec(select(Rollout).where(col(Rollout.active_model).is_not(None))))
+
+    def rollouts(self, model: str = "", limit: int = 20) -> list[Rollout]:
+        """Rollouts (of one model, or all), newest first."""
+        query = select(Rollout).order_by(col(Rollout.id).desc()).limit(limit)
+        if model:
+            query = query.where(Rollout.model == model)
+        with Session(self._engine) as s:
+            return list(s.exec(query))
+
+    def feedback_moments(self, model: str, metric: str, since: datetime | None = None) -> dict[str, Moments]:
+        """Per version of ``model``: count, mean and variance of the ``metric`` reports
+        (those made after ``since``, when given)."""
+        value = col(Feedback.value)
+        query = (
+            select(Feedback.version, func.count(), func.avg(value), func.avg(value * value))
+            .where(Feedback.model == model, Feedback.metric == metric)
+            .group_by(Feedback.version)
+        )
+        if since is not None:
+            query = query.where(col(Feedback.created_at) >= since)
+        out: dict[str, Moments] = {}
+        with Session(self._engine) as s:
+            for version, n, mean, square in s.exec(query):
+                spread = max(0.0, float(square) - float(mean) ** 2) * n / (n - 1) if n > 1 else 0.0
+                out[version] = Moments(n=float(n), mean=float(mean), variance=spread)
+        return out
 
     def ready_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
         """``model:version`` -> [(node, address)] of READY nodes with a fresh heartbeat."""

@@ -55,6 +55,9 @@ class RouteRecord:
     sticky: str
     salt: str
     fallback: str
+    shadow_version: str = ""
+    shadow_percent: int = 0
+    """Share of requests mirrored to ``shadow_version`` (0: none)."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,8 @@ def load_snapshot(engine: Engine) -> ConfigSnapshot:
                 sticky=route.sticky,
                 salt=route.salt,
                 fallback=route.fallback_model,
+                shadow_version=route.shadow_version,
+                shadow_percent=route.shadow_percent,
             )
         for policy in s.exec(select(QuotaPolicy)):
             owner = tenants_by_id.get(policy.tenant_id)

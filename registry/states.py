@@ -62,6 +62,45 @@ def next_node_lifecycle(current: NodeLifecycle, target: NodeLifecycle) -> NodeLi
     return target
 
 
+class RolloutState(StrEnum):
+    """Lifecycle of a progressive rollout."""
+
+    WARMING = "WARMING"  # the candidate has no weight until every node placed it is warm
+    RUNNING = "RUNNING"  # a weight step under analysis
+    PAUSED = "PAUSED"  # weights held; an operator or a lost node stopped it
+    PROMOTED = "PROMOTED"  # the candidate took all traffic
+    ROLLED_BACK = "ROLLED_BACK"  # the analysis failed: all traffic back on the baseline
+    ABORTED = "ABORTED"  # an operator ended it: all traffic back on the baseline
+
+
+_ROLLOUT_TRANSITIONS: dict[RolloutState, frozenset[RolloutState]] = {
+    RolloutState.WARMING: frozenset({RolloutState.RUNNING, RolloutState.PAUSED, RolloutState.ABORTED}),
+    RolloutState.RUNNING: frozenset(
+        {
+            RolloutState.RUNNING,  # the next step
+            RolloutState.PAUSED,
+            RolloutState.PROMOTED,
+            RolloutState.ROLLED_BACK,
+            RolloutState.ABORTED,
+        }
+    ),
+    # Resuming warms again: nodes may have changed while it was paused.
+    RolloutState.PAUSED: frozenset({RolloutState.WARMING, RolloutState.ABORTED}),
+    RolloutState.PROMOTED: frozenset(),
+    RolloutState.ROLLED_BACK: frozenset(),
+    RolloutState.ABORTED: frozenset(),
+}
+
+ROLLOUT_FINISHED = frozenset({RolloutState.PROMOTED, RolloutState.ROLLED_BACK, RolloutState.ABORTED})
+
+
+def next_rollout_state(current: RolloutState, target: RolloutState) -> RolloutState:
+    """Return ``target`` if a rollout may move there from ``current``."""
+    if target not in _ROLLOUT_TRANSITIONS[current]:
+        raise InvalidTransition(f"a {current} rollout cannot become {target}")
+    return target
+
+
 class QuotaMode(StrEnum):
     """What happens past a limit."""
 

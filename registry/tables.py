@@ -126,6 +126,10 @@ class Route(SQLModel, table=True):
     sticky: str = Field(default="none", max_length=8)
     salt: str = Field(max_length=32)
     fallback_model: str = Field(default="", max_length=64)
+    shadow_version: str = Field(default="", max_length=64)
+    """A version that also gets a copy of ``shadow_percent`` % of the model's requests: it
+    answers nobody, is never charged, and its outputs are compared with the live answers."""
+    shadow_percent: int = 0
     updated_at: datetime = Field(default_factory=utcnow)
 
 
@@ -164,6 +168,58 @@ class DeadLetter(SQLModel, table=True):
     tenant: str = Field(max_length=64)
     input_sha256: str = Field(max_length=64)
     error: str
+    created_at: datetime = Field(default_factory=utcnow, index=True)
+
+
+class Rollout(SQLModel, table=True):
+    """A progressive rollout of one model from its baseline version to a candidate, in
+    weight steps gated by analysis (``registry.rollout``)."""
+
+    __tablename__ = "rollouts"
+
+    id: int | None = Field(default=None, primary_key=True)
+    model: str = Field(max_length=64, index=True)
+    active_model: str | None = Field(default=None, max_length=64, unique=True)
+    """The model's name while the rollout is not finished, else NULL: the database itself
+    holds rollouts to one at a time per model."""
+    baseline: str = Field(max_length=64)
+    candidate: str = Field(max_length=64)
+    steps: list[int] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    """The candidate's weight at each step, rising to 100."""
+    step: int = 0
+    """Index into ``steps``: the step running now (or about to, while warming)."""
+    state: str = Field(max_length=16, index=True)
+    dwell_s: float
+    """Least time a step runs before a passing verdict may advance it."""
+    gates: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    """The analysis' thresholds (``ferryman.canary.Gates`` fields)."""
+    nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    """Nodes serving the candidate when it got weight: one that stops pauses the rollout."""
+    step_started_at: datetime | None = None
+    last_check: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    """The latest verdict with its numbers (written on every check, without audit)."""
+    reason: str = ""
+    """Why it last paused or ended."""
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class Feedback(SQLModel, table=True):
+    """A tenant's outcome metric for one of its requests (a click, a conversion, a rating),
+    recorded against the version that served it."""
+
+    __tablename__ = "feedback"
+    __table_args__ = (UniqueConstraint("tenant", "request_id", "metric", name="uq_feedback_once"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    tenant: str = Field(max_length=64)
+    request_id: str = Field(max_length=128)
+    model: str = Field(max_length=64, index=True)
+    version: str = Field(max_length=64)
+    bucket: int = -1
+    """The request's sticky bucket (0..99), -1 when the route is not sticky."""
+    metric: str = Field(max_length=64)
+    value: float
     created_at: datetime = Field(default_factory=utcnow, index=True)
 
 

@@ -9,22 +9,23 @@ written here too, but neither bump the revision nor audit (they would drown both
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import Engine, update
 from sqlmodel import Session, select
 
 from ferryman.artifacts import artifact_path, artifact_sha256
 from ferryman.schema import IOSchema
+from registry import rows
 from registry import validation as v
+from registry.change import Change, WriterBase
 from registry.keys import NewKey, generate_key
+from registry.rollout.writes import RolloutWrites
+from registry.route_writes import RouteWrites
 from registry.states import (
-    InvalidTransition,
     NodeLifecycle,
     VersionStatus,
     next_node_lifecycle,
@@ -33,28 +34,15 @@ from registry.states import (
 from registry.tables import (
     AdminCredential,
     ApiKey,
-    AuditEvent,
-    ConfigRevision,
     DeadLetter,
     Model,
     ModelVersion,
     Node,
     Placement,
     QuotaPolicy,
-    Route,
     Tenant,
     utcnow,
 )
-
-ROUTE_SALT_BYTES = 8
-
-
-@dataclass
-class Change:
-    """The open transaction of one write: where the audit detail accumulates."""
-
-    session: Session
-    detail: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -93,52 +81,8 @@ class VersionSpec:
     """For a new model: the tenants that may use it while it is private."""
 
 
-class RegistryWriter:
+class RegistryWriter(RouteWrites, RolloutWrites, WriterBase):
     """Validated, audited writes to the registry, each one transaction."""
-
-    def __init__(self, engine: Engine, actor: str = "cli") -> None:
-        self._engine = engine
-        self.actor = actor
-
-    @contextmanager
-    def _change(self, action: str, entity: str, key: str) -> Iterator[Change]:
-        # Rows returned to callers stay readable after the commit.
-        with Session(self._engine, expire_on_commit=False) as session:
-            change = Change(session=session, detail={})
-            try:
-                yield change
-                session.flush()
-                revision = self._bump_revision(session)
-                session.add(
-                    AuditEvent(
-                        revision=revision,
-                        actor=self.actor,
-                        action=action,
-                        entity=entity,
-                        entity_key=key,
-                        detail=change.detail,
-                    )
-                )
-                session.commit()
-            except InvalidTransition as exc:
-                session.rollback()
-                raise v.RegistryError(str(exc)) from exc
-            except BaseException:
-                session.rollback()
-                raise
-
-    @staticmethod
-    def _bump_revision(session: Session) -> int:
-        # One UPDATE ... RETURNING-free statement; the row lock serializes writers.
-        session.execute(
-            update(ConfigRevision)
-            .where(ConfigRevision.id == 1)  # type: ignore[arg-type]
-            .values(revision=ConfigRevision.revision + 1, updated_at=utcnow())
-        )
-        row = session.get(ConfigRevision, 1, populate_existing=True)
-        if row is None:
-            raise v.RegistryError("registry is not migrated: run `ferryman db upgrade`")
-        return row.revision
 
     # -- tenants and keys -------------------------------------------------------
 
@@ -156,7 +100,7 @@ class RegistryWriter:
         _check_priority(priority)
         v.check_weight(weight)
         with self._change("tenant.create", "tenant", name) as c:
-            if _find_tenant(c.session, name) is not None:
+            if rows.find_tenant(c.session, name) is not None:
                 raise v.RegistryError(f"tenant {name!r} already exists")
             tenant = Tenant(
                 name=name, tier=tier, priority=priority, allowed_models=list(allowed_models), weight=weight
@@ -183,7 +127,7 @@ class RegistryWriter:
         if weight is not None:
             v.check_weight(weight)
         with self._change("tenant.update", "tenant", name) as c:
-            tenant = _tenant(c.session, name)
+            tenant = rows.tenant(c.session, name)
             changes = {
                 "tier": tier,
                 "priority": priority,
@@ -200,7 +144,7 @@ class RegistryWriter:
     def issue_key(self, tenant_name: str) -> NewKey:
         """A new API key for the tenant; the plaintext is returned once."""
         with self._change("key.issue", "tenant", tenant_name) as c:
-            return self._add_key(c, _tenant(c.session, tenant_name))
+            return self._add_key(c, rows.tenant(c.session, tenant_name))
 
     @staticmethod
     def _add_key(change: Change, tenant: Tenant) -> NewKey:
@@ -231,7 +175,7 @@ class RegistryWriter:
         if model:
             v.check_name("model", model)
         with self._change("quota.set", "tenant", f"{tenant_name}/{model or '*'}") as c:
-            tenant = _tenant(c.session, tenant_name)
+            tenant = rows.tenant(c.session, tenant_name)
             policy = c.session.exec(
                 select(QuotaPolicy).where(QuotaPolicy.tenant_id == tenant.id, QuotaPolicy.model == model)
             ).first() or QuotaPolicy(tenant_id=tenant.id or 0, model=model)
@@ -265,11 +209,11 @@ class RegistryWriter:
                     name=spec.model,
                     description=spec.description,
                     published=spec.published,
-                    owners=[_tenant(c.session, t).name for t in spec.owners],
+                    owners=[rows.tenant(c.session, t).name for t in spec.owners],
                 )
                 c.session.add(model)
                 c.session.flush()
-            elif _find_version(c.session, spec.model, spec.version) is not None:
+            elif rows.find_version(c.session, spec.model, spec.version) is not None:
                 raise v.RegistryError(f"version {key} already exists")
             assert model.id is not None
             row = ModelVersion(
@@ -296,11 +240,11 @@ class RegistryWriter:
     ) -> None:
         """Publish a model to every tenant or make it private to ``owners``."""
         with self._change("model.access", "model", model) as c:
-            row = _model(c.session, model)
+            row = rows.model(c.session, model)
             if published is not None:
                 row.published = published
             if owners is not None:
-                row.owners = sorted({_tenant(c.session, t).name for t in owners})
+                row.owners = sorted({rows.tenant(c.session, t).name for t in owners})
             c.session.add(row)
             c.detail.update(published=row.published, owners=list(row.owners))
 
@@ -311,66 +255,10 @@ class RegistryWriter:
         except ValueError:
             raise v.RegistryError(f"status must be one of {[s.value for s in VersionStatus]}") from None
         with self._change("version.status", "model_version", f"{model}:{version}") as c:
-            row = _version(c.session, model, version)
+            row = rows.version(c.session, model, version)
             row.status = next_version_status(VersionStatus(row.status), target).value
             c.session.add(row)
             c.detail["status"] = row.status
-
-    def set_route(
-        self,
-        model: str,
-        weights: Mapping[str, int],
-        *,
-        sticky: str = "none",
-        fallback: str = "",
-    ) -> Route:
-        """Replace the model's route; versions must exist, weights sum to 100."""
-        targets = v.check_weights(weights)
-        sticky_key = v.check_sticky(sticky)
-        with self._change("route.set", "route", model) as c:
-            model_row = _model(c.session, model)
-            for version in weights:
-                row = _version(c.session, model, version)
-                if weights[version] > 0 and row.status == VersionStatus.RETIRED:
-                    raise v.RegistryError(f"version {model}:{version} is retired")
-            if fallback:
-                if fallback == model:
-                    raise v.RegistryError("a model cannot be its own fallback")
-                _model(c.session, fallback)
-            route = c.session.exec(select(Route).where(Route.model_id == model_row.id)).first()
-            if route is None:
-                route = Route(model_id=model_row.id or 0, salt=secrets.token_hex(ROUTE_SALT_BYTES))
-            else:
-                route.previous_targets = list(route.targets)
-            route.targets = targets
-            route.sticky = sticky_key.value
-            route.fallback_model = fallback
-            route.updated_at = utcnow()
-            c.session.add(route)
-            # Routed versions are live: activate the ones that were only registered.
-            for version, weight in weights.items():
-                row = _version(c.session, model, version)
-                if weight > 0 and row.status == VersionStatus.REGISTERED:
-                    row.status = VersionStatus.ACTIVE.value
-                    c.session.add(row)
-            c.detail.update(targets=targets, sticky=sticky_key.value, fallback=fallback)
-        return route
-
-    def rollback_route(self, model: str) -> Route:
-        """Restore the route's previous targets (one step back)."""
-        with self._change("route.rollback", "route", model) as c:
-            model_row = _model(c.session, model)
-            route = c.session.exec(select(Route).where(Route.model_id == model_row.id)).first()
-            if route is None or not route.previous_targets:
-                raise v.RegistryError(f"route of {model!r} has no previous weights")
-            route.targets, route.previous_targets = (
-                list(route.previous_targets),
-                list(route.targets),
-            )
-            route.updated_at = utcnow()
-            c.session.add(route)
-            c.detail["targets"] = route.targets
-        return route
 
     @contextmanager
     def _placement(
@@ -380,7 +268,7 @@ class RegistryWriter:
         if node_name != "*":
             v.check_name("node", node_name)
         with self._change(action, "placement", f"{model}:{version}@{node_name}") as c:
-            row = _version(c.session, model, version)
+            row = rows.version(c.session, model, version)
             exists = c.session.exec(
                 select(Placement).where(Placement.version_id == row.id, Placement.node_name == node_name)
             ).first()
@@ -463,37 +351,6 @@ class RegistryWriter:
 def _check_priority(priority: int) -> None:
     if priority not in (1, 2, 3):
         raise v.RegistryError("priority must be 1 (low), 2 (normal) or 3 (high)")
-
-
-def _find_tenant(session: Session, name: str) -> Tenant | None:
-    return session.exec(select(Tenant).where(Tenant.name == name)).first()
-
-
-def _tenant(session: Session, name: str) -> Tenant:
-    tenant = _find_tenant(session, name)
-    if tenant is None:
-        raise v.NotFound(f"no tenant {name!r}")
-    return tenant
-
-
-def _model(session: Session, name: str) -> Model:
-    model = session.exec(select(Model).where(Model.name == name)).first()
-    if model is None:
-        raise v.NotFound(f"no model {name!r}")
-    return model
-
-
-def _find_version(session: Session, model: str, version: str) -> ModelVersion | None:
-    return session.exec(
-        select(ModelVersion).join(Model).where(Model.name == model, ModelVersion.version == version)
-    ).first()
-
-
-def _version(session: Session, model: str, version: str) -> ModelVersion:
-    row = _find_version(session, model, version)
-    if row is None:
-        raise v.NotFound(f"no version {model}:{version}")
-    return row
 
 
 def _artifact_digest(artifact: str, declared: str) -> str:

@@ -14,7 +14,9 @@ from ferryman.cli.generate_cmd import generate
 from ferryman.cli.models_cmds import models_app
 from ferryman.cli.output import say_error
 from ferryman.cli.predict_cmd import predict
-from ferryman.cli.registry_cmds import db_app, key_app, model_app, quota_app, route_app, tenant_app
+from ferryman.cli.registry_cmds import db_app, key_app, model_app, quota_app, tenant_app
+from ferryman.cli.rollout_cmds import experiment_app, rollout_app
+from ferryman.cli.route_cmds import route_app
 from ferryman.cli.serve_cmds import serve_app
 from ferryman.cli.top_cmd import top
 from ferryman.cli.up import up
@@ -35,6 +37,8 @@ app.add_typer(key_app, name="key")
 app.add_typer(quota_app, name="quota")
 app.add_typer(model_app, name="model")
 app.add_typer(route_app, name="route")
+app.add_typer(rollout_app, name="rollout")
+app.add_typer(experiment_app, name="experiment")
 app.add_typer(models_app, name="models")
 app.add_typer(serve_app, name="serve")
 app.add_typer(admin_app, name="admin")

@@ -1,4 +1,4 @@
-"""Registry commands: db, tenant, key, quota, model, route."""
+"""Registry commands: db, tenant, key, quota, model."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ferryman.cli.context import engine, migrated_engine, settings
 from ferryman.cli.output import JsonFlag, console, emit, fail, refusals, table
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
-from registry.validation import RegistryError, parse_weights
+from registry.validation import RegistryError
 from registry.writer import QuotaLimits, RegistryWriter, VersionSpec
 
 db_app = typer.Typer(help="Registry database.", no_args_is_help=True)
@@ -20,14 +20,13 @@ tenant_app = typer.Typer(help="Tenants.", no_args_is_help=True)
 key_app = typer.Typer(help="API keys.", no_args_is_help=True)
 quota_app = typer.Typer(help="Quota policies.", no_args_is_help=True)
 model_app = typer.Typer(help="Models and versions.", no_args_is_help=True)
-route_app = typer.Typer(help="Routes: canary weights, stickiness, fallback.", no_args_is_help=True)
 
 
-def _writer() -> RegistryWriter:
+def writer() -> RegistryWriter:
     return RegistryWriter(migrated_engine(), actor="cli")
 
 
-def _reader() -> RegistryReader:
+def reader() -> RegistryReader:
     return RegistryReader(migrated_engine())
 
 
@@ -55,7 +54,7 @@ def tenant_create(
     """Create a tenant and print its first API key (shown only this once)."""
     allowed = [m for m in models.split(",") if m]
     with refusals():
-        key = _writer().create_tenant(
+        key = writer().create_tenant(
             name, tier=tier, priority=priority, allowed_models=allowed, weight=weight
         )
     emit(
@@ -76,7 +75,7 @@ def tenant_weight(
 ) -> None:
     """Set a tenant's weight: its share of generation slots and tokens against busy tenants."""
     with refusals():
-        _writer().update_tenant(name, weight=weight)
+        writer().update_tenant(name, weight=weight)
     emit(
         {"tenant": name, "weight": weight}, as_json, lambda: console.print(f"tenant {name} weighs {weight:g}")
     )
@@ -85,7 +84,7 @@ def tenant_weight(
 @tenant_app.command("list")
 def tenant_list(as_json: JsonFlag = False) -> None:
     """List tenants with their active key prefixes."""
-    tenants = _reader().tenants()
+    tenants = reader().tenants()
     rows = [
         [
             t.name,
@@ -120,7 +119,7 @@ def tenant_list(as_json: JsonFlag = False) -> None:
 def key_issue(tenant: str, as_json: JsonFlag = False) -> None:
     """Issue another API key for a tenant (shown only this once)."""
     with refusals():
-        key = _writer().issue_key(tenant)
+        key = writer().issue_key(tenant)
     emit(
         {"tenant": tenant, "key": key.plaintext, "prefix": key.prefix},
         as_json,
@@ -132,7 +131,7 @@ def key_issue(tenant: str, as_json: JsonFlag = False) -> None:
 def key_revoke(prefix: str, as_json: JsonFlag = False) -> None:
     """Revoke the key with this visible prefix."""
     with refusals():
-        _writer().revoke_key(prefix)
+        writer().revoke_key(prefix)
     emit({"revoked": prefix}, as_json, lambda: console.print(f"key {prefix} revoked"))
 
 
@@ -158,7 +157,7 @@ def quota_set(
         mode=mode,
     )
     with refusals():
-        _writer().set_quota(tenant, limits, model=model)
+        writer().set_quota(tenant, limits, model=model)
     emit(
         {"tenant": tenant, "model": model, **vars(limits)},
         as_json,
@@ -169,7 +168,7 @@ def quota_set(
 @quota_app.command("show")
 def quota_show(tenant: str, as_json: JsonFlag = False) -> None:
     """Show a tenant's quota policies."""
-    policies = [p.model_dump(exclude={"id", "tenant_id"}) for p in _reader().quota_policies(tenant)]
+    policies = [p.model_dump(exclude={"id", "tenant_id"}) for p in reader().quota_policies(tenant)]
     emit(
         policies,
         as_json,
@@ -245,7 +244,7 @@ def model_register(
         owners=tuple(owner or ()),
     )
     with refusals():
-        row = _writer().register_version(spec)
+        row = writer().register_version(spec)
     emit(
         {"model": name, "version": version, "sha256": row.sha256, "status": row.status},
         as_json,
@@ -266,7 +265,7 @@ def model_access(
 ) -> None:
     """Who may use a model: published to every tenant, or private to its owners."""
     with refusals():
-        _writer().set_model_access(name, published=public, owners=owner)
+        writer().set_model_access(name, published=public, owners=owner)
     emit(
         {"model": name, "published": public, "owners": owner},
         as_json,
@@ -277,16 +276,16 @@ def model_access(
 @model_app.command("list")
 def model_list(as_json: JsonFlag = False) -> None:
     """List models and their versions."""
-    reader = _reader()
+    registry = reader()
     data: list[dict[str, Any]] = [
         {
             "model": m.name,
             "versions": [
                 {"version": v.version, "status": v.status, "format": v.format, "sha256": v.sha256}
-                for v in reader.versions(m.name)
+                for v in registry.versions(m.name)
             ],
         }
-        for m in reader.models()
+        for m in registry.models()
     ]
     emit(
         data,
@@ -312,7 +311,7 @@ def model_place(
 ) -> None:
     """Ask nodes to load a version (idempotent: an existing placement is kept)."""
     try:
-        _writer().place(name, version, node)
+        writer().place(name, version, node)
         placed = True
     except RegistryError as exc:
         if "already placed" not in str(exc):
@@ -334,7 +333,7 @@ def model_unplace(
 ) -> None:
     """Take a placement back: the nodes it named unload the version once in-flight batches end."""
     try:
-        removed = _writer().unplace(name, version, node)
+        removed = writer().unplace(name, version, node)
     except RegistryError as exc:
         fail(str(exc))
     emit(
@@ -342,55 +341,5 @@ def model_unplace(
         as_json,
         lambda: console.print(
             f"{name}:{version} unplaced from {node}" + ("" if removed else " (was not placed)")
-        ),
-    )
-
-
-@route_app.command("set")
-def route_set(
-    model: str,
-    targets: Annotated[list[str], typer.Argument(help="VERSION=WEIGHT pairs summing to 100.")],
-    sticky: Annotated[str, typer.Option(help="none, tenant or user.")] = "none",
-    fallback: Annotated[str, typer.Option(help="Model alias to answer when this one cannot.")] = "",
-    as_json: JsonFlag = False,
-) -> None:
-    """Set a model's route: weights per version, stickiness, fallback."""
-    with refusals():
-        _writer().set_route(model, parse_weights(targets), sticky=sticky, fallback=fallback)
-    _print_route(model, as_json)
-
-
-@route_app.command("rollback")
-def route_rollback(model: str, as_json: JsonFlag = False) -> None:
-    """Restore the route's previous weights."""
-    with refusals():
-        _writer().rollback_route(model)
-    _print_route(model, as_json)
-
-
-@route_app.command("show")
-def route_show(model: str, as_json: JsonFlag = False) -> None:
-    """Show a model's route."""
-    _print_route(model, as_json)
-
-
-def _print_route(model: str, as_json: bool) -> None:
-    route = _reader().route(model)
-    if route is None:
-        fail(f"model {model!r} has no route")
-    data = {
-        "model": model,
-        "targets": dict(route.targets),
-        "sticky": route.sticky,
-        "fallback": route.fallback,
-        "previous_targets": dict(route.previous_targets),
-    }
-    emit(
-        data,
-        as_json,
-        lambda: table(
-            f"route {model} (sticky: {route.sticky}, fallback: {route.fallback or '-'})",
-            ["version", "weight"],
-            [[v, f"{w}%"] for v, w in route.targets],
         ),
     )

@@ -154,3 +154,28 @@ def serve_quota_cmd(
         )
     )
     _serve(serve_quota(quota_settings, settings()))
+
+
+@serve_app.command("rollouts")
+def serve_rollouts_cmd(
+    router_metrics: Annotated[
+        list[str] | None, typer.Option(help="A router's /metrics URL (repeat for each router).")
+    ] = None,
+    listen: Annotated[str | None, typer.Option(help="host:port of its health service.")] = None,
+    metrics_listen: Annotated[str | None, typer.Option(help="host:port for /metrics.")] = None,
+    check_s: Annotated[float | None, typer.Option(help="Seconds between checks of each rollout.")] = None,
+) -> None:
+    """Run the rollout controller: steps each rollout's weights as its analysis allows."""
+    from registry.rollout.server import serve_rollouts
+    from registry.rollout.settings import RolloutSettings
+
+    _configure_logging()
+    rollout_settings = RolloutSettings(
+        **_overrides(
+            router_metrics=router_metrics or None,
+            listen=listen,
+            metrics_listen=metrics_listen,
+            check_s=check_s,
+        )
+    )
+    _serve(serve_rollouts(rollout_settings, settings()))

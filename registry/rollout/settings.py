@@ -1,0 +1,18 @@
+"""Rollout controller settings (env prefix ``FERRYMAN_ROLLOUT_``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class RolloutSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FERRYMAN_ROLLOUT_", extra="ignore")
+
+    listen: str = "127.0.0.1:7006"
+    """host:port of its health service (it serves no other API)."""
+    metrics_listen: str = ""
+    router_metrics: list[str] = Field(default_factory=list)
+    """Every router's /metrics URL: the analysis sums them (a JSON list in the environment)."""
+    check_s: float = Field(default=1.0, gt=0)
+    """How often each rollout is checked."""
