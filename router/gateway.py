@@ -29,6 +29,7 @@ from router.door_limit import DoorLimit
 from router.generation import Generator
 from router.handlers import Undecodable, undecodable
 from router.metrics import RouterMetrics
+from router.routing import Choice
 from router.service import RequestFailed, RouterService, fail, unknown_model
 from router.settings import RouterSettings
 from router.spans import Door, Protocol, failure_attributes, grpc_door, is_server_fault, server_address
@@ -154,16 +155,20 @@ class Gateway:
         request: inference_pb2.PredictRequest | inference_pb2.GenerateRequest,
         status: status_pb2.Status,
         started: float,
+        served: Choice | None = None,
     ) -> None:
-        """Metrics, span status and log line of a request that ended with an error ``status``."""
+        """Metrics, span status and log line of a request that ended with an error ``status``
+        (counted against the version that ran it, when one did)."""
         code = status_code(status).name
         elapsed = time.perf_counter() - started
-        model_label, version_label = self._labels(request.model, request.version)
+        model_label, version_label = (
+            (served.model, served.version) if served else self._labels(request.model, request.version)
+        )
         self._metrics.observe(tenant, model_label, version_label, code, door.protocol, elapsed)
         span.set_attributes(failure_attributes(door, status))
         if is_server_fault(status_code(status)):
             span.set_status(Status(StatusCode.ERROR, status.message))
-        log_request(tenant, request.model, request.version, request.request_id, code, elapsed)
+        log_request(tenant, request.model, version_label, request.request_id, code, elapsed)
 
     async def generate(
         self,
@@ -241,11 +246,15 @@ class Gateway:
             try:
                 response = await self._service.predict(request, tenant, deadline)
             except RequestFailed as failed:
-                if f"{request.model}:{request.version}" in self._cache.snapshot.versions:
-                    # Per-version statistics: only a pinned request's failure has a version.
+                served = failed.served
+                model, version = (
+                    (served.model, served.version) if served else (request.model, request.version)
+                )
+                if f"{model}:{version}" in self._cache.snapshot.versions:
+                    # Per-version statistics: a failure has a version once one ran it (or was pinned).
                     elapsed = time.perf_counter() - started
-                    self._statistics.failed(tenant.name, request.model, request.version, elapsed)
-                self._refused(span, door, tenant.name, request, failed.status, started)
+                    self._statistics.failed(tenant.name, model, version, elapsed)
+                self._refused(span, door, tenant.name, request, failed.status, started, served)
                 raise
             elapsed = time.perf_counter() - started
             span.set_attributes(

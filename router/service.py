@@ -40,11 +40,14 @@ log = logging.getLogger("ferryman.router")
 
 
 class RequestFailed(Exception):
-    """The request ends with this google.rpc.Status (code, message, details)."""
+    """The request ends with this google.rpc.Status (code, message, details); ``served``:
+    the version that ran it, when it failed there (its metrics and canary analysis count
+    the failure against that version, not against the alias)."""
 
-    def __init__(self, status: status_pb2.Status) -> None:
+    def __init__(self, status: status_pb2.Status, served: Choice | None = None) -> None:
         super().__init__(status.message)
         self.status = status
+        self.served = served
 
 
 def fail(code: grpc.StatusCode, message: str, reason: str, **details: object) -> RequestFailed:
@@ -305,7 +308,7 @@ class RouterService:
         if result.status.code != 0:
             if (wait := expected_wait_s(result.status)) is not None:
                 self._shedder.record(shed_key(tenant.name, admitted), wait, loop.time())
-            raise RequestFailed(result.status)
+            raise RequestFailed(result.status, served=admitted.choice)
         tokens = result.usage.input_tokens + result.usage.output_tokens or admitted.tokens
         cost = price(
             admitted.rows,

@@ -6,8 +6,9 @@ poison input for failure isolation); ``delay_ms``: a sleep per batch (for drain
 tests; a request parameter of the same name overrides it);
 ``oom_above_rows``: raise a device out-of-memory error for larger batches
 (for the splitting path on machines without a GPU); ``fail_share``: the share of inputs
-it fails on, chosen by the input itself (a faulty version for rollout tests: the
-batcher's bisection isolates the rows and only their requests fail).
+above ``fail_above`` it fails on, chosen by the input itself (a version that passes its
+warm-up but fails on live inputs, for rollout tests: the batcher's bisection isolates the
+rows and only their requests fail).
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ def write_config(path: Path, **config: Any) -> Path:
     return path
 
 
-def fails(first: torch.Tensor, share: float) -> torch.Tensor:
+def fails(first: torch.Tensor, share: float, above: float) -> torch.Tensor:
     """Rows (by their first value) a ``fail_share`` echo fails on: about ``share`` of any
-    spread of values, the same rows every time."""
-    scaled = first.abs() * FAIL_SCALE
-    return (scaled - scaled.floor()) < share
+    spread of values over ``above``, the same rows every time."""
+    scaled = first * FAIL_SCALE
+    return (first > above) & ((scaled - scaled.floor()) < share)
 
 
 class EchoHandler:
@@ -53,6 +54,7 @@ class EchoHandler:
         self._delay_s = float(config.get("delay_ms", 0)) / 1000
         self._oom_above: int | None = config.get("oom_above_rows")
         self._fail_share = float(config.get("fail_share", 0.0))
+        self._fail_above = float(config.get("fail_above", 0.0))
         self.batch_sizes: list[int] = []
         self._device = device
 
@@ -64,7 +66,7 @@ class EchoHandler:
             raise torch.cuda.OutOfMemoryError(f"simulated: {batch.shape[0]} rows > {self._oom_above}")
         if self._poison is not None and bool((batch == self._poison).any()):
             raise ValueError(f"poison value {self._poison} in batch")
-        if self._fail_share and bool((fails(batch[:, 0], self._fail_share)).any()):
+        if self._fail_share and bool(fails(batch[:, 0], self._fail_share, self._fail_above).any()):
             raise ValueError(f"this version fails {self._fail_share:.0%} of its inputs")
         delay_s = float(parameters["delay_ms"]) / 1000 if "delay_ms" in parameters else self._delay_s
         if delay_s:

@@ -123,16 +123,12 @@ class RolloutWrites(WriterBase):
         return rollout
 
     def advance_rollout(self, model: str, verdict: dict[str, Any], *, step: int) -> Rollout:
-        """``step`` passed: the next step's weight, or after the last one, promote (the
-        candidate alone on the route; the baseline keeps no weight)."""
+        """``step`` passed: the next step's weight; the last step (100) is the promotion
+        (the candidate alone on the route, the baseline with no weight)."""
         with self._change("rollout.advance", "rollout", model) as c:
             rollout = _live(c, model, RolloutState.RUNNING, step)
             c.detail["verdict"] = verdict
-            if rollout.step + 1 >= len(rollout.steps):
-                self._finish(c, rollout, RolloutState.PROMOTED, "every step passed")
-                write_targets(c, rows.model(c.session, model), _weights(rollout, FULL))
-            else:
-                self._set_step(c, rollout, rollout.step + 1)
+            self._set_step(c, rollout, rollout.step + 1)
         return rollout
 
     def roll_back_rollout(self, model: str, verdict: dict[str, Any], reason: str, *, step: int) -> Rollout:
@@ -178,11 +174,15 @@ class RolloutWrites(WriterBase):
 
     @staticmethod
     def _set_step(c: Change, rollout: Rollout, step: int) -> None:
+        """Weigh ``step``; reaching 100 % promotes (there is no baseline left to compare)."""
         rollout.step = step
         rollout.step_started_at = rollout.updated_at = utcnow()
         c.session.add(rollout)
-        write_targets(c, rows.model(c.session, rollout.model), _weights(rollout, rollout.steps[step]))
-        c.detail.update(step=step, weight=rollout.steps[step], nodes=list(rollout.nodes))
+        weight = rollout.steps[step]
+        write_targets(c, rows.model(c.session, rollout.model), _weights(rollout, weight))
+        c.detail.update(step=step, weight=weight, nodes=list(rollout.nodes))
+        if weight == FULL:
+            RolloutWrites._finish(c, rollout, RolloutState.PROMOTED, "every step passed")
 
     @staticmethod
     def _finish(c: Change, rollout: Rollout, state: RolloutState, reason: str) -> None:

@@ -56,16 +56,18 @@ def test_a_rollout_steps_weights_and_promotes_each_step_one_audited_revision(
     assert targets(registry_engine) == {"1": 50, "2": 50}
     with pytest.raises(RegistryError):  # a second controller's check of the old step
         writer.advance_rollout("mlp", {"outcome": "pass"}, step=0)
-    writer.advance_rollout("mlp", {"outcome": "pass"}, step=1)
-    writer.advance_rollout("mlp", {"outcome": "pass"}, step=2)
+    writer.advance_rollout("mlp", {"outcome": "pass"}, step=1)  # into the last step: promoted
     assert targets(registry_engine) == {"2": 100}
     (done,) = reader.rollouts("mlp")
     assert (done.state, done.active_model) == ("PROMOTED", None)
     actions = [e.action for e in reversed(reader.audit_events()) if e.entity == "rollout"]
-    assert actions == ["rollout.start", "rollout.weigh", *["rollout.advance"] * 3]
+    assert actions == ["rollout.start", "rollout.weigh", "rollout.advance", "rollout.advance"]
     # Finished: the route is the operator's again, and a new rollout may start.
     writer.set_route("mlp", {"2": 100}, sticky="user")
+    # One step of 100: blue-green, switched once the candidate is warm.
     writer.start_rollout("mlp", "3", steps=[100], dwell_s=1, gates=GATES)
+    assert writer.weigh_rollout("mlp", ["n1"], step=0).state == "PROMOTED"
+    assert targets(registry_engine) == {"3": 100}
 
 
 def test_a_failed_step_rolls_back_in_one_revision_with_its_verdict(
