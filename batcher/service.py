@@ -108,7 +108,7 @@ class BatcherService:
             parameters=item.parameters,
             input_hash=input_hash,
             tenant=item.tenant,
-            shareable=config.shareable,
+            shareable=config.shareable and not item.shadow,
         )
         if config.cacheable and (hit := self._cache.get(key, now)) is not None:
             self._metrics.cache_hits.labels(**labels).inc()

@@ -72,6 +72,11 @@ class Reason(StrEnum):
     """The model raised on this input (isolated by bisection, recorded as a dead letter)."""
     BATCHER_ERROR = "BATCHER_ERROR"
     INTERNAL = "INTERNAL"
+    UNKNOWN_REQUEST = "UNKNOWN_REQUEST"
+    """Feedback names no answered request of this tenant within the window."""
+    FEEDBACK_RECORDED = "FEEDBACK_RECORDED"
+    """This metric was already reported for the request, or the request has all the
+    metrics it may have."""
 
 
 class CallFailed(Exception):

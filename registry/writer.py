@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
+from sqlalchemy import func
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
 from ferryman.artifacts import artifact_path, artifact_sha256
@@ -35,6 +37,7 @@ from registry.tables import (
     AdminCredential,
     ApiKey,
     DeadLetter,
+    Feedback,
     Model,
     ModelVersion,
     Node,
@@ -346,6 +349,24 @@ class RegistryWriter(RouteWrites, RolloutWrites, WriterBase):
         with Session(self._engine) as session:
             session.add(letter)
             session.commit()
+
+    def record_feedback(self, row: Feedback, max_metrics: int) -> None:
+        """Record a tenant's outcome for a request, once per metric and at most
+        ``max_metrics`` metrics per request (operational: no revision, no audit)."""
+        with Session(self._engine) as session:
+            taken = session.exec(
+                select(func.count())
+                .select_from(Feedback)
+                .where(Feedback.tenant == row.tenant, Feedback.request_id == row.request_id)
+            ).one()
+            if taken >= max_metrics:
+                raise v.RegistryError(f"request {row.request_id!r} already has {taken} feedback metrics")
+            session.add(row)
+            try:
+                session.commit()
+            except IntegrityError:
+                session.rollback()
+                raise v.RegistryError(f"{row.metric!r} was already reported for this request") from None
 
 
 def _check_priority(priority: int) -> None:

@@ -9,7 +9,9 @@ import contextlib
 import hashlib
 import itertools
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from datetime import timedelta
 from typing import Any, Protocol
 
 import grpc
@@ -21,6 +23,15 @@ from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, node_pb2
 from router.discovery import Member, Resolver, flatten, resolve, split, system_resolver
 
 log = logging.getLogger("ferryman.router.batchers")
+
+
+def set_deadline(item: batcher_pb2.SubmitItem, remaining_s: float) -> batcher_pb2.SubmitItem:
+    """Give an item its time budget and the same deadline as wall-clock time (the batcher
+    uses the earlier, so time in transport queues counts)."""
+    remaining_s = max(0.0, remaining_s)
+    item.time_budget.FromTimedelta(timedelta(seconds=remaining_s))
+    item.deadline.FromNanoseconds(time.time_ns() + int(remaining_s * 1e9))
+    return item
 
 
 class BatcherPort(Protocol):

@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+import typing
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +66,18 @@ def own_deadline(
     return min(call_deadline, own)
 
 
+class AnswerHook(typing.Protocol):
+    """Told of every answered Predict (shadow traffic, feedback); must not block."""
+
+    def __call__(
+        self,
+        tenant: TenantRecord,
+        route: RouteRecord | None,
+        request: inference_pb2.PredictRequest,
+        response: inference_pb2.PredictResponse,
+    ) -> None: ...
+
+
 class Gateway:
     """What every front door calls; failures raise ``RequestFailed`` with the status to send."""
 
@@ -75,8 +88,10 @@ class Gateway:
         service: RouterService,
         generator: Generator,
         metrics: RouterMetrics,
+        on_answer: Sequence[AnswerHook] = (),
     ) -> None:
         self._settings = settings
+        self._on_answer = tuple(on_answer)
         self._cache = cache
         self._service = service
         self._generator = generator
@@ -273,6 +288,10 @@ class Gateway:
             self._metrics.observe(tenant.name, response.model, response.version, "OK", protocol, elapsed)
             self._statistics.answered(tenant.name, response, elapsed)
             log_request(tenant.name, response.model, response.version, response.request_id, "OK", elapsed)
+        if self._on_answer:
+            route = self._cache.snapshot.routes.get(request.model)
+            for hook in self._on_answer:
+                hook(tenant, route, request, response)
         return response
 
     async def predict_stream(

@@ -65,6 +65,11 @@ def add_inference_servicer(servicer: inference_pb2_grpc.InferenceServicer, serve
             request_deserializer=tolerant(inference_pb2.GenerateRequest.FromString),
             response_serializer=inference_pb2.GenerateResponse.SerializeToString,
         ),
+        "Feedback": grpc.unary_unary_rpc_method_handler(
+            servicer.Feedback,
+            request_deserializer=tolerant(inference_pb2.FeedbackRequest.FromString),
+            response_serializer=inference_pb2.FeedbackResponse.SerializeToString,
+        ),
         "ListModels": grpc.unary_unary_rpc_method_handler(
             servicer.ListModels,
             request_deserializer=inference_pb2.ListModelsRequest.FromString,

@@ -66,6 +66,20 @@ class RouterMetrics:
             registry=self.registry,
         )
 
+        self.shadow_compared = Counter(
+            "ferryman_shadow_compared",
+            "Shadowed requests by whether the shadow version's answer matched the live one "
+            "(same, differ, failed).",
+            ["model", "version", "result"],
+            registry=self.registry,
+        )
+        self.shadow_skipped = Counter(
+            "ferryman_shadow_skipped",
+            "Requests not mirrored to the shadow version: as many shadows as allowed were running.",
+            ["model", "version"],
+            registry=self.registry,
+        )
+
         self.limited = Counter(
             "ferryman_router_limited",
             "Requests refused at the door by the adaptive concurrency limit.",

@@ -48,6 +48,16 @@ def pick_weighted(targets: tuple[tuple[str, int], ...], point: int) -> str:
     return targets[-1][0]
 
 
+def sticky_point(route: RouteRecord, *, tenant: str, user: str) -> int | None:
+    """The caller's bucket on a sticky route (the user's, else the tenant's); None when
+    the route is not sticky."""
+    if route.sticky == "user" and user:
+        return bucket(route.salt, f"user:{user}")
+    if route.sticky in ("tenant", "user"):
+        return bucket(route.salt, f"tenant:{tenant}")
+    return None
+
+
 def choose(
     route: RouteRecord,
     *,
@@ -59,13 +69,8 @@ def choose(
     live = tuple((v, w) for v, w in route.targets if w > 0)
     if not live:
         raise LookupError(f"route of {route.model} has no version with weight")
-    if route.sticky == "user" and user:
-        point = bucket(route.salt, f"user:{user}")
-    elif route.sticky in ("tenant", "user"):
-        point = bucket(route.salt, f"tenant:{tenant}")
-    else:
-        point = int(rng() * BUCKETS)
-    return pick_weighted(live, point)
+    point = sticky_point(route, tenant=tenant, user=user)
+    return pick_weighted(live, int(rng() * BUCKETS) if point is None else point)
 
 
 def resolve(

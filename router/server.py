@@ -15,7 +15,9 @@ from ferryman.kernel.security import aio_channel
 from ferryman.v1 import inference_pb2, quota_pb2, quota_pb2_grpc
 from registry.cache import SnapshotCache
 from registry.db import make_engine
+from registry.writer import RegistryWriter
 from router.batchers import BatcherPool, BatcherPort
+from router.feedback import FeedbackDesk, MemoryServedLog, RedisServedLog, ServedLog
 from router.gateway import Gateway
 from router.generation import Generator
 from router.handlers import add_inference_servicer
@@ -30,11 +32,20 @@ from router.quota.settings import QuotaSettings
 from router.service import RouterService
 from router.servicer import InferenceServicer
 from router.settings import RouterSettings
+from router.shadow import Shadower
 
 log = logging.getLogger("ferryman.router")
 INFERENCE = inference_pb2.DESCRIPTOR.services_by_name["Inference"].full_name
 QUOTA = quota_pb2.DESCRIPTOR.services_by_name["Quota"].full_name
 CACHE_LOAD_TIMEOUT_S = 30.0
+
+
+def served_log(settings: RouterSettings, quota: QuotaSettings) -> ServedLog:
+    """Where answers wait for their Feedback: a Redis the routers share when there is one."""
+    url = settings.feedback_redis_url or (quota.redis_url if quota.backend == "redis" else "")
+    if url:
+        return RedisServedLog(url, settings.feedback_window_s)
+    return MemoryServedLog(settings.feedback_window_s, settings.feedback_max_requests)
 
 
 async def serve_router(
@@ -95,9 +106,22 @@ async def serve_router(
             batchers = pool
         service = RouterService(settings, cache, quota, batchers, metrics)
         renewer = asyncio.create_task(service.renew_leases(refresher_stop))
-        gateway = Gateway(settings, cache, service, Generator(settings, service, batchers, metrics), metrics)
+        served = served_log(settings, quota_settings)
+        if isinstance(served, RedisServedLog):
+            flusher = asyncio.create_task(served.run(refresher_stop))
+            rt.on_close(lambda: flusher)
+        feedback = FeedbackDesk(settings, served, RegistryWriter(engine, actor="router"))
+        shadower = Shadower(settings, batchers, metrics, cache.is_ready)
+        gateway = Gateway(
+            settings,
+            cache,
+            service,
+            Generator(settings, service, batchers, metrics),
+            metrics,
+            on_answer=(shadower.answered, feedback.answered),
+        )
         gateway.listening(rt.address)
-        add_inference_servicer(InferenceServicer(gateway), rt.server)
+        add_inference_servicer(InferenceServicer(gateway, feedback), rt.server)
         add_oip_servicer(OipServicer(gateway), rt.server)
         if settings.http_listen:
             http = HttpDoor(
@@ -129,6 +153,9 @@ async def serve_router(
         await rt.stop_serving()
         refresher_stop.set()
         await renewer
+        await shadower.close()
+        if isinstance(feedback.served, RedisServedLog):
+            await feedback.served.close()
         await service.close()
         if discovery is not None:
             await discovery

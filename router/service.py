@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from ferryman.schema_check import check_inputs
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord, VersionRecord
-from router.batchers import BatcherPort
+from router.batchers import BatcherPort, set_deadline
 from router.bounds import check_request, clip
 from router.fingerprint import fingerprint
 from router.metrics import RouterMetrics
@@ -407,6 +406,4 @@ class RouterService:
             inputs=request.inputs,
             traceparent=traceparent(),  # the request span: queue and batch spans join its trace
         )
-        item.time_budget.FromTimedelta(timedelta(seconds=max(0.0, remaining)))
-        item.deadline.FromNanoseconds(time.time_ns() + int(remaining * 1e9))
-        return await self._batchers.submit(item, deadline)
+        return await self._batchers.submit(set_deadline(item, remaining), deadline)

@@ -12,14 +12,16 @@ from ferryman.kernel.telemetry import context_from_metadata
 from ferryman.v1 import inference_pb2, inference_pb2_grpc
 from registry.snapshot import TenantRecord
 from router.auth import bearer_key
+from router.feedback import FeedbackDesk
 from router.gateway import Gateway
 from router.handlers import Undecodable, undecodable
 from router.service import RequestFailed
 
 
 class InferenceServicer(inference_pb2_grpc.InferenceServicer):
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, feedback: FeedbackDesk) -> None:
         self._gateway = gateway
+        self._feedback = feedback
 
     async def _tenant(self, context: ServicerContext) -> TenantRecord:
         try:
@@ -93,6 +95,18 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
         tenant = await self._tenant(context)
         try:
             return self._gateway.get_model(tenant, request.model)
+        except RequestFailed as failed:
+            await abort(context, failed.status)
+            raise
+
+    async def Feedback(
+        self, request: inference_pb2.FeedbackRequest | Undecodable, context: ServicerContext
+    ) -> inference_pb2.FeedbackResponse:
+        tenant = await self._tenant(context)
+        try:
+            if isinstance(request, Undecodable):
+                raise RequestFailed(undecodable(request))
+            return await self._feedback.record(tenant.name, request)
         except RequestFailed as failed:
             await abort(context, failed.status)
             raise

@@ -74,6 +74,23 @@ class RouterSettings(BaseSettings):
     max_tenant_labels: int = Field(default=100, ge=1)
     """Tenants named in metric labels; the rest are counted as ``other``."""
 
+    shadow_max_inflight: int = Field(default=64, ge=1)
+    """Shadow copies one router runs at once; more are skipped (counted), never queued."""
+    shadow_timeout_s: float = Field(default=5.0, gt=0)
+    shadow_rtol: float = Field(default=1e-4, ge=0)
+    """Relative tolerance within which a shadow's outputs match the live ones."""
+    shadow_atol: float = Field(default=1e-5, ge=0)
+
+    feedback_window_s: float = Field(default=3600.0, gt=0)
+    """How long after an answer (on a route that splits traffic) its Feedback is taken."""
+    feedback_max_requests: int = Field(default=200_000, ge=1)
+    """Answers a router remembers for Feedback in its memory (the oldest go first)."""
+    feedback_max_metrics: int = Field(default=8, ge=1)
+    """Distinct metrics one request may get."""
+    feedback_redis_url: str = ""
+    """Redis the routers share answers in, so Feedback reaches any router; empty: the
+    quota's Redis when it has one, else this router's memory."""
+
     def limit_config(self) -> LimitConfig:
         return LimitConfig(
             initial=self.limit_initial,

@@ -87,6 +87,22 @@ class Client(Endpoint):
             raise from_rpc_error(exc) from None
         return list(response.models)
 
+    def feedback(
+        self, request_id: str, metric: str, value: float = 1.0, *, metadata: Metadata | None = None
+    ) -> inference_pb2.FeedbackResponse:
+        """Report an outcome (a click, a conversion, a rating) of an answered request, recorded
+        against the version that served it; once per metric and request."""
+        self._check_open()
+        try:
+            response: inference_pb2.FeedbackResponse = self._stub.Feedback(
+                inference_pb2.FeedbackRequest(request_id=request_id, metric=metric, value=value),
+                metadata=call_metadata(self._metadata, metadata),
+                timeout=self._timeout,
+            )
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return response
+
     def predict(
         self,
         model: str,
@@ -250,6 +266,22 @@ class AsyncClient(Endpoint):
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
         return list(response.models)
+
+    async def feedback(
+        self, request_id: str, metric: str, value: float = 1.0, *, metadata: Metadata | None = None
+    ) -> inference_pb2.FeedbackResponse:
+        """Report an outcome (a click, a conversion, a rating) of an answered request, recorded
+        against the version that served it; once per metric and request."""
+        self._check_open()
+        try:
+            response: inference_pb2.FeedbackResponse = await self._stub.Feedback(
+                inference_pb2.FeedbackRequest(request_id=request_id, metric=metric, value=value),
+                metadata=call_metadata(self._metadata, metadata),
+                timeout=self._timeout,
+            )
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return response
 
     async def predict(
         self,

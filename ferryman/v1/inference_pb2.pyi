@@ -11,6 +11,26 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class FeedbackRequest(_message.Message):
+    __slots__ = ("request_id", "metric", "value")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    METRIC_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    metric: str
+    value: float
+    def __init__(self, request_id: _Optional[str] = ..., metric: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+
+class FeedbackResponse(_message.Message):
+    __slots__ = ("model", "version", "window_s")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_S_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    version: str
+    window_s: float
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., window_s: _Optional[float] = ...) -> None: ...
+
 class GenerateRequest(_message.Message):
     __slots__ = ("request_id", "model", "version", "prompt", "messages", "max_tokens", "sampling", "stop", "user", "priority", "timeout")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]

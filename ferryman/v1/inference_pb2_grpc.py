@@ -59,6 +59,11 @@ class InferenceStub:
                 request_serializer=ferryman_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=ferryman_dot_v1_dot_inference__pb2.GenerateResponse.FromString,
                 _registered_method=True)
+        self.Feedback = channel.unary_unary(
+                '/ferryman.v1.Inference/Feedback',
+                request_serializer=ferryman_dot_v1_dot_inference__pb2.FeedbackRequest.SerializeToString,
+                response_deserializer=ferryman_dot_v1_dot_inference__pb2.FeedbackResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServicer:
@@ -102,6 +107,16 @@ class InferenceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Feedback(self, request, context):
+        """Report an outcome of one of this tenant's answered requests (a click, a conversion,
+        a rating), recorded against the version that served it, for experiments and rollout
+        gates. Requests to models whose route splits traffic over versions are remembered for
+        FeedbackResponse.window_s; each metric is reported once per request.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -129,6 +144,11 @@ def add_InferenceServicer_to_server(servicer, server):
                     servicer.Generate,
                     request_deserializer=ferryman_dot_v1_dot_inference__pb2.GenerateRequest.FromString,
                     response_serializer=ferryman_dot_v1_dot_inference__pb2.GenerateResponse.SerializeToString,
+            ),
+            'Feedback': grpc.unary_unary_rpc_method_handler(
+                    servicer.Feedback,
+                    request_deserializer=ferryman_dot_v1_dot_inference__pb2.FeedbackRequest.FromString,
+                    response_serializer=ferryman_dot_v1_dot_inference__pb2.FeedbackResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -266,6 +286,33 @@ class Inference:
             '/ferryman.v1.Inference/Generate',
             ferryman_dot_v1_dot_inference__pb2.GenerateRequest.SerializeToString,
             ferryman_dot_v1_dot_inference__pb2.GenerateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Feedback(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferryman.v1.Inference/Feedback',
+            ferryman_dot_v1_dot_inference__pb2.FeedbackRequest.SerializeToString,
+            ferryman_dot_v1_dot_inference__pb2.FeedbackResponse.FromString,
             options,
             channel_credentials,
             insecure,
