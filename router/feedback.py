@@ -113,6 +113,10 @@ class RedisServedLog:
             return Served(**json.loads(pending))
         async with asyncio.timeout(REDIS_TIMEOUT_S):
             raw = await self._redis.get(key)
+            if raw is None:
+                # Another router may still hold it for its next flush: look once more after it.
+                await asyncio.sleep(FLUSH_S * 2)
+                raw = await self._redis.get(key)
         return None if raw is None else Served(**json.loads(raw))
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 import typer
 
+from ferryman.canary import SHADOW_COMPARED, shadow_window
 from ferryman.cli.output import JsonFlag, emit, fail, refusals, table
 from ferryman.cli.registry_cmds import reader, writer
+from ferryman.top import scrape
 from registry.validation import parse_weights
 
 route_app = typer.Typer(help="Routes: canary weights, stickiness, fallback, shadow.", no_args_is_help=True)
@@ -75,5 +78,52 @@ def _print_route(model: str, as_json: bool) -> None:
             + (f"{route.shadow_percent}% to {route.shadow_version})" if route.shadow_percent else "-)"),
             ["version", "weight"],
             [[v, f"{w}%"] for v, w in route.targets],
+        ),
+    )
+
+
+@route_app.command("shadow-report")
+def route_shadow_report(
+    model: str,
+    metrics: Annotated[list[str], typer.Option(help="Router metrics URLs (repeat for each router).")],
+    window: Annotated[
+        float, typer.Option(help="Seconds to watch; 0: everything since the routers started.")
+    ] = 0.0,
+    as_json: JsonFlag = False,
+) -> None:
+    """How often each shadow version's answers matched the live ones."""
+    try:
+        before = scrape(metrics) if window > 0 else {}
+        time.sleep(window)
+        after = scrape(metrics)
+    except OSError as exc:
+        fail(f"cannot read metrics: {exc}")
+    versions = sorted(
+        {
+            dict(labels).get("version", "")
+            for (name, labels) in after
+            if name == SHADOW_COMPARED and dict(labels).get("model") == model
+        }
+    )
+    report = []
+    for version in versions:
+        compared, differed = shadow_window(before, after, model, version)
+        rate = differed / compared if compared else None
+        report.append({"version": version, "compared": compared, "differed": differed, "diff_rate": rate})
+    emit(
+        {"model": model, "window_s": window, "shadows": report},
+        as_json,
+        lambda: table(
+            f"shadow traffic of {model}",
+            ["version", "compared", "differed", "diff rate"],
+            [
+                [
+                    r["version"],
+                    f"{r['compared']:g}",
+                    f"{r['differed']:g}",
+                    "-" if r["diff_rate"] is None else f"{r['diff_rate']:.2%}",
+                ]
+                for r in report
+            ],
         ),
     )

@@ -5,13 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from harness import ServiceThread
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from rollout_helpers import CHECK_S
 from router_platform import E2E, run_e2e
 from services import create_postgres_database, drop_postgres_database
 from topology import Topology, run_topology
+
+from registry.reader import RegistryReader
+from registry.rollout.server import serve_rollouts
+from registry.rollout.settings import RolloutSettings
 
 TOPOLOGY_REDIS_DB = 3
 """The topology's routers count quotas in a Redis database of their own: its tenants have
@@ -62,3 +68,15 @@ def spans(span_exporter: InMemorySpanExporter) -> Iterator[InMemorySpanExporter]
     span_exporter.clear()
     yield span_exporter
     span_exporter.clear()
+
+
+@pytest.fixture(scope="session")
+def rollout_controller(e2e: E2E) -> Iterator[RegistryReader]:
+    """A rollout controller on the platform, reading the router's metrics; yields a reader."""
+    settings = RolloutSettings(listen="127.0.0.1:0", router_metrics=[e2e.router_metrics], check_s=CHECK_S)
+    thread = ServiceThread(lambda stop, ready: serve_rollouts(settings, e2e.common, stop, ready), "rollouts")
+    thread.start()
+    try:
+        yield RegistryReader(e2e.writer._engine)
+    finally:
+        thread.stop()

@@ -5,102 +5,34 @@ cold candidate at weight 0 until its node serves it, and pauses when that node g
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 
-import grpc
-import numpy as np
 import pytest
 from batcher_platform import node_main, register, wait_for_replicas
 from harness import ServiceThread
+from rollout_helpers import (
+    CHECK_S,
+    LIVE_OFFSET,
+    MIN_REQUESTS,
+    SETTLE_S,
+    SLOW_MS,
+    Traffic,
+    cli,
+    rollout_events,
+    start,
+    wait_done,
+    wait_state,
+)
 from router_platform import E2E, ECHO_HANDLER
 
 from ferryman.kernel.net import free_port
-from ferryman.tensors import encode
-from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from gpu_node.demo import echo, mlp
 from registry.reader import RegistryReader
-from registry.rollout.server import serve_rollouts
-from registry.rollout.settings import RolloutSettings
 from router.routing import bucket
-
-SENDERS = 8
-USERS_PER_SENDER = 40
-CHECK_S = 0.2
-DWELL_S = 1.5
-MIN_REQUESTS = 20
-STEPS = "20,50,100"
-SETTLE_S = 2.0
-"""After a rollback: the router's next registry refresh, with margin."""
-DONE_S = 90.0
-SLOW_MS = 40
-LIVE_OFFSET = 100.0
-"""Echo traffic's values sit here, above anything warm-up sends: the faulty version fails
-on live inputs only, as a model that passed its warm-up may."""
-
-
-@dataclass
-class Sent:
-    user: str
-    at: float
-    version: str
-    code: str
-
-
-@dataclass
-class Traffic:
-    """Closed-loop requests from sticky users, each user's requests one after another."""
-
-    e2e: E2E
-    model: str
-    width: int
-    offset: float = 0.0
-    stop: threading.Event = field(default_factory=threading.Event)
-    sent: list[Sent] = field(default_factory=list)
-    threads: list[threading.Thread] = field(default_factory=list)
-
-    def __enter__(self) -> Traffic:
-        for i in range(SENDERS):
-            thread = threading.Thread(target=self._send, args=(i,), daemon=True)
-            thread.start()
-            self.threads.append(thread)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=30)
-
-    def _send(self, sender: int) -> None:
-        stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(self.e2e.router))
-        metadata = [("authorization", f"Bearer {self.e2e.keys['acme']}")]
-        rng = np.random.default_rng(sender)
-        users = [f"user-{sender}-{j}" for j in range(USERS_PER_SENDER)]
-        n = 0
-        while not self.stop.is_set():
-            user = users[n % len(users)]
-            n += 1
-            x = (
-                rng.standard_normal((1, self.width), dtype=np.float32) + self.offset
-            )  # distinct: nothing coalesces
-            request = inference_pb2.PredictRequest(
-                model=self.model, user=user, inputs=[common_pb2.NamedTensor(name="input", tensor=encode(x))]
-            )
-            at = time.monotonic()
-            try:
-                reply = stub.Predict(request, metadata=metadata, timeout=30)
-                self.sent.append(Sent(user, at, reply.version, "OK"))
-            except grpc.RpcError as exc:
-                self.sent.append(Sent(user, at, "", exc.code().name))
 
 
 @pytest.fixture(scope="module")
-def controller(e2e: E2E) -> Iterator[RegistryReader]:
+def controller(e2e: E2E, rollout_controller: RegistryReader) -> RegistryReader:
     """The rollout models on every node, and a controller watching the router's metrics."""
     writer, fx = e2e.writer, e2e.common.data_dir / "rollouts"
     mlp_path = e2e.common.data_dir / "artifacts" / "mlp.pt2"
@@ -121,58 +53,9 @@ def controller(e2e: E2E) -> Iterator[RegistryReader]:
         writer, "roll-late", "2", variants["1"], "python", echo.SCHEMA, handler=ECHO_HANDLER, nodes=("rn3",)
     )
     writer.set_route("roll-late", {"1": 100}, sticky="user")
-    reader = RegistryReader(writer._engine)
     keys = {f"roll-mlp:{v}" for v in ("1", "2")} | {f"roll-echo:{v}" for v in variants} | {"roll-late:1"}
-    wait_for_replicas(reader, ("rn1", "rn2"), keys)
-    settings = RolloutSettings(listen="127.0.0.1:0", router_metrics=[e2e.router_metrics], check_s=CHECK_S)
-    thread = ServiceThread(lambda stop, ready: serve_rollouts(settings, e2e.common, stop, ready), "rollouts")
-    thread.start()
-    try:
-        yield reader
-    finally:
-        thread.stop()
-
-
-def wait_done(reader: RegistryReader, model: str, timeout_s: float = DONE_S) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        rollout = reader.rollouts(model, limit=1)[0]
-        if rollout.active_model is None:
-            return rollout.state
-        time.sleep(CHECK_S)
-    rollout = reader.rollouts(model, limit=1)[0]
-    raise AssertionError(f"rollout of {model} still {rollout.state} at step {rollout.step}: {rollout.last_check}")
-
-
-def wait_state(reader: RegistryReader, model: str, state: str, timeout_s: float = DONE_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while reader.rollouts(model, limit=1)[0].state != state:
-        assert time.monotonic() < deadline, reader.rollouts(model, limit=1)[0].state
-        time.sleep(CHECK_S)
-
-
-def cli(e2e: E2E, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "FERRYMAN_DATABASE_URL": e2e.registry_url,
-        "FERRYMAN_DATA_DIR": str(e2e.common.data_dir),
-    }
-    command = [sys.executable, "-m", "ferryman", *args]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
-
-
-def start(e2e: E2E, model: str, to: str) -> None:
-    args = ["rollout", "start", model, "--to", to, "--steps", STEPS, "--dwell", str(DWELL_S)]
-    done = cli(e2e, *args, "--min-requests", str(MIN_REQUESTS), "--json")
-    assert done.returncode == 0, done.stderr
-
-
-def rollout_events(reader: RegistryReader, model: str) -> list[tuple[str, dict[str, object]]]:
-    return [
-        (e.action, e.detail)
-        for e in reversed(reader.audit_events(limit=200))
-        if e.entity == "rollout" and e.entity_key == model
-    ]
+    wait_for_replicas(rollout_controller, ("rn1", "rn2"), keys)
+    return rollout_controller
 
 
 def test_a_healthy_version_is_promoted_and_sticky_users_never_flip_back(
