@@ -161,6 +161,9 @@ def serve_rollouts_cmd(
     router_metrics: Annotated[
         list[str] | None, typer.Option(help="A router's /metrics URL (repeat for each router).")
     ] = None,
+    prometheus_url: Annotated[
+        str | None, typer.Option(help="A Prometheus scraping every router, read instead.")
+    ] = None,
     listen: Annotated[str | None, typer.Option(help="host:port of its health service.")] = None,
     metrics_listen: Annotated[str | None, typer.Option(help="host:port for /metrics.")] = None,
     check_s: Annotated[float | None, typer.Option(help="Seconds between checks of each rollout.")] = None,
@@ -173,6 +176,7 @@ def serve_rollouts_cmd(
     rollout_settings = RolloutSettings(
         **_overrides(
             router_metrics=router_metrics or None,
+            prometheus_url=prometheus_url,
             listen=listen,
             metrics_listen=metrics_listen,
             check_s=check_s,

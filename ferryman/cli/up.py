@@ -250,7 +250,7 @@ def up(
     batcher = f"127.0.0.1:{free_port()}"
     quota_internal = f"127.0.0.1:{free_port()}"
     console_port = free_port()
-    names = ["router", "batcher", *(f"node-{i + 1}" for i in range(nodes))]
+    names = ["router", "batcher", "rollouts", *(f"node-{i + 1}" for i in range(nodes))]
     metrics = {name: f"127.0.0.1:{free_port()}" for name in names}
     # Router worker i serves its metrics on the first worker's port + i.
     base = free_ports(workers)
@@ -292,6 +292,17 @@ def up(
             "router",
             [*router_args, *(["--redis-url", redis_url] if redis_url else [])],
             None if separate_batcher else {"FERRYMAN_BATCHER_METRICS_LISTEN": metrics["batcher"]},
+        )
+        # The rollout controller judges each step from every router worker's metrics.
+        routers = [f"http://{address}/metrics" for n, address in metrics.items() if n.startswith("router")]
+        platform.start(
+            "rollouts",
+            "rollouts",
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--metrics-listen",
+            metrics["rollouts"],
+            *(arg for url in routers for arg in ("--router-metrics", url)),
         )
         console_env = {
             "FERRYMAN_CONSOLE_METRICS_URLS": ",".join(

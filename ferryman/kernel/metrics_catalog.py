@@ -16,6 +16,8 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     "ferryman_router_stale": ("counter", ()),
     "ferryman_router_concurrency_limit": ("gauge", ()),
     "ferryman_auth_failures": ("counter", ("protocol",)),
+    "ferryman_shadow_compared": ("counter", ("model", "version", "result")),
+    "ferryman_shadow_skipped": ("counter", ("model", "version")),
     # batcher
     "ferryman_batch_size": ("histogram", ("model", "version")),
     "ferryman_batch_fill_ratio": ("histogram", ("model", "version")),
@@ -42,6 +44,10 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     "ferryman_generation_sequences": ("gauge", ("model", "version", "state")),
     "ferryman_generation_slots": ("gauge", ("model", "version")),
     "ferryman_generation_preemptions": ("counter", ("model", "version")),
+    # rollout controller
+    "ferryman_rollout_weight": ("gauge", ("model", "baseline", "candidate")),
+    "ferryman_rollout_events": ("counter", ("model", "action")),
+    "ferryman_rollout_checks": ("counter", ("model", "outcome")),
 }
 
 SUFFIXES = {

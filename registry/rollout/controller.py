@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -28,25 +27,18 @@ from ferryman.canary import (
     version_window,
 )
 from ferryman.kernel.telemetry import tracer
-from ferryman.top import Samples, scrape
+from ferryman.top import Samples
 from registry import validation as v
 from registry.reader import RegistryReader
 from registry.rollout.metrics import RolloutMetrics
 from registry.rollout.plan import Action, Decision, Situation, decide
+from registry.rollout.sources import MetricsSource
 from registry.snapshot import heartbeat_age_s
 from registry.states import NodeLifecycle, RolloutState
 from registry.tables import Rollout
 from registry.writer import RegistryWriter
 
 log = logging.getLogger("ferryman.rollout")
-
-MetricsSource = Callable[[], Samples]
-"""Reads the routers' metrics, summed (blocking; the controller calls it in a thread)."""
-
-
-def router_metrics(urls: list[str]) -> MetricsSource:
-    """The metrics source that scrapes these router /metrics URLs."""
-    return lambda: scrape(urls)
 
 
 @dataclass

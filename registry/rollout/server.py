@@ -10,9 +10,10 @@ from ferryman.kernel.config import CommonSettings
 from ferryman.kernel.runtime import ServiceSpec, run_service
 from registry.db import make_engine
 from registry.reader import RegistryReader
-from registry.rollout.controller import RolloutController, router_metrics
+from registry.rollout.controller import RolloutController
 from registry.rollout.metrics import RolloutMetrics
 from registry.rollout.settings import RolloutSettings
+from registry.rollout.sources import prometheus, router_metrics
 from registry.writer import RegistryWriter
 
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -25,8 +26,8 @@ async def serve_rollouts(
     on_ready: Callable[[str], None] | None = None,
 ) -> int:
     """Run the controller until SIGTERM/SIGINT (or, when given, until ``stop`` is set)."""
-    if not settings.router_metrics:
-        raise ValueError("the rollout controller needs the routers' metrics URLs (--router-metrics)")
+    if not settings.router_metrics and not settings.prometheus_url:
+        raise ValueError("the rollout controller reads --router-metrics URLs or a --prometheus-url")
     metrics = RolloutMetrics()
     spec = ServiceSpec(
         name="rollouts",
@@ -43,7 +44,9 @@ async def serve_rollouts(
         controller = RolloutController(
             RegistryWriter(engine, actor="rollout-controller"),
             RegistryReader(engine),
-            router_metrics(settings.router_metrics),
+            prometheus(settings.prometheus_url)
+            if settings.prometheus_url
+            else router_metrics(settings.router_metrics),
             metrics,
             heartbeat_timeout_s=common.heartbeat_timeout_s,
         )

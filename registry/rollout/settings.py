@@ -14,5 +14,8 @@ class RolloutSettings(BaseSettings):
     metrics_listen: str = ""
     router_metrics: list[str] = Field(default_factory=list)
     """Every router's /metrics URL: the analysis sums them (a JSON list in the environment)."""
+    prometheus_url: str = ""
+    """A Prometheus scraping every router: read instead of ``router_metrics`` (on Kubernetes,
+    where routers come and go)."""
     check_s: float = Field(default=1.0, gt=0)
     """How often each rollout is checked."""

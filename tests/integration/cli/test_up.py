@@ -63,7 +63,9 @@ def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path, smollm2_art
         assert curled.returncode == 0, curled.stderr
         assert len(json.loads(curled.stdout)["data"][0]["embedding"]) == 384, "the printed curl line works"
         assert info["http"] in info["curl"]
-        assert set(info["metrics"]) == {"router", "batcher", "node-1"}
+        assert set(info["metrics"]) == {"router", "batcher", "rollouts", "node-1"}
+        assert "rollouts" in info["pids"]  # the rollout controller runs beside the router
+        assert any(name == "process_cpu_seconds_total" for name, _ in scrape(info["metrics"]["rollouts"]))
         # Sized to this host: every core but the services' share for the one node's torch
         # threads; the batcher inside the router.
         assert info["tuning"]["batcher"] == "in the router process"

@@ -2,7 +2,8 @@
 the version that served each request, the report compares versions with intervals and a
 rollout gated on the outcome promotes the better version; Feedback is bounded and only the
 requesting tenant can report; routers sharing Redis take each other's feedback; shadow
-traffic is compared with live answers without being charged or counted as the tenant's."""
+traffic is compared with live answers without being charged or counted as the tenant's;
+a real Prometheus gives the rollout controller the same figures as the routers."""
 
 from __future__ import annotations
 
@@ -10,20 +11,24 @@ import json
 import random
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 import numpy as np
 import pytest
 from batcher_platform import register, wait_for_replicas
+from prometheus_server import SCRAPE_INTERVAL_S, run_prometheus
 from rollout_helpers import LIVE_OFFSET, Traffic, cli, start, wait_done
 from router_platform import E2E, ECHO_HANDLER
 
+from ferryman.canary import version_window
 from ferryman.sdk import Client, FerrymanError
 from ferryman.top import scrape
 from ferryman.v1 import inference_pb2, inference_pb2_grpc
 from gpu_node.demo import echo
 from registry.reader import RegistryReader
+from registry.rollout.sources import prometheus, router_metrics
 from router.quota.settings import QuotaSettings
 
 RATES = {"a": 0.1, "b": 0.5}
@@ -206,3 +211,17 @@ def tenant_requests(e2e: E2E, model: str) -> float:
         for (name, labels), value in scrape([e2e.router_metrics]).items()
         if name == "ferryman_requests_total" and dict(labels).get("model") == model
     )
+
+
+def test_prometheus_gives_the_rollout_controller_the_same_sums_as_the_routers(
+    e2e: E2E, experiments: RegistryReader, tmp_path: Path
+) -> None:
+    target = e2e.router_metrics.removeprefix("http://").removesuffix("/metrics")
+    with run_prometheus(tmp_path / "prometheus", [target]) as url:
+        with Traffic(e2e, "shadowed", echo.WIDTH, LIVE_OFFSET):
+            time.sleep(1.0)
+        time.sleep(SCRAPE_INTERVAL_S * 4)  # a scrape after the last request
+        direct, queried = router_metrics([e2e.router_metrics])(), prometheus(url)()
+    window = version_window({}, queried, "shadowed", "1")
+    assert window.requests > 0
+    assert window == version_window({}, direct, "shadowed", "1")

@@ -205,9 +205,13 @@ def pods(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_internal_apis_are_reachable_only_by_their_callers() -> None:
     docs = render(ALL_ON)
     policies = {d["metadata"]["name"]: d["spec"] for d in by_kind(docs, "NetworkPolicy")}
-    assert set(policies) == {"fm-ferryman-router", "fm-ferryman-batcher", "fm-ferryman-quota"} | {
-        f"fm-ferryman-node-{pool}" for pool in ("gpu", "cpu")
-    }
+    assert set(policies) == {
+        "fm-ferryman-router",
+        "fm-ferryman-batcher",
+        "fm-ferryman-quota",
+        "fm-ferryman-rollouts",
+    } | {f"fm-ferryman-node-{pool}" for pool in ("gpu", "cpu")}
+    assert policies["fm-ferryman-rollouts"]["ingress"] == [{"ports": [{"port": "metrics"}]}]  # serves no API
 
     def callers(name: str) -> set[str]:
         (internal, _metrics) = policies[name]["ingress"]
@@ -221,6 +225,18 @@ def test_internal_apis_are_reachable_only_by_their_callers() -> None:
     assert "from" not in tenants  # tenants come from anywhere, to the gRPC and HTTP doors
     assert {"port": "grpc"} in tenants["ports"] and {"port": "http"} in tenants["ports"]
     assert not by_kind(render({**DEFAULTS, "networkPolicy": {"enabled": False}}), "NetworkPolicy")
+
+
+def test_one_rollout_controller_reads_the_routers_from_prometheus(manifests: list[dict[str, Any]]) -> None:
+    (controller,) = [
+        d for d in by_kind(manifests, "Deployment") if d["metadata"]["name"] == "fm-ferryman-rollouts"
+    ]
+    assert controller["spec"]["replicas"] == 1  # a second would only race the first
+    (container,) = containers(controller)
+    assert container["args"][:2] == ["serve", "rollouts"]
+    assert container["args"][container["args"].index("--prometheus-url") + 1].startswith("http")
+    disabled = render({**DEFAULTS, "rollouts": {"enabled": False}})
+    assert not [d for d in disabled if d["metadata"]["name"].endswith("-rollouts")]
 
 
 def test_the_router_serves_its_http_doors(manifests: list[dict[str, Any]]) -> None:

@@ -18,7 +18,8 @@ RECORDED = re.compile(r"\bferryman:[a-z0-9_:]+")
 def dashboard_exprs(path: Path) -> list[str]:
     board = json.loads(path.read_text())
     assert board["uid"] and board["title"] and board["panels"]
-    return [target["expr"] for panel in board["panels"] for target in panel["targets"]]
+    panels = [target["expr"] for panel in board["panels"] for target in panel["targets"]]
+    return panels + [a["expr"] for a in board.get("annotations", {}).get("list", [])]
 
 
 def test_dashboards_parse_and_use_catalog_metrics_only() -> None:
@@ -62,6 +63,14 @@ def test_alert_rules_parse_and_use_catalog_metrics_only() -> None:
 
 CODE_MATCHER = re.compile(r'code(!~|!=|=~|=)"([^"]*)"')
 FIXED_RANGE = re.compile(r"\[(\d+[smh])\]")
+
+
+def test_the_canary_dashboard_marks_rollout_steps() -> None:
+    board = json.loads((CHART / "dashboards" / "ferryman-canary.json").read_text())
+    (steps,) = board["annotations"]["list"]
+    assert "ferryman_rollout_events_total" in steps["expr"] and steps["enable"]
+    titles = {panel["title"] for panel in board["panels"]}
+    assert {"Rollout: candidate weight", "Shadow answers that differ from the live ones"} <= titles
 
 
 def test_dashboards_count_errors_as_the_alert_rules_do() -> None:
