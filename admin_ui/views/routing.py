@@ -1,4 +1,5 @@
-"""Routing: weights per version (summing to 100), stickiness, fallback; promote and roll back."""
+"""Routing: weights per version (summing to 100), stickiness, fallback; promote and roll back;
+the model's rollout."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 import streamlit as st
 
 from admin_ui.context import Console
+from admin_ui.views import rollouts
 from ferryman.top import latency_buckets, quantile, scrape, totals
 from registry.validation import RegistryError
 
@@ -93,6 +95,7 @@ def render(ctx: Console) -> None:
                 st.error(str(exc))
                 return
             _saved(model, "rolled back to the previous weights")
+    rollouts.render(ctx, model, route, versions)
 
 
 def apply(ctx: Console, model: str, weights: dict[str, int], sticky: str, fallback: str) -> None:

@@ -189,3 +189,33 @@ def test_model_descriptions_are_plain_text(
     assert hostile in [t.value for t in at.text]  # shown as typed, never rendered as markdown
     assert not any("tracker.invalid" in m.value for m in at.markdown)
     assert not any("tracker.invalid" in c.value for c in at.caption)
+
+
+def test_a_rollout_starts_shows_its_verdict_and_pauses_resumes_and_aborts(
+    registry: tuple[RegistryWriter, RegistryReader],
+) -> None:
+    writer, reader = registry
+    at = open_page(logged_in(), "Routing")
+    at.selectbox(key="rollout_candidate").set_value("2")
+    at.text_input(key="rollout_steps").input("10,50,100")
+    at.number_input(key="rollout_dwell").set_value(5.0)
+    at.button(key="rollout_start").click().run()
+    assert not at.exception, at.exception
+    (rollout,) = reader.rollouts("mlp")
+    assert (rollout.state, rollout.steps, rollout.dwell_s) == ("WARMING", [10, 50, 100], 5.0)
+    writer.weigh_rollout("mlp", ["n1"], step=0)  # what the controller does once v2 is warm
+    check = {"outcome": "inconclusive", "reasons": ["too few requests (3 canary, 40 baseline; 50 each)"]}
+    writer.record_rollout_check("mlp", {**check, "numbers": {"canary_requests": 3.0, "canary_p99_ms": None}})
+    at.run()
+    shown = " ".join(str(m.value) for m in at.metric)
+    assert "RUNNING" in shown and "10%" in shown and "1 of 3" in shown
+    assert "too few requests" in at.info[0].value
+    at.button(key="rollout_pause").click().run()
+    assert reader.rollouts("mlp")[0].state == "PAUSED"
+    assert dict(reader.route("mlp").targets) == {"1": 90, "2": 10}  # type: ignore[union-attr]
+    at.button(key="rollout_resume").click().run()
+    assert reader.rollouts("mlp")[0].state == "WARMING"
+    at.button(key="rollout_abort").click().run()
+    assert reader.rollouts("mlp")[0].state == "ABORTED"
+    assert dict(reader.route("mlp").targets) == {"1": 100, "2": 0}  # type: ignore[union-attr]
+    assert reader.audit_events(limit=1)[0].actor == "console"
