@@ -20,12 +20,17 @@ REFRESH_S = 2.0
 FULL = 100
 
 
+def running(ctx: Console, model: str) -> bool:
+    """Whether the model has an unfinished rollout."""
+    found = ctx.reader.rollouts(model, limit=1)
+    return bool(found) and RolloutState(found[0].state) not in ROLLOUT_FINISHED
+
+
 def render(ctx: Console, model: str, route: RouteView | None, versions: list[str]) -> None:
     """The rollout panel of ``model`` (its latest rollout, live), or the form to start one."""
     st.subheader("Rollout")
     live_panel(ctx, model)
-    found = ctx.reader.rollouts(model, limit=1)
-    if found and RolloutState(found[0].state) not in ROLLOUT_FINISHED:
+    if running(ctx, model):
         return
     live = [v for v, w in route.targets if w > 0] if route else []
     if len(live) != 1:

@@ -54,6 +54,12 @@ def render(ctx: Console) -> None:
     route = ctx.reader.route(model)
     versions = [v.version for v in ctx.reader.versions(model) if v.status != "RETIRED"]
     current = dict(route.targets) if route else {}
+    if rollouts.running(ctx, model):
+        # Its weights move with the rollout: the route is not the operator's to set meanwhile.
+        rollouts.render(ctx, model, route, versions)
+        if route:
+            st.caption("current: " + ", ".join(f"v{v} {w}%" for v, w in route.targets))
+        return
     health = version_health(ctx, model)
     with st.form("route_form"):
         weights = {}

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from services import unavailable
 
+from ferryman.canary import Gates
 from ferryman.kernel.net import free_port
 from registry.db import make_engine
 from registry.migrate import upgrade
@@ -58,13 +59,28 @@ def seed(url: str, root: Path) -> None:
                 description="demo MLP",
             )
         )
-    writer.set_route("mlp", {"1": 90, "2": 10}, sticky="user")
+    writer.set_route("mlp", {"1": 100}, sticky="user")
     for tenant in ("acme", "globex"):
         writer.create_tenant(tenant)
     writer.set_quota("acme", QuotaLimits(rpm=600, tpm=100000, cost_per_day_usd=5.0, burst=50))
     writer.register_node("node-1", "127.0.0.1:1", device="cpu", capacity=2)
     writer.set_node_lifecycle("node-1", "READY")
     writer.heartbeat("node-1", ["mlp:1", "mlp:2"])
+    # A rollout at its second step, as the controller leaves it after a passing first one.
+    writer.start_rollout("mlp", "2", steps=[5, 25, 50, 100], dwell_s=120, gates=Gates(min_requests=50))
+    writer.weigh_rollout("mlp", ["node-1"], step=0)
+    verdict = {
+        "outcome": "inconclusive",
+        "reasons": ["too few requests (31 canary, 94 baseline; 50 each)"],
+        "numbers": {
+            "baseline_requests": 94.0,
+            "canary_requests": 31.0,
+            "baseline_p99_ms": 18.2,
+            "canary_p99_ms": 17.9,
+        },
+    }
+    writer.advance_rollout("mlp", {**verdict, "outcome": "pass"}, step=0)
+    writer.record_rollout_check("mlp", {"action": "wait", "reason": verdict["reasons"][0], **verdict})
     writer.record_dead_letter(
         DeadLetter(
             model="mlp",
@@ -144,6 +160,9 @@ def test_every_page_in_a_real_browser(console_url: str, tmp_path: Path) -> None:
             expect(page.get_by_role("heading", name=name, exact=True)).to_be_visible(timeout=30_000)
             settle(page)
             assert page.get_by_test_id("stException").count() == 0, f"{name} shows an exception"
+            if name == "Routing":  # the rollout, live
+                expect(page.get_by_text("RUNNING", exact=True)).to_be_visible(timeout=10_000)
+                expect(page.get_by_text("25%", exact=True)).to_be_visible()
             page.screenshot(path=str(shots / f"{name.lower().replace(' ', '-')}.png"), full_page=True)
         browser.close()
     assert len(list(shots.glob("*.png"))) == len(PAGES)
