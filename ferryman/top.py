@@ -72,14 +72,20 @@ def quantile(buckets: dict[float, float], q: float) -> float:
     return lower
 
 
+LATENCY = "ferryman_request_latency_seconds"
+SERVICE = "ferryman_request_service_seconds"
+
+
 def latency_buckets(
-    samples: Samples, by: str = "model", where: dict[str, str] | None = None
+    samples: Samples, by: str = "model", where: dict[str, str] | None = None, metric: str = LATENCY
 ) -> dict[str, dict[float, float]]:
-    """The router's cumulative latency buckets (upper bound -> count), grouped by one label."""
+    """A router latency histogram's cumulative buckets (upper bound -> count), grouped by one
+    label: end to end (``LATENCY``) or less the queue wait (``SERVICE``)."""
     out: dict[str, dict[float, float]] = {}
+    bucket_name = f"{metric}_bucket"
     for (sample, labels), value in samples.items():
         fields = dict(labels)
-        if sample != "ferryman_request_latency_seconds_bucket":
+        if sample != bucket_name:
             continue
         if where and any(fields.get(k) != v for k, v in where.items()):
             continue

@@ -286,6 +286,10 @@ class Gateway:
                 }
             )
             self._metrics.observe(tenant.name, response.model, response.version, "OK", protocol, elapsed)
+            queued = response.timing.queue.ToNanoseconds() / 1e9
+            self._metrics.child(self._metrics.service, response.model, response.version).observe(
+                elapsed - queued
+            )
             self._statistics.answered(tenant.name, response, elapsed)
             log_request(tenant.name, response.model, response.version, response.request_id, "OK", elapsed)
         if self._on_answer:

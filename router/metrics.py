@@ -31,6 +31,15 @@ class RouterMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.service = Histogram(
+            "ferryman_request_service_seconds",
+            "Time from arrival to answer at the router, less the wait in the batcher's queue, of "
+            "answered requests: what a version itself costs, whatever share of traffic it gets "
+            "(a canary with a small share waits longer for its batches to fill).",
+            ["model", "version"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.quota_decisions = Counter(
             "ferryman_quota_decisions",
             "Quota verdicts, by decision.",

@@ -7,6 +7,7 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     # router
     "ferryman_requests": ("counter", ("tenant", "model", "version", "code", "protocol")),
     "ferryman_request_latency_seconds": ("histogram", ("tenant", "model", "version", "code", "protocol")),
+    "ferryman_request_service_seconds": ("histogram", ("model", "version")),
     "ferryman_quota_decisions": ("counter", ("tenant", "decision")),
     "ferryman_fallbacks": ("counter", ("tenant", "model")),
     "ferryman_tokens": ("counter", ("tenant", "model", "direction")),

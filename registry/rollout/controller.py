@@ -33,6 +33,7 @@ from registry.reader import RegistryReader
 from registry.rollout.metrics import RolloutMetrics
 from registry.rollout.plan import Action, Decision, Situation, decide
 from registry.rollout.sources import MetricsSource
+from registry.rollout.status import candidate_weight
 from registry.snapshot import heartbeat_age_s
 from registry.states import NodeLifecycle, RolloutState
 from registry.tables import Rollout
@@ -162,6 +163,10 @@ class RolloutController:
         machine refuses ours) and the next check starts from it."""
         model, verdict = rollout.model, situation.verdict
         detail: dict[str, Any] = verdict.as_dict() if verdict is not None else {}
+        check = {"action": decision.action.value, "reason": decision.reason, "at": _now_iso(), **detail}
+        # Before the transition: a finished rollout takes no more checks, and its last one
+        # should be the verdict that ended it.
+        self._writer.record_rollout_check(model, check)
         try:
             if decision.action == Action.WEIGH:
                 rollout = self._writer.weigh_rollout(
@@ -176,15 +181,11 @@ class RolloutController:
         except v.RegistryError as exc:
             log.info("rollout of %s moved meanwhile: %s", model, exc)
             return
-        weight = rollout.steps[rollout.step] if rollout.state == RolloutState.RUNNING else 0
-        if rollout.state == RolloutState.PROMOTED:
-            weight = 100
+        weight = candidate_weight(rollout)
         self._metrics.weight.labels(model, rollout.baseline, rollout.candidate).set(weight)
         if verdict is not None:
             self._metrics.checks.labels(model, verdict.outcome.value).inc()
-        check = {"action": decision.action.value, "reason": decision.reason, "at": _now_iso(), **detail}
         if decision.action == Action.WAIT:
-            self._writer.record_rollout_check(model, check)
             return
         self._metrics.events.labels(model, decision.action.value).inc()
         with self._tracer.start_as_current_span(f"rollout.{decision.action.value}") as span:
@@ -208,7 +209,6 @@ class RolloutController:
                 decision.reason,
                 extra={"fields": {"model": model, "state": rollout.state, "weight": weight, "check": check}},
             )
-        self._writer.record_rollout_check(model, check)
 
 
 def _started(rollout: Rollout) -> str:

@@ -11,12 +11,17 @@ import urllib.request
 from collections.abc import Callable
 
 from ferryman.canary import SHADOW_COMPARED
-from ferryman.top import SCRAPE_TIMEOUT_S, Samples, scrape
+from ferryman.top import LATENCY, SCRAPE_TIMEOUT_S, SERVICE, Samples, scrape
 
 MetricsSource = Callable[[], Samples]
 """Reads the routers' metrics, summed (blocking; the controller calls it in a thread)."""
 
-ANALYSED = ("ferryman_requests_total", "ferryman_request_latency_seconds_bucket", SHADOW_COMPARED)
+ANALYSED = (
+    "ferryman_requests_total",
+    f"{LATENCY}_bucket",
+    f"{SERVICE}_bucket",
+    SHADOW_COMPARED,
+)
 LABELS = ("model", "version", "code", "le", "result")
 """What the analysis reads of those series; tenants and doors are summed away."""
 

@@ -69,7 +69,7 @@ def seed(url: str, root: Path) -> None:
     # A rollout at its second step, as the controller leaves it after a passing first one.
     writer.start_rollout("mlp", "2", steps=[5, 25, 50, 100], dwell_s=120, gates=Gates(min_requests=50))
     writer.weigh_rollout("mlp", ["node-1"], step=0)
-    verdict = {
+    verdict: dict[str, Any] = {
         "outcome": "inconclusive",
         "reasons": ["too few requests (31 canary, 94 baseline; 50 each)"],
         "numbers": {

@@ -22,7 +22,9 @@ WINDOW_S = 4.0
 SENDERS = 8
 
 
-def traffic(e2e: E2E, model: str, versions: tuple[str, str], width: int, stop: threading.Event) -> None:
+def traffic(
+    e2e: E2E, model: str, versions: tuple[str, str], width: int, stop: threading.Event
+) -> list[threading.Thread]:
     """Closed-loop requests pinned to each of ``versions``, SENDERS at a time, until ``stop``."""
     stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(e2e.router))
     metadata = [("authorization", f"Bearer {e2e.keys['acme']}")]
@@ -43,11 +45,12 @@ def traffic(e2e: E2E, model: str, versions: tuple[str, str], width: int, stop: t
     ]
     for t in threads:
         t.start()
+    return threads
 
 
 def judged(e2e: E2E, model: str, baseline: str, canary: str, width: int) -> tuple[int, dict[str, Any]]:
     stop = threading.Event()
-    traffic(e2e, model, (baseline, canary), width, stop)
+    senders = traffic(e2e, model, (baseline, canary), width, stop)
     try:
         command = [sys.executable, "-m", "ferryman", "canary", model, "--baseline", baseline]
         command += ["--canary", canary, "--metrics", e2e.router_metrics, "--window", str(WINDOW_S)]
@@ -55,6 +58,8 @@ def judged(e2e: E2E, model: str, baseline: str, canary: str, width: int) -> tupl
         ran = subprocess.run(command, capture_output=True, text=True, timeout=60)
     finally:
         stop.set()
+        for sender in senders:  # no request of ours lands in a later test's window
+            sender.join(timeout=30)
     return ran.returncode, json.loads(ran.stdout)
 
 

@@ -16,7 +16,8 @@ def histogram(latencies: list[float]) -> dict[float, float]:
 
 
 def window(latencies: list[float], errors: int = 0) -> VersionWindow:
-    return VersionWindow(requests=len(latencies), server_errors=errors, latency=histogram(latencies))
+    buckets = histogram(latencies)
+    return VersionWindow(requests=len(latencies), server_errors=errors, latency=buckets, service=buckets)
 
 
 def draws(seed: int, n: int, median_s: float) -> list[float]:
