@@ -227,14 +227,17 @@ class VersionQueue:
         slots), and the slot policy."""
         limit = self._directory.slots_per_replica(self.version_key)
         tenants = self._contenders(self.version_key) | self._tenant_rows.keys()
+        background = self._fair.background
         policy = SlotPolicy(
             limit=limit,
             caps={t: self._fair.slot_cap(t, limit, now) for t in tenants},
             idle=frozenset(self._fair.active(now) - tenants),
+            background=background,
+            contended=bool(tenants - background),
         )
         blocked = self._directory.blocked(self.version_key, policy, tenants)
         ledger = self._fair.view()
-        behind = outranked(free_slots, {t: ledger.tag(t) for t in tenants - blocked})
+        behind = outranked(free_slots, {t: ledger.tag(t) for t in tenants - blocked - background})
         self.deferred = bool(behind & self._tenant_rows.keys())
         return self._fair.view(blocked | behind), policy
 

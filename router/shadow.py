@@ -3,9 +3,10 @@ version, whose answer goes to nobody and is compared with the live one
 (``ferryman_shadow_compared_total``, what rollouts' ``max_diff_rate`` gate reads).
 
 A shadow is never charged (no quota call), never coalesced with or cached for real items,
-runs at the lowest priority under its own tenant scope in the batcher, with a short
-deadline, and at most ``shadow_max_inflight`` at once per router: past that it is skipped,
-so mirroring sheds before it could slow real traffic.
+and runs in the batcher under its own background scope (``ferryman.scopes``): only in
+capacity tenants leave, with a short deadline, and at most ``shadow_max_inflight`` at once
+per router. Past that bound, or when no capacity came in time, it is skipped (counted), so
+mirroring sheds before it could slow real traffic.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import random
 import uuid
 from collections.abc import Callable
 
+import grpc
 import numpy as np
 
 from ferryman.canary import SHADOW_SAME
+from ferryman.scopes import SHADOW_SCOPE
 from ferryman.tensors import decode
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
 from registry.snapshot import RouteRecord, TenantRecord
@@ -30,9 +33,16 @@ log = logging.getLogger("ferryman.router.shadow")
 DIFFER = "differ"
 FAILED = "failed"
 PERCENT = 100
-SHADOW_SCOPE = "~shadow"
-"""The batcher's tenant for shadow items: their own fair share and coalescing scope (no
-tenant name can take it), so a tenant's shadows never use its own share."""
+NO_ROOM = frozenset(
+    code.value[0]
+    for code in (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+    )
+)
+"""A shadow refused or expired for want of capacity (or a replica): skipped, not failed."""
 
 
 def same_outputs(
@@ -111,16 +121,24 @@ class Shadower:
             shadow=True,
         )
         timeout_s = self._settings.shadow_timeout_s
-        outcome = FAILED
         try:
             deadline = asyncio.get_running_loop().time() + timeout_s
             result = await self._batchers.submit(set_deadline(item, timeout_s), deadline)
-            if result.status.code == 0:
-                live, shadow = list(response.outputs), list(result.outputs)
-                same = same_outputs(live, shadow, self._settings.shadow_rtol, self._settings.shadow_atol)
-                outcome = SHADOW_SAME if same else DIFFER
+        except TimeoutError:
+            result = batcher_pb2.ItemResult(status={"code": grpc.StatusCode.DEADLINE_EXCEEDED.value[0]})
         except Exception:  # a shadow must never hurt the router: count it and go on
             log.debug("shadow of %s:%s failed", model, version, exc_info=True)
+            result = batcher_pb2.ItemResult(status={"code": grpc.StatusCode.INTERNAL.value[0]})
+        if result.status.code in NO_ROOM:
+            # Shadows run only in capacity tenants leave: none came in time. Unmeasured, not a
+            # difference.
+            self._metrics.child(self._metrics.shadow_skipped, model, version).inc()
+            return
+        outcome = FAILED
+        if result.status.code == 0:
+            live, shadow = list(response.outputs), list(result.outputs)
+            same = same_outputs(live, shadow, self._settings.shadow_rtol, self._settings.shadow_atol)
+            outcome = SHADOW_SAME if same else DIFFER
         self._metrics.child(self._metrics.shadow_compared, model, version, outcome).inc()
 
     async def close(self) -> None:

@@ -7,13 +7,14 @@ import asyncio
 
 import numpy as np
 
+from ferryman.scopes import SHADOW_SCOPE
 from ferryman.tensors import encode
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
 from registry.snapshot import RouteRecord, TenantRecord
 from router.feedback import MemoryServedLog, Served, check
 from router.metrics import RouterMetrics
 from router.settings import RouterSettings
-from router.shadow import SHADOW_SCOPE, Shadower, same_outputs
+from router.shadow import Shadower, same_outputs
 
 TENANT = TenantRecord("acme", 2, frozenset(), False)
 SERVED = Served("m", "2", 97)
@@ -62,16 +63,19 @@ def test_answers_compare_within_tolerance_by_name_and_shape() -> None:
 class FakeBatchers:
     """Answers each item with ``answer`` after ``delay_s``; keeps what it was sent."""
 
-    def __init__(self, answer: list[float] | None, delay_s: float = 0.0) -> None:
+    def __init__(self, answer: list[float] | None, delay_s: float = 0.0, code: int = 13) -> None:
         self.answer = answer
         self.delay_s = delay_s
+        self.code = code
         self.items: list[batcher_pb2.SubmitItem] = []
 
     async def submit(self, item: batcher_pb2.SubmitItem, deadline: float) -> batcher_pb2.ItemResult:
         self.items.append(item)
         await asyncio.sleep(self.delay_s)
         if self.answer is None:
-            return batcher_pb2.ItemResult(request_id=item.request_id, status={"code": 13, "message": "boom"})
+            return batcher_pb2.ItemResult(
+                request_id=item.request_id, status={"code": self.code, "message": "boom"}
+            )
         return batcher_pb2.ItemResult(request_id=item.request_id, outputs=[tensor(self.answer)])
 
 
@@ -128,6 +132,12 @@ def test_differing_and_failing_shadows_are_counted_as_such() -> None:
         counted(run_shadows(FakeBatchers(None), 100, 10), "ferryman_shadow_compared_total", result="failed")
         == 10
     )
+
+
+def test_shadows_no_capacity_came_for_are_skipped_not_failed() -> None:
+    expired = run_shadows(FakeBatchers(None, code=4), 100, 10)  # DEADLINE_EXCEEDED in the queue
+    assert counted(expired, "ferryman_shadow_skipped_total") == 10
+    assert counted(expired, "ferryman_shadow_compared_total", result="failed") == 0
 
 
 def test_shadows_past_the_bound_are_skipped_not_queued_and_fallbacks_are_not_mirrored() -> None:
