@@ -66,6 +66,8 @@ class Running:
     http: str
     """The router's HTTP doors (host:port)."""
     router_pid: int
+    registry_url: str
+    """The platform's registry (a scenario may change routes while it runs)."""
 
 
 ECHO = "gpu_node.demo.echo:EchoHandler"
@@ -157,6 +159,7 @@ def ferryman(spec: PlatformSpec) -> Iterator[Running]:
                 pids=[p.pid for _, p in platform.processes],
                 http=http,
                 router_pid=next(p.pid for name, p in platform.processes if name == "router"),
+                registry_url=url,
             )
         finally:
             platform.stop()
