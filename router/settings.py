@@ -83,7 +83,7 @@ class RouterSettings(BaseSettings):
 
     feedback_window_s: float = Field(default=3600.0, gt=0)
     """How long after an answer (on a route that splits traffic) its Feedback is taken."""
-    feedback_max_requests: int = Field(default=200_000, ge=1)
+    feedback_max_requests: int = Field(default=100_000, ge=1)
     """Answers a router remembers for Feedback in its memory (the oldest go first)."""
     feedback_max_metrics: int = Field(default=8, ge=1)
     """Distinct metrics one request may get."""
