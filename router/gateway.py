@@ -23,15 +23,15 @@ from ferryman.kernel.logs import log_request
 from ferryman.kernel.telemetry import current_span, tracer
 from ferryman.v1 import common_pb2, inference_pb2
 from registry.cache import SnapshotCache
-from registry.snapshot import RouteRecord, TenantRecord, VersionRecord
+from registry.snapshot import RouteRecord, TenantRecord
 from router.auth import authenticate
-from router.bounds import clip
+from router.catalog import ModelCatalog
 from router.door_limit import DoorLimit
 from router.generation import Generator
 from router.handlers import Undecodable, undecodable
 from router.metrics import RouterMetrics
 from router.routing import Choice
-from router.service import RequestFailed, RouterService, fail, unknown_model
+from router.service import RequestFailed, RouterService, fail
 from router.settings import RouterSettings
 from router.spans import Door, Protocol, failure_attributes, grpc_door, is_server_fault, server_address
 from router.statistics import Statistics, VersionStats
@@ -99,6 +99,8 @@ class Gateway:
         self._tracer = tracer("ferryman.router")
         self._statistics = Statistics()
         self._door = DoorLimit(settings, metrics)
+        self.catalog = ModelCatalog(cache)
+        """The models, versions and readiness a tenant may see (what doors describe)."""
         self._server = {False: server_address(settings.listen), True: server_address(settings.http_listen)}
         """Span attributes of the port each kind of door listens on (gRPC: False, HTTP: True)."""
 
@@ -369,46 +371,6 @@ class Gateway:
             for task in running:
                 task.cancel()
 
-    def list_models(self, tenant: TenantRecord) -> inference_pb2.ListModelsResponse:
-        snapshot = self._cache.snapshot
-        visible = [n for n in sorted(snapshot.routes) if snapshot.may_use(tenant, n)]
-        return inference_pb2.ListModelsResponse(models=[self._model_info(n) for n in visible])
-
-    def get_model(self, tenant: TenantRecord, model: str) -> inference_pb2.ModelInfo:
-        """A model the tenant may use (unknown and forbidden ones raise alike)."""
-        self._route(tenant, model)
-        return self._model_info(model)
-
-    def _route(self, tenant: TenantRecord, model: str) -> RouteRecord:
-        """The route of a model the tenant may use (unknown and forbidden ones raise alike)."""
-        snapshot = self._cache.snapshot
-        route = snapshot.routes.get(model)
-        if route is None or not snapshot.may_use(tenant, model):
-            raise unknown_model(model)
-        return route
-
-    def version(self, tenant: TenantRecord, model: str, version: str = "") -> VersionRecord:
-        """A visible version of a model the tenant may use; empty ``version``: the one the
-        route sends most traffic to. Straight from the snapshot: doors ask it per request."""
-        route = self._route(tenant, model)
-        if not version:
-            version = max(route.targets, key=lambda target: target[1], default=("", 0))[0]
-        record = self._cache.snapshot.versions.get(f"{model}:{version}")
-        if record is None or record.status not in ("ACTIVE", "DEPRECATED"):
-            raise fail(
-                grpc.StatusCode.NOT_FOUND,
-                f"unknown version {clip(model)}:{clip(version)}",
-                Reason.UNKNOWN_VERSION,
-            )
-        return record
-
-    def ready(self, tenant: TenantRecord, model: str, version: str = "") -> bool:
-        """Whether a replica serves the version (empty: any version the route sends traffic to)."""
-        route = self._route(tenant, model)
-        if version:
-            return self._cache.is_ready(model, self.version(tenant, model, version).version)
-        return any(self._cache.is_ready(model, v) for v, weight in route.targets if weight > 0)
-
     @property
     def max_message_bytes(self) -> int:
         """The largest request a door accepts."""
@@ -421,26 +383,5 @@ class Gateway:
 
     def statistics(self, tenant: TenantRecord, model: str) -> dict[str, VersionStats]:
         """The tenant's own request statistics of a model it may use, by version."""
-        self.get_model(tenant, model)
+        self.catalog.get_model(tenant, model)
         return self._statistics.of(tenant.name, model)
-
-    def _model_info(self, model: str) -> inference_pb2.ModelInfo:
-        snapshot = self._cache.snapshot
-        route = snapshot.routes[model]
-        weights = dict(route.targets)
-        versions = [
-            inference_pb2.VersionInfo(
-                version=v.version,
-                status=v.status,
-                weight=weights.get(v.version, 0),
-                schema=v.schema.to_proto(),
-            )
-            for key, v in sorted(snapshot.versions.items())
-            if v.model == model and v.status in ("ACTIVE", "DEPRECATED")
-        ]
-        return inference_pb2.ModelInfo(
-            name=model,
-            description=snapshot.descriptions.get(model, ""),
-            versions=versions,
-            fallback=route.fallback,
-        )

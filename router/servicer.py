@@ -87,14 +87,14 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
     async def ListModels(
         self, request: inference_pb2.ListModelsRequest, context: ServicerContext
     ) -> inference_pb2.ListModelsResponse:
-        return self._gateway.list_models(await self._tenant(context))
+        return self._gateway.catalog.list_models(await self._tenant(context))
 
     async def GetModel(
         self, request: inference_pb2.GetModelRequest, context: ServicerContext
     ) -> inference_pb2.ModelInfo:
         tenant = await self._tenant(context)
         try:
-            return self._gateway.get_model(tenant, request.model)
+            return self._gateway.catalog.get_model(tenant, request.model)
         except RequestFailed as failed:
             await abort(context, failed.status)
             raise

@@ -124,7 +124,7 @@ async def server_metadata() -> dict[str, Any]:
 @router.get("/models/{model}/versions/{version}/stats", summary="Triton's statistics of one version.")
 async def model_stats(caller: Authenticated, model: str = "", version: str = "") -> dict[str, Any]:
     gateway = caller.gateway
-    models = [model] if model else [m.name for m in gateway.list_models(caller.tenant).models]
+    models = [model] if model else [m.name for m in gateway.catalog.list_models(caller.tenant).models]
     entries = [
         plain(entry)
         for name in models
@@ -137,21 +137,21 @@ async def model_stats(caller: Authenticated, model: str = "", version: str = "")
 @router.get("/models/{model}/versions/{version}", summary="A version's inputs and outputs.")
 async def model_metadata(caller: Authenticated, model: str, version: str = "") -> dict[str, Any]:
     gateway = caller.gateway
-    info = gateway.get_model(caller.tenant, model)
-    return plain(convert.metadata(info, gateway.version(caller.tenant, model, version)))
+    info = gateway.catalog.get_model(caller.tenant, model)
+    return plain(convert.metadata(info, gateway.catalog.version(caller.tenant, model, version)))
 
 
 @router.get("/models/{model}/ready", summary="200 when a replica serves the model, else 400.")
 @router.get("/models/{model}/versions/{version}/ready", summary="200 when a replica serves the version.")
 async def model_ready(caller: Authenticated, model: str, version: str = "") -> Response:
-    is_ready = caller.gateway.ready(caller.tenant, model, version)
+    is_ready = caller.gateway.catalog.ready(caller.tenant, model, version)
     return JSON({"name": model, "ready": is_ready}, status_code=200 if is_ready else 400)
 
 
 @router.get("/models/{model}/config", summary="Triton's model configuration.")
 @router.get("/models/{model}/versions/{version}/config", summary="Triton's model configuration.")
 async def model_config(caller: Authenticated, model: str, version: str = "") -> dict[str, Any]:
-    return plain(convert.config(caller.gateway.version(caller.tenant, model, version)))
+    return plain(convert.config(caller.gateway.catalog.version(caller.tenant, model, version)))
 
 
 def parse(body: bytes, header_length: int | None) -> tuple[InferenceRequest, list[common_pb2.NamedTensor]]:
@@ -246,7 +246,9 @@ async def infer(
     try:
         request, inputs = parse(body, header_length)
         if request.outputs:
-            convert.check_outputs(gateway.get_model(caller.tenant, model), [o.name for o in request.outputs])
+            convert.check_outputs(
+                gateway.catalog.get_model(caller.tenant, model), [o.name for o in request.outputs]
+            )
         neutral = convert.predict_request(model, version, request.id, request.parameters, inputs)
         response = await caller.unless_gone(
             gateway.predict(

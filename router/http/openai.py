@@ -68,13 +68,13 @@ class EmbeddingList(BaseModel):
 
 @router.get("/models", summary="The models this key may call.")
 async def list_models(caller: Authenticated) -> ModelList:
-    models = caller.gateway.list_models(caller.tenant).models
+    models = caller.gateway.catalog.list_models(caller.tenant).models
     return ModelList(data=[ModelCard(id=m.name) for m in models])
 
 
 @router.get("/models/{model}", summary="One model.")
 async def get_model(caller: Authenticated, model: str) -> ModelCard:
-    return ModelCard(id=caller.gateway.get_model(caller.tenant, model).name)
+    return ModelCard(id=caller.gateway.catalog.get_model(caller.tenant, model).name)
 
 
 def invalid(field: str, description: str) -> Exception:
@@ -111,7 +111,7 @@ async def embeddings(
 ) -> Response:
     gateway = caller.gateway
     request = parse_json(EmbeddingRequest, await read_body(caller.request, gateway.max_message_bytes))
-    schema = gateway.version(caller.tenant, request.model).schema
+    schema = gateway.catalog.version(caller.tenant, request.model).schema
     text_inputs = [spec for spec in schema.inputs if spec.text]
     if len(schema.inputs) != 1 or not text_inputs or len(schema.outputs) != 1:
         raise invalid("model", f"{request.model} is not an embedding model (one text input, one output)")

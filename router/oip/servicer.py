@@ -64,7 +64,7 @@ class OipServicer:
         """The neutral request and the outputs asked for; RequestFailed when unconvertible."""
         wanted = [o.name for o in request.outputs]
         if wanted:
-            convert.check_outputs(self._gateway.get_model(tenant, request.model_name), wanted)
+            convert.check_outputs(self._gateway.catalog.get_model(tenant, request.model_name), wanted)
         try:
             inputs = grpc_inputs(request)
         except TensorProblem as problem:
@@ -96,7 +96,9 @@ class OipServicer:
     ) -> oip.ModelReadyResponse:
         tenant = await self._tenant(context)
         try:
-            return oip.ModelReadyResponse(ready=self._gateway.ready(tenant, request.name, request.version))
+            return oip.ModelReadyResponse(
+                ready=self._gateway.catalog.ready(tenant, request.name, request.version)
+            )
         except RequestFailed as failed:
             await abort(context, failed.status)
             raise
@@ -106,8 +108,10 @@ class OipServicer:
     ) -> oip.ModelMetadataResponse:
         tenant = await self._tenant(context)
         try:
-            info = self._gateway.get_model(tenant, request.name)
-            return convert.metadata(info, self._gateway.version(tenant, request.name, request.version))
+            info = self._gateway.catalog.get_model(tenant, request.name)
+            return convert.metadata(
+                info, self._gateway.catalog.version(tenant, request.name, request.version)
+            )
         except RequestFailed as failed:
             await abort(context, failed.status)
             raise
@@ -117,7 +121,7 @@ class OipServicer:
     ) -> oip.ModelConfigResponse:
         tenant = await self._tenant(context)
         try:
-            record = self._gateway.version(tenant, request.name, request.version)
+            record = self._gateway.catalog.version(tenant, request.name, request.version)
         except RequestFailed as failed:
             await abort(context, failed.status)
             raise
@@ -129,7 +133,9 @@ class OipServicer:
         tenant = await self._tenant(context)
         try:
             models = (
-                [request.name] if request.name else [m.name for m in self._gateway.list_models(tenant).models]
+                [request.name]
+                if request.name
+                else [m.name for m in self._gateway.catalog.list_models(tenant).models]
             )
             entries = [
                 entry
