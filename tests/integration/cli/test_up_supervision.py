@@ -101,7 +101,7 @@ def bare_up(data_dir: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict[str,
 def test_sigterm_to_up_alone_leaves_no_process_behind(data_dir: Path) -> None:
     with bare_up(data_dir) as (proc, info):
         children = [psutil.Process(p) for p in info["pids"].values()]
-        assert set(info["pids"]) == {"node-1", "router", "console"}
+        assert set(info["pids"]) == {"node-1", "router", "rollouts", "console"}
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(GONE_S) == 0
         _, alive = psutil.wait_procs(children, timeout=GONE_S)
