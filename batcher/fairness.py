@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ferryman.scopes import is_background
+
 DEFAULT_WEIGHT = 1.0
 
 
@@ -130,8 +132,6 @@ class SlotPolicy:
     """Slots a tenant may hold per replica (its weighted share; absent: ``limit``)."""
     idle: frozenset[str] = frozenset()
     """Active tenants with nothing queued: the next arrival is likely theirs."""
-    background: frozenset[str] = frozenset()
-    """Scopes that take only capacity nobody else wants (``ferryman.scopes``)."""
     contended: bool = False
     """A tenant's work waits for these replicas."""
 
@@ -146,7 +146,7 @@ class SlotPolicy:
         """
         if inflight >= self.limit or held.get(tenant, 0) >= self.caps.get(tenant, self.limit):
             return False
-        if tenant in self.background:
+        if is_background(tenant):
             # Leftover capacity only: no tenant waiting, and (of several) the last slot kept
             # for the next tenant to arrive. A node's only slot is taken when idle.
             return not self.contended and (inflight < self.limit - 1 or self.limit == 1)
@@ -173,15 +173,9 @@ def batch_owner(rows_by_tenant: Mapping[str, int]) -> str:
 class FairShare:
     """The batcher's ledger of tenant virtual times and recent activity."""
 
-    def __init__(
-        self,
-        active_window_s: float,
-        weights: Mapping[str, float] | None = None,
-        background: frozenset[str] = frozenset(),
-    ) -> None:
+    def __init__(self, active_window_s: float, weights: Mapping[str, float] | None = None) -> None:
         self._active_window_s = active_window_s
         self.weights: dict[str, float] = dict(weights or {})
-        self.background = background
         self._finish: dict[str, float] = {}
         self._virtual = 0.0
         self._seen: dict[str, float] = {}
@@ -222,7 +216,7 @@ class FairShare:
     def active(self, now: float) -> set[str]:
         """Tenants with work within the window (background scopes are no tenants)."""
         horizon = now - self._active_window_s
-        return {t for t, at in self._seen.items() if at >= horizon and t not in self.background}
+        return {t for t, at in self._seen.items() if at >= horizon and not is_background(t)}
 
     def _forget(self, now: float) -> None:
         """Drop tenants idle past the window whose clock is behind: they would restart

@@ -19,6 +19,7 @@ from batcher.replicas import ReplicaDirectory
 from batcher.scheduler import DispatchReason, Load, SchedulerConfig, decide, row_cost
 from batcher.settings import BatcherSettings
 from ferryman.errors import Reason, make_status
+from ferryman.scopes import is_background
 from ferryman.v1 import batcher_pb2
 
 
@@ -227,12 +228,11 @@ class VersionQueue:
         slots), and the slot policy."""
         limit = self._directory.slots_per_replica(self.version_key)
         tenants = self._contenders(self.version_key) | self._tenant_rows.keys()
-        background = self._fair.background
+        background = {t for t in tenants if is_background(t)}
         policy = SlotPolicy(
             limit=limit,
             caps={t: self._fair.slot_cap(t, limit, now) for t in tenants},
             idle=frozenset(self._fair.active(now) - tenants),
-            background=background,
             contended=bool(tenants - background),
         )
         blocked = self._directory.blocked(self.version_key, policy, tenants)

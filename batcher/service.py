@@ -23,7 +23,6 @@ from batcher.scheduler import SchedulerConfig
 from batcher.settings import BatcherSettings
 from ferryman.errors import EXPECTED_MS, Reason, make_status
 from ferryman.kernel.telemetry import parent_context, tracer
-from ferryman.scopes import BACKGROUND_SCOPES
 from ferryman.v1 import batcher_pb2, common_pb2
 
 DEFAULT_PRIORITY = common_pb2.PRIORITY_NORMAL
@@ -56,7 +55,7 @@ class BatcherService:
         self._clock = clock
         self.dispatcher = dispatcher_factory(self.finish)
         self.queues: dict[QueueKey, VersionQueue] = {}
-        self.fair = FairShare(active_window_s=settings.fair_active_s, background=BACKGROUND_SCOPES)
+        self.fair = FairShare(active_window_s=settings.fair_active_s)
         self._queue_tasks: dict[QueueKey, asyncio.Task[None]] = {}
         self._inflight: dict[str, Entry] = {}
         # Per Submit stream: its waiting request ids (for cancellation and stream close).

@@ -166,17 +166,17 @@ def test_a_nodes_only_slot_is_never_kept_idle() -> None:
 
 
 def test_background_work_takes_only_capacity_no_tenant_wants() -> None:
-    shadow = frozenset({"~shadow"})
-    quiet = SlotPolicy(limit=2, background=shadow, contended=False)
-    busy = SlotPolicy(limit=2, background=shadow, contended=True)
+    quiet = SlotPolicy(limit=2, contended=False)
+    busy = SlotPolicy(limit=2, contended=True)
     assert quiet.allows("~shadow", held={}, inflight=0)
     assert not quiet.allows("~shadow", held={}, inflight=1)  # the last free slot is kept
     assert not busy.allows("~shadow", held={}, inflight=0)  # a tenant waits: it goes first
     assert busy.allows("acme", held={}, inflight=1)
-    only = SlotPolicy(limit=1, background=shadow, contended=False)
+    only = SlotPolicy(limit=1, contended=False)
     assert only.allows("~shadow", held={}, inflight=0)  # an idle node's only slot
-    fair = FairShare(active_window_s=1.0, background=shadow)
+    fair = FairShare(active_window_s=1.0)
     fair.seen("~shadow", now=0.0)
+    fair.seen("~job:acme", now=0.0)
     fair.seen("acme", now=0.0)
     assert fair.active(now=0.5) == {"acme"}  # no tenant's share shrinks for it
     assert fair.slot_cap("acme", 2, now=0.5) == 2

@@ -1,0 +1,2 @@
+"""Durable asynchronous jobs: the store the router queues them in and the batcher's workers
+run them from (Redis Streams)."""

@@ -1,0 +1,282 @@
+"""Jobs on Redis: a job is a hash, its items are entries of one stream read by the batchers'
+workers as a consumer group, its results a hash by item index.
+
+Delivery is at least once (a worker that dies leaves its entries pending until another
+claims them, ``XAUTOCLAIM``); the effect is exactly once: a result is recorded by
+``HSETNX`` on the item's index, and only the first record counts toward the job's
+progress and cost (one Lua script, atomic with the check).
+
+Keys (``prefix`` is ``ferryman:``): ``jobs:stream`` (the items), ``job:<id>`` (a job's
+hash, id = sha256 of tenant and the tenant's job id, so neither can forge another's key),
+``job:<id>:results``, ``jobs:<tenant digest>`` (a tenant's jobs by creation time).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import redis.asyncio as aioredis
+
+PREFIX = "ferryman:"
+STREAM = PREFIX + "jobs:stream"
+GROUP = "workers"
+RETENTION_S = 7 * 86_400
+"""How long a finished job and its results are kept."""
+
+
+class State(IntEnum):
+    """As ``ferryman.v1.JobState``."""
+
+    QUEUED = 1
+    RUNNING = 2
+    COMPLETED = 3
+    CANCELLED = 4
+    EXPIRED = 5
+
+
+FINISHED = frozenset({State.COMPLETED, State.CANCELLED, State.EXPIRED})
+
+# KEYS: job hash, results hash. ARGV: index, result bytes, ok (1/0), cost, now, retention.
+# The first record of an item counts; the last one to count completes the job.
+RECORD = """
+local job = KEYS[1]
+local state = tonumber(redis.call('HGET', job, 'state') or '0')
+if state == 0 then return -1 end
+if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return 0 end
+if ARGV[3] == '1' then
+  redis.call('HINCRBY', job, 'succeeded', 1)
+  redis.call('HINCRBYFLOAT', job, 'cost', ARGV[4])
+else
+  redis.call('HINCRBY', job, 'failed', 1)
+end
+local h = redis.call('HMGET', job, 'succeeded', 'failed', 'total')
+if state == 1 then redis.call('HSET', job, 'state', 2) end
+if tonumber(h[1]) + tonumber(h[2]) >= tonumber(h[3]) and (state == 1 or state == 2) then
+  redis.call('HSET', job, 'state', 3, 'finished', ARGV[5])
+  redis.call('EXPIRE', job, ARGV[6])
+  redis.call('EXPIRE', KEYS[2], ARGV[6])
+end
+return 1
+"""
+
+# KEYS: job hash, tenant index. ARGV: job id, created, then field/value pairs. Creates the job
+# unless one exists; 1 if created.
+CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+return 1
+"""
+
+# KEYS: job hash. ARGV: state, now, retention. Ends a job that has not ended.
+FINISH = """
+local state = tonumber(redis.call('HGET', KEYS[1], 'state') or '0')
+if state == 0 then return -1 end
+if state >= 3 then return state end
+redis.call('HSET', KEYS[1], 'state', ARGV[1], 'finished', ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return tonumber(ARGV[1])
+"""
+
+
+def job_key(tenant: str, job_id: str) -> str:
+    return PREFIX + "job:" + hashlib.sha256(f"{tenant}\0{job_id}".encode()).hexdigest()
+
+
+def tenant_key(tenant: str) -> str:
+    return PREFIX + "jobs:" + hashlib.sha256(tenant.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    tenant: str
+    job_id: str
+    model: str
+    version: str
+    state: State
+    total: int
+    succeeded: int
+    failed: int
+    cost_usd: float
+    created: float
+    expires: float
+    finished: float
+    digest: str
+    """sha256 of what was submitted: a retry under the job id must match it."""
+    parameters: dict[str, str]
+    price_per_item_usd: float
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A stream entry a worker holds until it acknowledges it."""
+
+    entry_id: str
+    tenant: str
+    job_id: str
+    index: int
+    item: bytes
+
+
+def _record(raw: dict[Any, Any]) -> JobRecord | None:
+    if not raw:
+        return None
+    f = {k.decode(): v.decode() for k, v in raw.items()}
+    return JobRecord(
+        tenant=f["tenant"],
+        job_id=f["job_id"],
+        model=f["model"],
+        version=f["version"],
+        state=State(int(f["state"])),
+        total=int(f["total"]),
+        succeeded=int(f.get("succeeded", 0)),
+        failed=int(f.get("failed", 0)),
+        cost_usd=float(f.get("cost", 0.0)),
+        created=float(f["created"]),
+        expires=float(f["expires"]),
+        finished=float(f.get("finished", 0.0)),
+        digest=f["digest"],
+        parameters=json.loads(f["parameters"]),
+        price_per_item_usd=float(f["price"]),
+    )
+
+
+class JobStore:
+    """The Redis side of jobs, for the router (submit, read, cancel) and workers (claim,
+    record, acknowledge). Every call is bounded by ``timeout_s``."""
+
+    def __init__(self, url: str, timeout_s: float) -> None:
+        # Any: redis-py types every reply as a union of its sync and async shapes.
+        self._redis: Any = aioredis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        self._create = self._redis.register_script(CREATE)
+        self._record = self._redis.register_script(RECORD)
+        self._finish = self._redis.register_script(FINISH)
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+    async def create(self, record: JobRecord, items: list[bytes]) -> JobRecord:
+        """Store a new job and queue its items; a job already under the id is returned as
+        it is (the caller compares digests). A job whose items a crashed router had not all
+        queued yet (``queuing`` still set) gets them queued again: a duplicate entry is
+        harmless, only an item's first result counts."""
+        key = job_key(record.tenant, record.job_id)
+        fields: dict[str, Any] = {
+            "tenant": record.tenant,
+            "job_id": record.job_id,
+            "model": record.model,
+            "version": record.version,
+            "state": int(State.QUEUED),
+            "total": record.total,
+            "succeeded": 0,
+            "failed": 0,
+            "cost": 0.0,
+            "created": record.created,
+            "expires": record.expires,
+            "digest": record.digest,
+            "parameters": json.dumps(record.parameters, sort_keys=True),
+            "price": record.price_per_item_usd,
+            "queuing": 1,
+        }
+        pairs = [str(x) for kv in fields.items() for x in kv]
+        created = await self._create(
+            keys=[key, tenant_key(record.tenant)], args=[record.job_id, record.created, *pairs]
+        )
+        if created or await self._redis.hexists(key, "queuing"):
+            pipe = self._redis.pipeline(transaction=False)
+            for index, item in enumerate(items):
+                pipe.xadd(STREAM, {"t": record.tenant, "j": record.job_id, "i": index, "p": item})
+            pipe.hdel(key, "queuing")
+            await pipe.execute()
+        found = await self.get(record.tenant, record.job_id)
+        if found is None:
+            raise KeyError(f"job {record.job_id!r} vanished while being created")
+        return found
+
+    async def get(self, tenant: str, job_id: str) -> JobRecord | None:
+        return _record(await self._redis.hgetall(job_key(tenant, job_id)))
+
+    async def jobs(self, tenant: str, limit: int, before: str = "") -> list[JobRecord]:
+        """The tenant's jobs, newest first, after ``before`` (a job id) when given."""
+        key = tenant_key(tenant)
+        start = 0
+        if before:
+            rank = await self._redis.zrevrank(key, before)
+            start = 0 if rank is None else rank + 1
+        ids = await self._redis.zrevrange(key, start, start + limit - 1)
+        jobs = [await self.get(tenant, raw.decode()) for raw in ids]
+        return [j for j in jobs if j is not None]
+
+    async def finish(self, tenant: str, job_id: str, state: State) -> JobRecord | None:
+        """End a job (cancelled, expired) unless it has ended; the job as it is then."""
+        await self._finish(keys=[job_key(tenant, job_id)], args=[int(state), time.time(), RETENTION_S])
+        return await self.get(tenant, job_id)
+
+    async def results(self, tenant: str, job_id: str, offset: int, limit: int) -> dict[int, bytes]:
+        """Recorded results in [offset, offset + limit), by index."""
+        indexes = list(range(offset, offset + limit))
+        if not indexes:
+            return {}
+        raw = await self._redis.hmget(job_key(tenant, job_id) + ":results", [str(i) for i in indexes])
+        return {i: r for i, r in zip(indexes, raw, strict=True) if r is not None}
+
+    # -- workers ---------------------------------------------------------------
+
+    async def ensure_group(self) -> None:
+        try:
+            await self._redis.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
+        except aioredis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def claim(self, consumer: str, count: int, block_ms: int, idle_ms: int) -> list[Claimed]:
+        """Entries for ``consumer``: first those another consumer left pending for
+        ``idle_ms`` (it died), then new ones (waiting up to ``block_ms``)."""
+        _, stolen, _ = await self._redis.xautoclaim(STREAM, GROUP, consumer, idle_ms, "0-0", count=count)
+        entries = list(stolen)
+        if len(entries) < count:
+            read = await self._redis.xreadgroup(
+                GROUP, consumer, {STREAM: ">"}, count=count - len(entries), block=block_ms
+            )
+            for _, batch in read or []:
+                entries += batch
+        return [
+            Claimed(
+                entry_id=eid.decode(),
+                tenant=f[b"t"].decode(),
+                job_id=f[b"j"].decode(),
+                index=int(f[b"i"]),
+                item=f[b"p"],
+            )
+            for eid, f in entries
+            if f
+        ]
+
+    async def record(self, claimed: Claimed, result: bytes, ok: bool, cost: float) -> bool:
+        """Record an item's result once (True if this record counted) and acknowledge it."""
+        key = job_key(claimed.tenant, claimed.job_id)
+        counted = await self._record(
+            keys=[key, key + ":results"],
+            args=[claimed.index, result, 1 if ok else 0, cost, time.time(), RETENTION_S],
+        )
+        await self.ack(claimed)
+        return bool(counted == 1)
+
+    async def ack(self, claimed: Claimed) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.xack(STREAM, GROUP, claimed.entry_id)
+        pipe.xdel(STREAM, claimed.entry_id)
+        await pipe.execute()
+
+    async def backlog(self) -> tuple[int, float]:
+        """Items not yet acknowledged, and the age (s) of the oldest."""
+        info = await self._redis.xinfo_groups(STREAM)
+        pending = sum(int(g.get("pending", 0)) + int(g.get("lag", 0) or 0) for g in info)
+        first = await self._redis.xrange(STREAM, count=1)
+        age = time.time() - int(first[0][0].decode().split("-")[0]) / 1000 if first else 0.0
+        return pending, max(0.0, age)
