@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,11 +42,17 @@ class TorchModuleRuntime:
         return RuntimeOutput(outputs=dict(zip(self._outputs, values, strict=True)))
 
 
+_EXPORT_LOAD = threading.Lock()
+
+
 def load_torch_export(
     path: Path, input_names: Sequence[str], output_names: Sequence[str], device: torch.device
 ) -> TorchModuleRuntime:
     """Load a ``torch.export`` program saved with ``torch.export.save``."""
-    program = torch.export.load(str(path))
+    # torch.export's deserializer is process-global state: two loads at once in one process
+    # (nodes sharing a process) fail with "_CURRENT_DESERIALIZER is already set".
+    with _EXPORT_LOAD:
+        program = torch.export.load(str(path))
     module = program.module().to(device)
     return TorchModuleRuntime(module, input_names, output_names, device)
 
