@@ -10,10 +10,13 @@ import logging
 from batcher.dead_letters import DeadLetterSink
 from batcher.dispatcher import Dispatcher
 from batcher.generation import GenerationRelay
+from batcher.jobs import JobWorker
+from batcher.local import LocalBatcher
 from batcher.metrics import BatcherMetrics
 from batcher.replicas import ReplicaDirectory
 from batcher.service import BatcherService
 from batcher.settings import BatcherSettings
+from ferryman.jobs.store import JobStore
 from ferryman.kernel.config import CommonSettings
 from registry.db import make_engine
 from registry.reader import RegistryReader
@@ -51,6 +54,12 @@ class BatcherHost:
         self.generation = GenerationRelay(directory, settings.max_attempts, lambda: service.accepting)
         self._refresher_stop = asyncio.Event()
         self._refresher: asyncio.Task[None] | None = None
+        # Durable jobs, when a Redis holds them: this batcher runs their items in leftover capacity.
+        self._jobs = (
+            JobStore(common.jobs_redis_url, settings.job_redis_timeout_s) if common.jobs_redis_url else None
+        )
+        self._job_stop = asyncio.Event()
+        self._job_worker: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Keep replicas fresh from the registry; wait (a while) for the first read."""
@@ -61,9 +70,16 @@ class BatcherHost:
             )
         except TimeoutError:
             log.warning("registry not readable yet; starting without replicas")
+        if self._jobs is not None:  # after the first read: job items need their versions known
+            worker = JobWorker(self._jobs, LocalBatcher(self.service, self.generation), self.settings)
+            self._job_worker = asyncio.create_task(worker.run(self._job_stop))
 
     async def drain(self) -> None:
-        """Take no new items; finish the queued ones (up to the drain timeout)."""
+        """Take no new items (nor job items: those running are taken again by another
+        worker); finish the queued ones (up to the drain timeout)."""
+        self._job_stop.set()
+        if self._job_worker is not None:
+            await self._job_worker
         try:
             await asyncio.wait_for(self.service.drain(), timeout=self.settings.drain_timeout_s)
         except TimeoutError:
@@ -77,4 +93,6 @@ class BatcherHost:
         if self._refresher is not None:
             await self._refresher
         await self.directory.close()
+        if self._jobs is not None:
+            await self._jobs.close()
         self._engine.dispose()

@@ -42,6 +42,16 @@ class BatcherSettings(BaseSettings):
     """A tenant with work within this long counts as active: while others are active, a
     tenant holds at most its weighted share of each node's batch slots."""
 
+    # Jobs (with FERRYMAN_JOBS_REDIS_URL)
+    job_max_inflight: int = Field(default=64, ge=1)
+    """Job items one batcher runs at once (they wait in its queues only within this)."""
+    job_claim_idle_s: float = Field(default=30.0, gt=0)
+    """A job item another worker held this long unanswered is taken over (it died)."""
+    job_item_timeout_s: float = Field(default=60.0, gt=0)
+    """How long a job item may wait for leftover capacity before it is tried again later."""
+    job_read_block_s: float = Field(default=1.0, gt=0)
+    job_redis_timeout_s: float = Field(default=2.0, gt=0)
+
     # Coalescing and cache
     coalesce: bool = True
     """Identical in-flight items share one execution (off: every item runs; benchmarks compare)."""

@@ -9,10 +9,11 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
+from ferryman.jobs.store import JobStore
 from ferryman.kernel.config import CommonSettings
 from ferryman.kernel.runtime import ServiceRuntime, ServiceSpec, run_service
 from ferryman.kernel.security import aio_channel
-from ferryman.v1 import inference_pb2, quota_pb2, quota_pb2_grpc
+from ferryman.v1 import inference_pb2, jobs_pb2, jobs_pb2_grpc, quota_pb2, quota_pb2_grpc
 from registry.cache import SnapshotCache
 from registry.db import make_engine
 from registry.writer import RegistryWriter
@@ -22,6 +23,8 @@ from router.gateway import Gateway
 from router.generation import Generator
 from router.handlers import add_inference_servicer
 from router.http.server import HttpDoor
+from router.jobs import JobDesk
+from router.jobs_servicer import JobsServicer
 from router.metrics import RouterMetrics
 from router.oip.servicer import SERVICE as OIP_SERVICE
 from router.oip.servicer import OipServicer, add_oip_servicer
@@ -37,6 +40,7 @@ from router.shadow import Shadower
 log = logging.getLogger("ferryman.router")
 INFERENCE = inference_pb2.DESCRIPTOR.services_by_name["Inference"].full_name
 QUOTA = quota_pb2.DESCRIPTOR.services_by_name["Quota"].full_name
+JOBS = jobs_pb2.DESCRIPTOR.services_by_name["Jobs"].full_name
 CACHE_LOAD_TIMEOUT_S = 30.0
 
 
@@ -65,7 +69,7 @@ async def serve_router(
     spec = ServiceSpec(
         name="router",
         listen=settings.listen,
-        services=[INFERENCE, OIP_SERVICE],
+        services=[INFERENCE, OIP_SERVICE, *([JOBS] if common.jobs_redis_url else [])],
         max_message_bytes=settings.max_message_bytes,
         internal=False,
         metrics_listen=settings.metrics_listen,
@@ -123,6 +127,11 @@ async def serve_router(
         gateway.listening(rt.address)
         add_inference_servicer(InferenceServicer(gateway, feedback), rt.server)
         add_oip_servicer(OipServicer(gateway), rt.server)
+        if common.jobs_redis_url:
+            jobs = JobStore(common.jobs_redis_url, settings.job_store_timeout_s)
+            rt.on_close(jobs.close)
+            desk = JobDesk(settings, service, jobs)
+            jobs_pb2_grpc.add_JobsServicer_to_server(JobsServicer(gateway, desk), rt.server)
         if settings.http_listen:
             http = HttpDoor(
                 gateway,

@@ -96,10 +96,12 @@ class RouterService:
         self._background: set[asyncio.Task[object]] = set()
 
     def route(
-        self, tenant: TenantRecord, model: str, pin: str, user: str, degrade: bool
+        self, tenant: TenantRecord, model: str, pin: str, user: str, degrade: bool, fallback: bool = True
     ) -> tuple[Choice, VersionRecord]:
         """The version a request of ``tenant`` for ``model`` goes to (weights, sticky user,
-        pin, fallback; the allow-list holds throughout). Unknown and forbidden models raise alike."""
+        pin, fallback; the allow-list holds throughout). Unknown and forbidden models raise alike.
+        ``fallback`` False: the model's own version even when no replica serves it now (a
+        job runs later)."""
         snapshot = self._cache.snapshot
         if not snapshot.may_use(tenant, model) or (
             model not in snapshot.routes and not (pin and f"{model}:{pin}" in snapshot.versions)
@@ -112,7 +114,7 @@ class RouterService:
                 tenant=tenant.name,
                 user=user,
                 pin=pin,
-                is_ready=self._cache.is_ready,
+                is_ready=self._cache.is_ready if fallback else lambda _model, _version: True,
                 may_use=lambda name: snapshot.may_use(tenant, name),
                 degrade=degrade,
             )

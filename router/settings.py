@@ -81,6 +81,15 @@ class RouterSettings(BaseSettings):
     """Relative tolerance within which a shadow's outputs match the live ones."""
     shadow_atol: float = Field(default=1e-5, ge=0)
 
+    job_max_items: int = Field(default=50_000, ge=1)
+    """Items one job may hold."""
+    job_window_s: float = Field(default=86_400.0, gt=0)
+    """A job's completion window when it names none (what is left then expires)."""
+    job_max_window_s: float = Field(default=7 * 86_400.0, gt=0)
+    job_price_factor: float = Field(default=0.5, ge=0)
+    """Job items cost this times the version's price."""
+    job_store_timeout_s: float = Field(default=2.0, gt=0)
+
     feedback_window_s: float = Field(default=3600.0, gt=0)
     """How long after an answer (on a route that splits traffic) its Feedback is taken."""
     feedback_max_requests: int = Field(default=100_000, ge=1)

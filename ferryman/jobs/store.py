@@ -110,6 +110,8 @@ class JobRecord:
     """sha256 of what was submitted: a retry under the job id must match it."""
     parameters: dict[str, str]
     price_per_item_usd: float
+    """The job price of one row (the version's, times the job price factor)."""
+    price_per_1k_tokens_usd: float
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,7 @@ def _record(raw: dict[Any, Any]) -> JobRecord | None:
         digest=f["digest"],
         parameters=json.loads(f["parameters"]),
         price_per_item_usd=float(f["price"]),
+        price_per_1k_tokens_usd=float(f["price_1k"]),
     )
 
 
@@ -181,6 +184,7 @@ class JobStore:
             "digest": record.digest,
             "parameters": json.dumps(record.parameters, sort_keys=True),
             "price": record.price_per_item_usd,
+            "price_1k": record.price_per_1k_tokens_usd,
             "queuing": 1,
         }
         pairs = [str(x) for kv in fields.items() for x in kv]

@@ -49,6 +49,10 @@ class CommonSettings(BaseSettings):
     tls_server_name: str = ""
     """Name checked in servers' certificates when it differs from the dialled host."""
 
+    jobs_redis_url: str = ""
+    """Redis holding durable jobs (the router queues them, batchers run them); empty: no
+    Jobs API."""
+
     registry_refresh_s: float = Field(default=0.5, gt=0)
     """How often routers, batchers and quota services re-read the registry: key
     revocations, route changes and node moves apply within this."""

@@ -1,0 +1,240 @@
+"""Durable jobs over the real platform and a real Redis: a job's items are each answered
+once, priced at the job rate; a retry under the job id is the same job and another tenant
+cannot see it; a batcher killed with kill -9 mid-job leaves its items to another that takes
+them over (XAUTOCLAIM), with no item lost or recorded twice; a cancelled job stops."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+import pytest
+from harness import ServiceThread
+from router_platform import E2E
+
+from ferryman.kernel.net import free_port
+from ferryman.tensors import decode, encode
+from ferryman.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
+from gpu_node.demo import echo
+from router.quota.settings import QuotaSettings
+from router.server import serve_router
+from router.settings import RouterSettings
+
+JOBS_REDIS_DB = 5
+CLAIM_IDLE_S = 2.0
+DONE_S = 120.0
+STARTED_S = 60.0
+
+
+@dataclass
+class Jobs:
+    e2e: E2E
+    redis: str
+    router: str
+
+    def stub(self) -> jobs_pb2_grpc.JobsStub:
+        return jobs_pb2_grpc.JobsStub(grpc.insecure_channel(self.router))
+
+    def metadata(self, tenant: str = "acme") -> list[tuple[str, str]]:
+        return [("authorization", f"Bearer {self.e2e.keys[tenant]}")]
+
+
+def worker(jobs: Jobs) -> subprocess.Popen[bytes]:
+    """A batcher process whose job worker takes items from the queue."""
+    env = {
+        **os.environ,
+        "FERRYMAN_DATABASE_URL": jobs.e2e.registry_url,
+        "FERRYMAN_DATA_DIR": str(jobs.e2e.common.data_dir),
+        "FERRYMAN_JOBS_REDIS_URL": jobs.redis,
+        "FERRYMAN_BATCHER_JOB_CLAIM_IDLE_S": str(CLAIM_IDLE_S),
+        "FERRYMAN_REGISTRY_REFRESH_S": "0.2",
+        "FERRYMAN_LOG_LEVEL": "WARNING",
+    }
+    command = [sys.executable, "-m", "ferryman", "serve", "batcher", "--listen", f"127.0.0.1:{free_port()}"]
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def jobs(e2e: E2E, redis_url: str) -> Iterator[Jobs]:
+    url = redis_url.rsplit("/", 1)[0] + f"/{JOBS_REDIS_DB}"
+    common = e2e.common.model_copy(update={"jobs_redis_url": url})
+    settings = RouterSettings(listen="127.0.0.1:0", batchers=e2e.batcher)
+    thread = ServiceThread(
+        lambda stop, ready: serve_router(settings, QuotaSettings(), common, stop, ready), "jobs"
+    )
+    router = thread.start()
+    try:
+        yield Jobs(e2e, url, router)
+    finally:
+        thread.stop()
+
+
+def echo_items(n: int, seed: int = 0) -> list[jobs_pb2.JobItem]:
+    rng = np.random.default_rng(seed)
+    return [
+        jobs_pb2.JobItem(
+            custom_id=f"row-{i}",
+            inputs=[
+                common_pb2.NamedTensor(
+                    name="input", tensor=encode(rng.standard_normal((1, echo.WIDTH), np.float32))
+                )
+            ],
+        )
+        for i in range(n)
+    ]
+
+
+def wait_job(jobs: Jobs, job_id: str, until: set[int], timeout_s: float = DONE_S) -> jobs_pb2.Job:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        job: jobs_pb2.Job = jobs.stub().GetJob(
+            jobs_pb2.GetJobRequest(job_id=job_id), metadata=jobs.metadata(), timeout=10
+        )
+        if job.state in until:
+            return job
+        assert time.monotonic() < deadline, job
+        time.sleep(0.2)
+
+
+def all_results(jobs: Jobs, job_id: str, total: int) -> list[jobs_pb2.JobItemResult]:
+    got: list[jobs_pb2.JobItemResult] = []
+    for offset in range(0, total, 1000):
+        page = jobs.stub().GetJobResults(
+            jobs_pb2.GetJobResultsRequest(job_id=job_id, offset=offset, limit=1000),
+            metadata=jobs.metadata(),
+            timeout=10,
+        )
+        got += page.results
+    return got
+
+
+def test_every_item_is_answered_once_and_the_job_is_the_tenants_alone(jobs: Jobs) -> None:
+    items = echo_items(300)
+    request = jobs_pb2.SubmitJobRequest(job_id="nightly-1", model="echo", items=items)
+    proc = worker(jobs)
+    try:
+        job = jobs.stub().SubmitJob(request, metadata=jobs.metadata(), timeout=30)
+        assert (job.state, job.total) == (jobs_pb2.JOB_STATE_QUEUED, 300)
+        again = jobs.stub().SubmitJob(request, metadata=jobs.metadata(), timeout=30)  # a retry
+        assert again.created_at == job.created_at
+        done = wait_job(jobs, "nightly-1", {jobs_pb2.JOB_STATE_COMPLETED})
+    finally:
+        proc.kill()
+        proc.wait()
+    results = all_results(jobs, "nightly-1", 300)
+    assert (done.succeeded, done.failed) == (300, 0), [r.error for r in results if r.HasField("error")]
+    assert sorted(r.index for r in results) == list(range(300))
+    for result in results:
+        sent = decode(items[result.index].inputs[0].tensor)
+        assert result.custom_id == f"row-{result.index}"
+        np.testing.assert_allclose(decode(result.outputs[0].tensor), sent * 2)
+    other = jobs_pb2.SubmitJobRequest(job_id="nightly-1", model="echo", items=echo_items(3, seed=1))
+    with pytest.raises(grpc.RpcError) as reused:
+        jobs.stub().SubmitJob(other, metadata=jobs.metadata(), timeout=30)
+    assert reused.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    with pytest.raises(grpc.RpcError) as foreign:
+        jobs.stub().GetJob(
+            jobs_pb2.GetJobRequest(job_id="nightly-1"), metadata=jobs.metadata("insider"), timeout=10
+        )
+    assert foreign.value.code() == grpc.StatusCode.NOT_FOUND
+    listed = jobs.stub().ListJobs(jobs_pb2.ListJobsRequest(), metadata=jobs.metadata(), timeout=10)
+    assert "nightly-1" in [j.job_id for j in listed.jobs]
+
+
+def test_bad_jobs_are_refused_with_the_item_named(jobs: Jobs) -> None:
+    bad = echo_items(5)
+    bad[3].inputs[0].tensor.shape[:] = [1, echo.WIDTH + 1]
+    for request, code in (
+        (jobs_pb2.SubmitJobRequest(job_id="bad", model="echo", items=bad), grpc.StatusCode.INVALID_ARGUMENT),
+        (
+            jobs_pb2.SubmitJobRequest(job_id="", model="echo", items=echo_items(1)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (jobs_pb2.SubmitJobRequest(job_id="none", model="echo"), grpc.StatusCode.INVALID_ARGUMENT),
+        (
+            jobs_pb2.SubmitJobRequest(job_id="secret", model="secret", items=echo_items(1)),
+            grpc.StatusCode.NOT_FOUND,
+        ),
+    ):
+        with pytest.raises(grpc.RpcError) as refused:
+            jobs.stub().SubmitJob(request, metadata=jobs.metadata(), timeout=30)
+        assert refused.value.code() == code, refused.value.details()
+    with pytest.raises(grpc.RpcError) as named:
+        jobs.stub().SubmitJob(
+            jobs_pb2.SubmitJobRequest(job_id="bad", model="echo", items=bad),
+            metadata=jobs.metadata(),
+            timeout=30,
+        )
+    assert "item 3" in (named.value.details() or "")
+
+
+def test_a_worker_killed_mid_job_loses_and_doubles_nothing(jobs: Jobs) -> None:
+    total = 400
+    request = jobs_pb2.SubmitJobRequest(
+        job_id="killed-1", model="echo", version="slow", items=echo_items(total, 2)
+    )
+    first = worker(jobs)
+    jobs.stub().SubmitJob(request, metadata=jobs.metadata(), timeout=30)
+    deadline = time.monotonic() + STARTED_S
+    while True:  # some done, most not
+        job = jobs.stub().GetJob(
+            jobs_pb2.GetJobRequest(job_id="killed-1"), metadata=jobs.metadata(), timeout=10
+        )
+        if job.succeeded >= 8:
+            break
+        assert time.monotonic() < deadline, job
+        time.sleep(0.1)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert job.succeeded < total
+    second = worker(jobs)
+    try:
+        done = wait_job(jobs, "killed-1", {jobs_pb2.JOB_STATE_COMPLETED}, timeout_s=DONE_S * 2)
+    finally:
+        second.kill()
+        second.wait()
+    assert (done.succeeded, done.failed) == (total, 0)
+    assert sorted(r.index for r in all_results(jobs, "killed-1", total)) == list(range(total))
+
+
+def test_a_cancelled_job_stops(jobs: Jobs) -> None:
+    total = 200
+    request = jobs_pb2.SubmitJobRequest(
+        job_id="cancel-1", model="echo", version="slow", items=echo_items(total, 3)
+    )
+    proc = worker(jobs)
+    try:
+        jobs.stub().SubmitJob(request, metadata=jobs.metadata(), timeout=30)
+        deadline = time.monotonic() + STARTED_S
+        while (
+            jobs.stub()
+            .GetJob(jobs_pb2.GetJobRequest(job_id="cancel-1"), metadata=jobs.metadata(), timeout=10)
+            .succeeded
+            < 4
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        cancelled = jobs.stub().CancelJob(
+            jobs_pb2.CancelJobRequest(job_id="cancel-1"), metadata=jobs.metadata(), timeout=10
+        )
+        assert cancelled.state == jobs_pb2.JOB_STATE_CANCELLED
+        time.sleep(3.0)  # items already in flight may finish; nothing new starts
+        settled = jobs.stub().GetJob(
+            jobs_pb2.GetJobRequest(job_id="cancel-1"), metadata=jobs.metadata(), timeout=10
+        )
+        time.sleep(2.0)
+        later = jobs.stub().GetJob(
+            jobs_pb2.GetJobRequest(job_id="cancel-1"), metadata=jobs.metadata(), timeout=10
+        )
+    finally:
+        proc.kill()
+        proc.wait()
+    assert later.succeeded == settled.succeeded < total
+    assert later.state == jobs_pb2.JOB_STATE_CANCELLED
