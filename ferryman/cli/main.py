@@ -11,6 +11,7 @@ from ferryman.cli.admin_cmd import admin_app
 from ferryman.cli.bench_cmd import bench
 from ferryman.cli.canary_cmd import canary
 from ferryman.cli.generate_cmd import generate
+from ferryman.cli.job_cmds import job_app
 from ferryman.cli.models_cmds import models_app
 from ferryman.cli.output import say_error
 from ferryman.cli.predict_cmd import predict
@@ -39,6 +40,7 @@ app.add_typer(model_app, name="model")
 app.add_typer(route_app, name="route")
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(experiment_app, name="experiment")
+app.add_typer(job_app, name="job")
 app.add_typer(models_app, name="models")
 app.add_typer(serve_app, name="serve")
 app.add_typer(admin_app, name="admin")

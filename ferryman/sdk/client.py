@@ -36,6 +36,7 @@ from ferryman.sdk.calls import (
 from ferryman.sdk.endpoint import Endpoint
 from ferryman.sdk.errors import FerrymanError, from_rpc_error, from_status
 from ferryman.sdk.generation import Chunk, Message, build_generate, stream, stream_async
+from ferryman.sdk.jobs import Jobs
 from ferryman.sdk.prediction import Prediction
 from ferryman.sdk.throttle import throttled
 from ferryman.v1 import inference_pb2
@@ -61,6 +62,12 @@ class Client(Endpoint):
             else grpc.insecure_channel(self._target, channel_options())
         )
         return self._channel
+
+    @property
+    def jobs(self) -> Jobs:
+        """Durable jobs on this client's channel (``ferryman.sdk.jobs``)."""
+        self._check_open()
+        return Jobs(self._channel, self._metadata, self._timeout, self.get_model)
 
     def get_model(self, model: str, *, metadata: Metadata | None = None) -> inference_pb2.ModelInfo:
         self._check_open()

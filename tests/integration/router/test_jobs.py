@@ -1,10 +1,12 @@
 """Durable jobs over the real platform and a real Redis: a job's items are each answered
 once, priced at the job rate; a retry under the job id is the same job and another tenant
 cannot see it; a batcher killed with kill -9 mid-job leaves its items to another that takes
-them over (XAUTOCLAIM), with no item lost or recorded twice; a cancelled job stops."""
+them over (XAUTOCLAIM), with no item lost or recorded twice; a cancelled job stops; an OpenAI
+batch file runs from the CLI at the job price."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,12 +14,13 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
 from harness import ServiceThread
-from router_platform import E2E
+from router_platform import E2E, MINILM_PRICE_PER_1K_TOKENS
 
 from ferryman.kernel.net import free_port
 from ferryman.tensors import decode, encode
@@ -238,3 +241,45 @@ def test_a_cancelled_job_stops(jobs: Jobs) -> None:
         proc.wait()
     assert later.succeeded == settled.succeeded < total
     assert later.state == jobs_pb2.JOB_STATE_CANCELLED
+
+
+def test_an_openai_batch_file_runs_from_the_cli_at_half_the_price(jobs: Jobs, tmp_path: Path) -> None:
+    lines = tmp_path / "batch.jsonl"
+    texts = [f"document number {i} about rivers and boats" for i in range(40)]
+    lines.write_text(
+        "\n".join(
+            json.dumps(
+                {
+                    "custom_id": f"doc-{i}",
+                    "method": "POST",
+                    "url": "/v1/embeddings",
+                    "body": {"model": "minilm", "input": t},
+                }
+            )
+            for i, t in enumerate(texts)
+        )
+    )
+    env = {**os.environ, "FERRYMAN_TARGET": jobs.router, "FERRYMAN_API_KEY": jobs.e2e.keys["acme"]}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "ferryman", "job", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+    proc = worker(jobs)
+    try:
+        submitted = cli("submit", str(lines), "--job-id", "embed-1", "--json")
+        assert submitted.returncode == 0, submitted.stderr
+        assert json.loads(submitted.stdout)["total"] == "40"  # int64 is a JSON string
+        done = wait_job(jobs, "embed-1", {jobs_pb2.JOB_STATE_COMPLETED})
+    finally:
+        proc.kill()
+        proc.wait()
+    printed = cli("results", "embed-1")
+    assert printed.returncode == 0, printed.stderr
+    rows = [json.loads(line) for line in printed.stdout.splitlines()]
+    assert [r["custom_id"] for r in rows] == [f"doc-{i}" for i in range(40)]
+    assert all(len(r["outputs"]["embedding"][0]) == 384 for r in rows)
+    tokens = sum(r.usage.input_tokens for r in all_results(jobs, "embed-1", 40))
+    assert tokens > 0
+    # The job price: half the version's (minilm: $1 per 1k tokens).
+    assert done.cost_usd == pytest.approx(0.5 * tokens / 1000 * MINILM_PRICE_PER_1K_TOKENS)

@@ -1,0 +1,91 @@
+"""A client's durable jobs (``Client.jobs``): many requests to one model, queued and run in
+the capacity real-time traffic leaves, at the job price."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import timedelta
+from typing import Any
+
+import grpc
+
+from ferryman.sdk.convert import to_inputs
+from ferryman.sdk.errors import from_rpc_error
+from ferryman.v1 import inference_pb2, jobs_pb2, jobs_pb2_grpc
+
+PAGE = 1000
+
+
+class Jobs:
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        metadata: tuple[tuple[str, str], ...],
+        timeout: float,
+        model_info: Callable[[str], inference_pb2.ModelInfo],
+    ) -> None:
+        self._stub = jobs_pb2_grpc.JobsStub(channel)
+        self._metadata = metadata
+        self._timeout = timeout
+        self._model_info = model_info
+
+    def _call(self, method: Callable[..., Any], request: Any) -> Any:
+        try:
+            return method(request, metadata=self._metadata, timeout=self._timeout)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    def submit(
+        self,
+        model: str,
+        items: Iterable[Any],
+        *,
+        job_id: str | None = None,
+        version: str | None = None,
+        parameters: Mapping[str, str] | None = None,
+        completion_window_s: float | None = None,
+    ) -> jobs_pb2.Job:
+        """Queue a job. ``items``: inputs as ``predict`` takes them, or ``(custom_id, inputs)``
+        pairs. Submitting again with the same ``job_id`` returns the same job."""
+        info = self._model_info(model)
+        request = jobs_pb2.SubmitJobRequest(
+            job_id=job_id or uuid.uuid4().hex, model=model, version=version or "", parameters=parameters or {}
+        )
+        for i, item in enumerate(items):
+            custom_id, inputs = item if isinstance(item, tuple) else (str(i), item)
+            request.items.append(jobs_pb2.JobItem(custom_id=custom_id, inputs=to_inputs(inputs, info)))
+        if completion_window_s:
+            request.completion_window.FromTimedelta(timedelta(seconds=completion_window_s))
+        job: jobs_pb2.Job = self._call(self._stub.SubmitJob, request)
+        return job
+
+    def get(self, job_id: str) -> jobs_pb2.Job:
+        job: jobs_pb2.Job = self._call(self._stub.GetJob, jobs_pb2.GetJobRequest(job_id=job_id))
+        return job
+
+    def list(self, page_size: int = 50) -> list[jobs_pb2.Job]:
+        """The newest jobs first (one page)."""
+        page: jobs_pb2.ListJobsResponse = self._call(
+            self._stub.ListJobs, jobs_pb2.ListJobsRequest(page_size=page_size)
+        )
+        return list(page.jobs)
+
+    def cancel(self, job_id: str) -> jobs_pb2.Job:
+        job: jobs_pb2.Job = self._call(self._stub.CancelJob, jobs_pb2.CancelJobRequest(job_id=job_id))
+        return job
+
+    def results(self, job_id: str) -> Iterator[jobs_pb2.JobItemResult]:
+        """Every recorded result, by item index."""
+        total = self.get(job_id).total
+        for offset in range(0, total, PAGE):
+            request = jobs_pb2.GetJobResultsRequest(job_id=job_id, offset=offset, limit=PAGE)
+            page: jobs_pb2.GetJobResultsResponse = self._call(self._stub.GetJobResults, request)
+            yield from page.results
+
+    def watch(self, job_id: str) -> Iterator[jobs_pb2.JobEvent]:
+        """Progress and results as they land, until the job ends (no call timeout)."""
+        try:
+            yield from self._stub.WatchJob(jobs_pb2.WatchJobRequest(job_id=job_id), metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
