@@ -30,6 +30,7 @@ class BatcherHost:
 
     def __init__(self, settings: BatcherSettings, common: CommonSettings, metrics: BatcherMetrics) -> None:
         self.settings = settings
+        self._metrics = metrics
         self._engine = make_engine(common.resolved_database_url())
         self.directory = ReplicaDirectory(
             settings,
@@ -71,7 +72,8 @@ class BatcherHost:
         except TimeoutError:
             log.warning("registry not readable yet; starting without replicas")
         if self._jobs is not None:  # after the first read: job items need their versions known
-            worker = JobWorker(self._jobs, LocalBatcher(self.service, self.generation), self.settings)
+            local = LocalBatcher(self.service, self.generation)
+            worker = JobWorker(self._jobs, local, self.settings, self._metrics)
             self._job_worker = asyncio.create_task(worker.run(self._job_stop))
 
     async def drain(self) -> None:

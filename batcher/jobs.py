@@ -21,6 +21,7 @@ import grpc
 import redis.asyncio as aioredis
 
 from batcher.local import LocalBatcher
+from batcher.metrics import BatcherMetrics
 from batcher.service import item_rows
 from batcher.settings import BatcherSettings
 from ferryman.jobs.store import FINISHED, Claimed, JobRecord, JobStore, State
@@ -41,15 +42,21 @@ RETRY_LATER = frozenset(
 """Outcomes that say nothing about the item: no capacity, no replica in time, a version
 this batcher has not read yet. Taken again later, until the job's window closes."""
 BACKOFF_S = 1.0
+BACKLOG_EVERY_S = 5.0
+"""How often the worker reads the queue's backlog into its gauges."""
 JOB_CACHE_S = 1.0
 """How long a job's state is trusted before it is read again (a cancel takes this long)."""
 
 
 class JobWorker:
-    def __init__(self, store: JobStore, batcher: LocalBatcher, settings: BatcherSettings) -> None:
+    def __init__(
+        self, store: JobStore, batcher: LocalBatcher, settings: BatcherSettings, metrics: BatcherMetrics
+    ) -> None:
         self._store = store
         self._batcher = batcher
         self._settings = settings
+        self._metrics = metrics
+        self._backlog_at = 0.0
         self.consumer = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._jobs: dict[tuple[str, str], tuple[float, JobRecord | None]] = {}
         self._running: set[asyncio.Task[None]] = set()
@@ -64,6 +71,7 @@ class JobWorker:
                 continue
             try:
                 await self._store.ensure_group()
+                await self._gauge_backlog()
                 claimed = await self._store.claim(
                     self.consumer,
                     free,
@@ -82,6 +90,15 @@ class JobWorker:
             task.cancel()
         await asyncio.gather(*self._running, return_exceptions=True)
 
+    async def _gauge_backlog(self) -> None:
+        now = time.monotonic()
+        if now - self._backlog_at < BACKLOG_EVERY_S:
+            return
+        self._backlog_at = now
+        items, oldest_s = await self._store.backlog()
+        self._metrics.job_backlog.set(items)
+        self._metrics.job_oldest.set(oldest_s)
+
     async def _job(self, tenant: str, job_id: str) -> JobRecord | None:
         now = time.monotonic()
         cached = self._jobs.get((tenant, job_id))
@@ -94,16 +111,16 @@ class JobWorker:
     async def _run_one(self, entry: Claimed) -> None:
         try:
             job = await self._job(entry.tenant, entry.job_id)
-            if job is None or job.state in FINISHED:
+            if job is None or job.state in FINISHED or job.expires <= time.time():
+                if job is not None and job.state not in FINISHED:
+                    await self._store.finish(entry.tenant, entry.job_id, State.EXPIRED)
                 await self._store.ack(entry)  # ended (or gone): never run, never charged
-                return
-            if job.expires <= time.time():
-                await self._store.finish(entry.tenant, entry.job_id, State.EXPIRED)
-                await self._store.ack(entry)
+                self._metrics.job_items.labels("dropped").inc()
                 return
             item = jobs_pb2.JobItem.FromString(entry.item)
             result = await self._submit(job, entry, item)
             if result.status.code in RETRY_LATER:
+                self._metrics.job_items.labels("retried").inc()
                 return  # left pending: taken again once idle
             answer = jobs_pb2.JobItemResult(index=entry.index, custom_id=item.custom_id, usage=result.usage)
             ok = result.status.code == 0
@@ -113,6 +130,7 @@ class JobWorker:
                 answer.error.CopyFrom(result.status)
             cost = result.usage.cost_usd if ok else 0.0
             await self._store.record(entry, answer.SerializeToString(), ok, cost)
+            self._metrics.job_items.labels("answered" if ok else "failed").inc()
         except (OSError, aioredis.RedisError) as exc:
             log.warning(
                 "job item %s/%d not recorded (%s); it will be taken again", entry.job_id, entry.index, exc

@@ -69,6 +69,24 @@ class BatcherMetrics:
         self.dead_letters = Counter(
             "ferryman_dead_letters", "Items isolated as failing the model.", labels, registry=self.registry
         )
+        self.job_items = Counter(
+            "ferryman_job_items",
+            "Job items this batcher's worker took, by outcome: answered, failed (the model's "
+            "error), retried (no capacity or replica in time: taken again later), dropped (the "
+            "job had ended: never run, never charged).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.job_backlog = Gauge(
+            "ferryman_job_backlog_items",
+            "Job items queued or running, not yet recorded.",
+            registry=self.registry,
+        )
+        self.job_oldest = Gauge(
+            "ferryman_job_oldest_item_seconds",
+            "Age of the oldest job item not yet recorded.",
+            registry=self.registry,
+        )
         self.batch_timeouts = Counter(
             "ferryman_batch_timeouts",
             "Batches that outlived their per-batch timeout on a node (hung or far too slow).",

@@ -32,6 +32,9 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     "ferryman_dead_letters": ("counter", ("model", "version")),
     "ferryman_breaker_open": ("gauge", ("node",)),
     "ferryman_batch_timeouts": ("counter", ("node",)),
+    "ferryman_job_items": ("counter", ("outcome",)),
+    "ferryman_job_backlog_items": ("gauge", ()),
+    "ferryman_job_oldest_item_seconds": ("gauge", ()),
     # node
     "ferryman_node_up": ("gauge", ()),
     "ferryman_node_loaded_versions": ("gauge", ("state",)),
