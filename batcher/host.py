@@ -73,7 +73,8 @@ class BatcherHost:
             log.warning("registry not readable yet; starting without replicas")
         if self._jobs is not None:  # after the first read: job items need their versions known
             local = LocalBatcher(self.service, self.generation)
-            worker = JobWorker(self._jobs, local, self.settings, self._metrics)
+            service = self.service
+            worker = JobWorker(self._jobs, local, self.settings, self._metrics, lambda: service.shed_at)
             self._job_worker = asyncio.create_task(worker.run(self._job_stop))
 
     async def drain(self) -> None:

@@ -5,7 +5,8 @@ use only the capacity real-time traffic leaves, then records each result once.
 An item that found no capacity in time (or no replica) is not acknowledged: it stays
 pending and is taken again after ``job_claim_idle_s`` (by this worker or another), as is
 every item of a worker that died. Items of a job that ended (cancelled, expired) are
-dropped unrun, so they are never charged.
+dropped unrun, so they are never charged. While this batcher refuses tenants' items (it
+sheds), the worker takes no new ones.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 
 import grpc
 import redis.asyncio as aioredis
@@ -50,8 +52,14 @@ JOB_CACHE_S = 1.0
 
 class JobWorker:
     def __init__(
-        self, store: JobStore, batcher: LocalBatcher, settings: BatcherSettings, metrics: BatcherMetrics
+        self,
+        store: JobStore,
+        batcher: LocalBatcher,
+        settings: BatcherSettings,
+        metrics: BatcherMetrics,
+        shed_at: Callable[[], float],
     ) -> None:
+        self._shed_at = shed_at
         self._store = store
         self._batcher = batcher
         self._settings = settings
@@ -66,6 +74,9 @@ class JobWorker:
         limit = self._settings.job_max_inflight
         while not stop.is_set():
             free = limit - len(self._running)
+            if time.monotonic() - self._shed_at() < self._settings.job_shed_pause_s:
+                await asyncio.sleep(self._settings.job_shed_pause_s)  # tenants are being refused
+                continue
             if free <= 0:
                 await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
                 continue

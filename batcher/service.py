@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -23,6 +24,7 @@ from batcher.scheduler import SchedulerConfig
 from batcher.settings import BatcherSettings
 from ferryman.errors import EXPECTED_MS, Reason, make_status
 from ferryman.kernel.telemetry import parent_context, tracer
+from ferryman.scopes import is_background
 from ferryman.v1 import batcher_pb2, common_pb2
 
 DEFAULT_PRIORITY = common_pb2.PRIORITY_NORMAL
@@ -71,6 +73,8 @@ class BatcherService:
             retry_after_max_s=settings.retry_after_max_s,
         )
         self.accepting = True
+        self.shed_at = -math.inf
+        """When a tenant's item was last refused (job workers pause while tenants are shed)."""
         self._tracer = tracer("ferryman.batcher")
 
     def pending(self, stream: int) -> int:
@@ -83,6 +87,8 @@ class BatcherService:
 
         def refuse(refusal: Refusal) -> None:
             self._metrics.shed.labels(**labels, reason=refusal.reason.lower()).inc()
+            if not is_background(item.tenant):
+                self.shed_at = now
             sink(batcher_pb2.ItemResult(request_id=item.request_id, status=self._status(refusal)))
 
         deadline = self._deadline(item, now)

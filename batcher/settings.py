@@ -51,6 +51,8 @@ class BatcherSettings(BaseSettings):
     """How long a job item may wait for leftover capacity before it is tried again later."""
     job_read_block_s: float = Field(default=1.0, gt=0)
     job_redis_timeout_s: float = Field(default=2.0, gt=0)
+    job_shed_pause_s: float = Field(default=1.0, gt=0)
+    """The worker takes no job items within this long of a tenant's item being refused."""
 
     # Coalescing and cache
     coalesce: bool = True

@@ -2,7 +2,8 @@
 once, priced at the job rate; a retry under the job id is the same job and another tenant
 cannot see it; a batcher killed with kill -9 mid-job leaves its items to another that takes
 them over (XAUTOCLAIM), with no item lost or recorded twice; a cancelled job stops; an OpenAI
-batch file runs from the CLI at the job price."""
+batch file runs from the CLI at the job price; Redis down for 5 s refuses submissions
+clearly and the running job resumes after."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import numpy as np
 import pytest
 from harness import ServiceThread
 from router_platform import E2E, MINILM_PRICE_PER_1K_TOKENS
+from services import start_redis, wait_for_redis
 
 from ferryman.kernel.net import free_port
 from ferryman.tensors import decode, encode
@@ -283,3 +285,57 @@ def test_an_openai_batch_file_runs_from_the_cli_at_half_the_price(jobs: Jobs, tm
     assert tokens > 0
     # The job price: half the version's (minilm: $1 per 1k tokens).
     assert done.cost_usd == pytest.approx(0.5 * tokens / 1000 * MINILM_PRICE_PER_1K_TOKENS)
+
+
+def test_redis_down_for_five_seconds_refuses_submissions_clearly_and_running_jobs_resume(
+    e2e: E2E, tmp_path: Path
+) -> None:
+    port = free_port()
+    redis_dir = tmp_path / "redis"
+    redis_dir.mkdir()
+    server = start_redis(port, redis_dir, aof=True)  # what it held survives its restart
+    assert wait_for_redis(port)
+    url = f"redis://127.0.0.1:{port}/0"
+    common = e2e.common.model_copy(update={"jobs_redis_url": url})
+    settings = RouterSettings(listen="127.0.0.1:0", batchers=e2e.batcher)
+    thread = ServiceThread(
+        lambda stop, ready: serve_router(settings, QuotaSettings(), common, stop, ready), "jobs"
+    )
+    outage = Jobs(e2e, url, thread.start())
+    proc = worker(outage)
+    try:
+        total = 120
+        request = jobs_pb2.SubmitJobRequest(
+            job_id="outage-1", model="echo", version="slow", items=echo_items(total, 4)
+        )
+        outage.stub().SubmitJob(request, metadata=outage.metadata(), timeout=30)
+        deadline = time.monotonic() + STARTED_S
+        while (
+            outage.stub()
+            .GetJob(jobs_pb2.GetJobRequest(job_id="outage-1"), metadata=outage.metadata(), timeout=10)
+            .succeeded
+            < 4
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        server.terminate()
+        server.wait()
+        refused_at = time.monotonic()
+        other = jobs_pb2.SubmitJobRequest(job_id="outage-2", model="echo", items=echo_items(2, 5))
+        with pytest.raises(grpc.RpcError) as down:
+            outage.stub().SubmitJob(other, metadata=outage.metadata(), timeout=30)
+        assert down.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "job queue" in (down.value.details() or "")
+        assert time.monotonic() - refused_at < 15  # bounded, not a hang
+        time.sleep(max(0.0, 5.0 - (time.monotonic() - refused_at)))
+        server = start_redis(port, redis_dir, aof=True)
+        assert wait_for_redis(port)
+        done = wait_job(outage, "outage-1", {jobs_pb2.JOB_STATE_COMPLETED}, timeout_s=DONE_S * 2)
+        assert (done.succeeded, done.failed) == (total, 0)
+        assert sorted(r.index for r in all_results(outage, "outage-1", total)) == list(range(total))
+    finally:
+        proc.kill()
+        proc.wait()
+        thread.stop()
+        server.terminate()
+        server.wait()
