@@ -70,6 +70,8 @@ class PolicyRecord:
     burst: int | None
     max_concurrency: int | None
     mode: str
+    jobs_in_flight: int | None = None
+    job_items_per_day: int | None = None
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,8 @@ def load_snapshot(engine: Engine) -> ConfigSnapshot:
                         burst=policy.burst,
                         max_concurrency=policy.max_concurrency,
                         mode=policy.mode,
+                        jobs_in_flight=policy.jobs_in_flight,
+                        job_items_per_day=policy.job_items_per_day,
                     )
                 )
         return snapshot

@@ -73,6 +73,10 @@ class QuotaPolicy(SQLModel, table=True):
     burst: int | None = None
     max_concurrency: int | None = None
     mode: str = Field(default="hard", max_length=8)
+    jobs_in_flight: int | None = None
+    """Durable jobs the tenant may have unfinished at once (tenant-wide policies only)."""
+    job_items_per_day: int | None = None
+    """Job items the tenant may submit per UTC day (tenant-wide policies only)."""
 
 
 class Model(SQLModel, table=True):

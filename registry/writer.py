@@ -47,6 +47,8 @@ from registry.tables import (
     utcnow,
 )
 
+JOB_LIMITS = ("jobs_in_flight", "job_items_per_day")
+
 
 @dataclass(frozen=True)
 class QuotaLimits:
@@ -58,6 +60,10 @@ class QuotaLimits:
     burst: int | None = None
     max_concurrency: int | None = None
     mode: str = "hard"
+    jobs_in_flight: int | None = None
+    """Unfinished durable jobs at once (tenant-wide only)."""
+    job_items_per_day: int | None = None
+    """Job items submitted per UTC day (tenant-wide only)."""
 
 
 @dataclass(frozen=True)
@@ -171,8 +177,10 @@ class RegistryWriter(RouteWrites, RolloutWrites, WriterBase):
     def set_quota(self, tenant_name: str, limits: QuotaLimits, *, model: str = "") -> None:
         """Set (replace) the tenant's limits, for all traffic or for one model alias."""
         v.check_mode(limits.mode)
-        for field in ("rpm", "tpm", "cost_per_day_usd", "burst", "max_concurrency"):
+        for field in ("rpm", "tpm", "cost_per_day_usd", "burst", "max_concurrency", *JOB_LIMITS):
             v.check_limit(field, getattr(limits, field))
+        if model and any(getattr(limits, field) is not None for field in JOB_LIMITS):
+            raise v.RegistryError("job limits are the tenant's, not a model's: set them without --model")
         if limits.burst is not None and limits.rpm is not None and limits.burst > limits.rpm:
             raise v.RegistryError(f"burst ({limits.burst}) cannot exceed rpm ({limits.rpm})")
         if model:

@@ -16,9 +16,10 @@ import redis.asyncio as aioredis
 from google.protobuf import timestamp_pb2
 
 from ferryman.errors import Reason
-from ferryman.jobs.store import FINISHED, JobRecord, JobStore, State
+from ferryman.jobs.store import FINISHED, JobRecord, JobStore, LimitReached, State
 from ferryman.schema_check import check_inputs
 from ferryman.v1 import jobs_pb2
+from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord
 from router.bounds import MAX_REQUEST_ID_CHARS, clip
 from router.service import CAUSAL_LM, RequestFailed, RouterService, fail
@@ -62,9 +63,12 @@ def _unavailable(exc: Exception) -> RequestFailed:
 class JobDesk:
     """Protocol-neutral: the servicer converts, this decides."""
 
-    def __init__(self, settings: RouterSettings, service: RouterService, store: JobStore) -> None:
+    def __init__(
+        self, settings: RouterSettings, service: RouterService, cache: SnapshotCache, store: JobStore
+    ) -> None:
         self._settings = settings
         self._service = service
+        self._cache = cache
         self._store = store
 
     async def submit(self, tenant: TenantRecord, request: jobs_pb2.SubmitJobRequest) -> jobs_pb2.Job:
@@ -125,9 +129,22 @@ class JobDesk:
             price_per_item_usd=version.price_per_item_usd * factor,
             price_per_1k_tokens_usd=version.price_per_1k_tokens_usd * factor,
         )
+        policy = next((p for p in self._cache.snapshot.policies.get(tenant.name, []) if not p.model), None)
         try:
             async with asyncio.timeout(limits.job_store_timeout_s * 4):
-                job = await self._store.create(record, items)
+                job = await self._store.create(
+                    record,
+                    items,
+                    most_jobs=policy.jobs_in_flight if policy else None,
+                    most_items=policy.job_items_per_day if policy else None,
+                )
+        except LimitReached as exc:
+            raise fail(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"job refused: {exc}",
+                Reason.QUOTA_EXCEEDED,
+                quota_violations=[(f"tenant:{tenant.name}", str(exc))],
+            ) from None
         except (OSError, TimeoutError, aioredis.RedisError) as exc:
             raise _unavailable(exc) from None
         if job.digest != record.digest:

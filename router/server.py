@@ -130,7 +130,7 @@ async def serve_router(
         if common.jobs_redis_url:
             jobs = JobStore(common.jobs_redis_url, settings.job_store_timeout_s)
             rt.on_close(jobs.close)
-            desk = JobDesk(settings, service, jobs)
+            desk = JobDesk(settings, service, cache, jobs)
             jobs_pb2_grpc.add_JobsServicer_to_server(JobsServicer(gateway, desk), rt.server)
         if settings.http_listen:
             http = HttpDoor(

@@ -144,6 +144,8 @@ def quota_set(
     burst: Annotated[int | None, typer.Option(help="Most requests at once (default: rpm).")] = None,
     max_concurrency: Annotated[int | None, typer.Option(help="Most requests in flight.")] = None,
     mode: Annotated[str, typer.Option(help="hard: reject; soft: admit and degrade.")] = "hard",
+    jobs_in_flight: Annotated[int | None, typer.Option(help="Unfinished durable jobs at once.")] = None,
+    job_items_per_day: Annotated[int | None, typer.Option(help="Job items submitted per UTC day.")] = None,
     model: Annotated[str, typer.Option(help="Limit only this model alias.")] = "",
     as_json: JsonFlag = False,
 ) -> None:
@@ -155,6 +157,8 @@ def quota_set(
         burst=burst,
         max_concurrency=max_concurrency,
         mode=mode,
+        jobs_in_flight=jobs_in_flight,
+        job_items_per_day=job_items_per_day,
     )
     with refusals():
         writer().set_quota(tenant, limits, model=model)

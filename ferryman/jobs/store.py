@@ -41,7 +41,8 @@ class State(IntEnum):
 
 FINISHED = frozenset({State.COMPLETED, State.CANCELLED, State.EXPIRED})
 
-# KEYS: job hash, results hash. ARGV: index, result bytes, ok (1/0), cost, now, retention.
+# KEYS: job hash, results hash, tenant's unfinished jobs. ARGV: index, result bytes, ok (1/0),
+# cost, now, retention.
 # The first record of an item counts; the last one to count completes the job.
 RECORD = """
 local job = KEYS[1]
@@ -60,26 +61,37 @@ if tonumber(h[1]) + tonumber(h[2]) >= tonumber(h[3]) and (state == 1 or state ==
   redis.call('HSET', job, 'state', 3, 'finished', ARGV[5])
   redis.call('EXPIRE', job, ARGV[6])
   redis.call('EXPIRE', KEYS[2], ARGV[6])
+  redis.call('DECR', KEYS[3])
 end
 return 1
 """
 
-# KEYS: job hash, tenant index. ARGV: job id, created, then field/value pairs. Creates the job
-# unless one exists; 1 if created.
+# KEYS: job hash, tenant index, tenant's unfinished jobs, tenant's items today. ARGV: job id,
+# created, most unfinished jobs (0: any), most items a day (0: any), items, seconds the day
+# counter lives, then field/value pairs. 1: created; 0: a job exists under the id; -2: too
+# many unfinished jobs; -3: too many items today.
 CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+local most_jobs, most_items, items = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+if most_jobs > 0 and tonumber(redis.call('GET', KEYS[3]) or '0') >= most_jobs then return -2 end
+if most_items > 0 and tonumber(redis.call('GET', KEYS[4]) or '0') + items > most_items then return -3 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 7))
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('INCR', KEYS[3])
+redis.call('INCRBY', KEYS[4], items)
+redis.call('EXPIRE', KEYS[4], ARGV[6])
 return 1
 """
 
-# KEYS: job hash. ARGV: state, now, retention. Ends a job that has not ended.
+# KEYS: job hash, tenant's unfinished jobs. ARGV: state, now, retention. Ends a job that has
+# not ended.
 FINISH = """
 local state = tonumber(redis.call('HGET', KEYS[1], 'state') or '0')
 if state == 0 then return -1 end
 if state >= 3 then return state end
 redis.call('HSET', KEYS[1], 'state', ARGV[1], 'finished', ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('DECR', KEYS[2])
 return tonumber(ARGV[1])
 """
 
@@ -88,8 +100,16 @@ def job_key(tenant: str, job_id: str) -> str:
     return PREFIX + "job:" + hashlib.sha256(f"{tenant}\0{job_id}".encode()).hexdigest()
 
 
-def tenant_key(tenant: str) -> str:
-    return PREFIX + "jobs:" + hashlib.sha256(tenant.encode()).hexdigest()
+def tenant_key(tenant: str, what: str = "") -> str:
+    """The tenant's job index (or, with ``what``, one of its counters)."""
+    return PREFIX + "jobs:" + hashlib.sha256(tenant.encode()).hexdigest() + (f":{what}" if what else "")
+
+
+DAY_S = 86_400
+
+
+class LimitReached(Exception):
+    """The tenant's job limits refuse a new job (the message says which)."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +183,13 @@ class JobStore:
     async def close(self) -> None:
         await self._redis.aclose()
 
-    async def create(self, record: JobRecord, items: list[bytes]) -> JobRecord:
+    async def create(
+        self,
+        record: JobRecord,
+        items: list[bytes],
+        most_jobs: int | None = None,
+        most_items: int | None = None,
+    ) -> JobRecord:
         """Store a new job and queue its items; a job already under the id is returned as
         it is (the caller compares digests). A job whose items a crashed router had not all
         queued yet (``queuing`` still set) gets them queued again: a duplicate entry is
@@ -188,9 +214,25 @@ class JobStore:
             "queuing": 1,
         }
         pairs = [str(x) for kv in fields.items() for x in kv]
+        day = int(record.created // DAY_S)
+        keys = [key, tenant_key(record.tenant), tenant_key(record.tenant, "unfinished")]
+        keys.append(tenant_key(record.tenant, f"items:{day}"))
         created = await self._create(
-            keys=[key, tenant_key(record.tenant)], args=[record.job_id, record.created, *pairs]
+            keys=keys,
+            args=[
+                record.job_id,
+                record.created,
+                most_jobs or 0,
+                most_items or 0,
+                len(items),
+                2 * DAY_S,
+                *pairs,
+            ],
         )
+        if created == -2:
+            raise LimitReached(f"{most_jobs} unfinished jobs already (jobs_in_flight)")
+        if created == -3:
+            raise LimitReached(f"{len(items)} more items would pass {most_items} today (job_items_per_day)")
         if created or await self._redis.hexists(key, "queuing"):
             pipe = self._redis.pipeline(transaction=False)
             for index, item in enumerate(items):
@@ -218,7 +260,8 @@ class JobStore:
 
     async def finish(self, tenant: str, job_id: str, state: State) -> JobRecord | None:
         """End a job (cancelled, expired) unless it has ended; the job as it is then."""
-        await self._finish(keys=[job_key(tenant, job_id)], args=[int(state), time.time(), RETENTION_S])
+        keys = [job_key(tenant, job_id), tenant_key(tenant, "unfinished")]
+        await self._finish(keys=keys, args=[int(state), time.time(), RETENTION_S])
         return await self.get(tenant, job_id)
 
     async def results(self, tenant: str, job_id: str, offset: int, limit: int) -> dict[int, bytes]:
@@ -265,7 +308,7 @@ class JobStore:
         """Record an item's result once (True if this record counted) and acknowledge it."""
         key = job_key(claimed.tenant, claimed.job_id)
         counted = await self._record(
-            keys=[key, key + ":results"],
+            keys=[key, key + ":results", tenant_key(claimed.tenant, "unfinished")],
             args=[claimed.index, result, 1 if ok else 0, cost, time.time(), RETENTION_S],
         )
         await self.ack(claimed)

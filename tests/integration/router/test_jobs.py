@@ -3,7 +3,8 @@ once, priced at the job rate; a retry under the job id is the same job and anoth
 cannot see it; a batcher killed with kill -9 mid-job leaves its items to another that takes
 them over (XAUTOCLAIM), with no item lost or recorded twice; a cancelled job stops; an OpenAI
 batch file runs from the CLI at the job price; Redis down for 5 s refuses submissions
-clearly and the running job resumes after."""
+clearly and the running job resumes after; a tenant's job limits (unfinished jobs, items a
+day) refuse what is past them."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from batcher_platform import REGISTRY_REFRESH_S
 from harness import ServiceThread
 from router_platform import E2E, MINILM_PRICE_PER_1K_TOKENS
 from services import start_redis, wait_for_redis
@@ -28,6 +30,7 @@ from ferryman.kernel.net import free_port
 from ferryman.tensors import decode, encode
 from ferryman.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
 from gpu_node.demo import echo
+from registry.writer import QuotaLimits
 from router.quota.settings import QuotaSettings
 from router.server import serve_router
 from router.settings import RouterSettings
@@ -339,3 +342,26 @@ def test_redis_down_for_five_seconds_refuses_submissions_clearly_and_running_job
         thread.stop()
         server.terminate()
         server.wait()
+
+
+def test_job_limits_refuse_a_job_too_many_and_items_past_the_day(jobs: Jobs) -> None:
+    key = jobs.e2e.new_tenant("jobber", QuotaLimits(jobs_in_flight=1, job_items_per_day=10))
+    metadata = [("authorization", f"Bearer {key}")]
+
+    def submit(job_id: str, items: int) -> jobs_pb2.Job:
+        request = jobs_pb2.SubmitJobRequest(job_id=job_id, model="echo", items=echo_items(items, 6))
+        job: jobs_pb2.Job = jobs.stub().SubmitJob(request, metadata=metadata, timeout=30)
+        return job
+
+    time.sleep(REGISTRY_REFRESH_S * 3)  # the jobs router's snapshot has the policy
+    submit("limits-1", 5)  # no worker runs: it stays unfinished
+    with pytest.raises(grpc.RpcError) as too_many:
+        submit("limits-2", 1)
+    assert too_many.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "jobs_in_flight" in (too_many.value.details() or "")
+    jobs.stub().CancelJob(jobs_pb2.CancelJobRequest(job_id="limits-1"), metadata=metadata, timeout=10)
+    with pytest.raises(grpc.RpcError) as past_the_day:
+        submit("limits-3", 6)  # 5 + 6 > 10 today
+    assert past_the_day.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "job_items_per_day" in (past_the_day.value.details() or "")
+    assert submit("limits-4", 5).total == 5  # exactly at the day's limit
