@@ -48,6 +48,8 @@ RECORD = """
 local job = KEYS[1]
 local state = tonumber(redis.call('HGET', job, 'state') or '0')
 if state == 0 then return -1 end
+-- Ended (cancelled, expired): an item still running then is neither recorded nor charged.
+if state >= 3 then return 0 end
 if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return 0 end
 if ARGV[3] == '1' then
   redis.call('HINCRBY', job, 'succeeded', 1)

@@ -96,6 +96,8 @@ def test_tenant_key_quota_flow(cli: CliRunner) -> None:
             "burst": 10,
             "max_concurrency": None,
             "mode": "soft",
+            "jobs_in_flight": None,
+            "job_items_per_day": None,
         }
     ]
 
