@@ -26,22 +26,14 @@ from batcher.local import LocalBatcher
 from batcher.metrics import BatcherMetrics
 from batcher.service import item_rows
 from batcher.settings import BatcherSettings
+from ferryman.errors import NO_CAPACITY
 from ferryman.jobs.store import FINISHED, Claimed, JobRecord, JobStore, State
 from ferryman.scopes import job_scope
 from ferryman.v1 import batcher_pb2, common_pb2, jobs_pb2
 
 log = logging.getLogger("ferryman.batcher.jobs")
-RETRY_LATER = frozenset(
-    code.value[0]
-    for code in (
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.NOT_FOUND,
-    )
-)
-"""Outcomes that say nothing about the item: no capacity, no replica in time, a version
+RETRY_LATER = NO_CAPACITY | {grpc.StatusCode.NOT_FOUND.value[0]}
+"""Outcomes that say nothing about the item: no capacity or replica in time, or a version
 this batcher has not read yet. Taken again later, until the job's window closes."""
 BACKOFF_S = 1.0
 BACKLOG_EVERY_S = 5.0

@@ -35,6 +35,20 @@ model, a quota refusal): spans are marked ERROR, SLOs and canary analysis count 
 shipped dashboards and alert rules count the same set (as all codes but the caller's)."""
 
 
+NO_CAPACITY = frozenset(
+    code.value[0]
+    for code in (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+    )
+)
+"""Numeric codes of an item result that says nothing about the item itself: it found no
+capacity or no replica in time (background work, shadows and job items, tries again later
+or is skipped instead of counting it as the model's failure)."""
+
+
 class Reason(StrEnum):
     """Every ErrorInfo reason Ferryman puts on the wire (clients may branch on these)."""
 

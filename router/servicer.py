@@ -18,17 +18,22 @@ from router.handlers import Undecodable, undecodable
 from router.service import RequestFailed
 
 
+async def calling_tenant(gateway: Gateway, context: ServicerContext) -> TenantRecord:
+    """The tenant of the call's bearer key; a missing, unknown or revoked one ends the call."""
+    try:
+        return gateway.tenant(bearer_key(context.invocation_metadata()))
+    except RequestFailed as failed:
+        await abort(context, failed.status)
+        raise
+
+
 class InferenceServicer(inference_pb2_grpc.InferenceServicer):
     def __init__(self, gateway: Gateway, feedback: FeedbackDesk) -> None:
         self._gateway = gateway
         self._feedback = feedback
 
     async def _tenant(self, context: ServicerContext) -> TenantRecord:
-        try:
-            return self._gateway.tenant(bearer_key(context.invocation_metadata()))
-        except RequestFailed as failed:
-            await abort(context, failed.status)
-            raise
+        return await calling_tenant(self._gateway, context)
 
     async def Predict(
         self, request: inference_pb2.PredictRequest | Undecodable, context: ServicerContext

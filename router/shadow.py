@@ -21,6 +21,7 @@ import grpc
 import numpy as np
 
 from ferryman.canary import SHADOW_SAME
+from ferryman.errors import NO_CAPACITY
 from ferryman.scopes import SHADOW_SCOPE
 from ferryman.tensors import decode
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
@@ -33,16 +34,6 @@ log = logging.getLogger("ferryman.router.shadow")
 DIFFER = "differ"
 FAILED = "failed"
 PERCENT = 100
-NO_ROOM = frozenset(
-    code.value[0]
-    for code in (
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.CANCELLED,
-    )
-)
-"""A shadow refused or expired for want of capacity (or a replica): skipped, not failed."""
 
 
 def same_outputs(
@@ -129,7 +120,7 @@ class Shadower:
         except Exception:  # a shadow must never hurt the router: count it and go on
             log.debug("shadow of %s:%s failed", model, version, exc_info=True)
             result = batcher_pb2.ItemResult(status={"code": grpc.StatusCode.INTERNAL.value[0]})
-        if result.status.code in NO_ROOM:
+        if result.status.code in NO_CAPACITY:
             # Shadows run only in capacity tenants leave: none came in time. Unmeasured, not a
             # difference.
             self._metrics.child(self._metrics.shadow_skipped, model, version).inc()
