@@ -40,6 +40,7 @@ BACKLOG_EVERY_S = 5.0
 """How often the worker reads the queue's backlog into its gauges."""
 JOB_CACHE_S = 1.0
 """How long a job's state is trusted before it is read again (a cancel takes this long)."""
+MAX_CACHED_JOBS = 1024
 
 
 class JobWorker:
@@ -108,6 +109,8 @@ class JobWorker:
         if cached is not None and cached[0] > now:
             return cached[1]
         job = await self._store.get(tenant, job_id)
+        if len(self._jobs) >= MAX_CACHED_JOBS:  # jobs come and go: keep only the fresh ones
+            self._jobs = {k: v for k, v in self._jobs.items() if v[0] > now}
         self._jobs[(tenant, job_id)] = (now + JOB_CACHE_S, job)
         return job
 

@@ -20,7 +20,7 @@ from ferryman.jobs.store import FINISHED, JobRecord, JobStore, LimitReached, Sta
 from ferryman.schema_check import check_inputs
 from ferryman.v1 import jobs_pb2
 from registry.cache import SnapshotCache
-from registry.snapshot import TenantRecord
+from registry.snapshot import TenantRecord, VersionRecord
 from router.bounds import MAX_REQUEST_ID_CHARS, clip
 from router.service import CAUSAL_LM, RequestFailed, RouterService, fail
 from router.settings import RouterSettings
@@ -56,6 +56,31 @@ def to_proto(job: JobRecord) -> jobs_pb2.Job:
     )
 
 
+def checked_items(request: jobs_pb2.SubmitJobRequest, version: VersionRecord) -> tuple[str, list[bytes]]:
+    """The job's digest (what a retry under its id must match) and its items, serialized;
+    raises RequestFailed naming the first item that does not fit the version's schema."""
+    items: list[bytes] = []
+    digest = hashlib.sha256(f"{request.model}\0{version.version}\0".encode())
+    for key in sorted(request.parameters):
+        digest.update(f"{key}={request.parameters[key]}\0".encode())
+    for i, item in enumerate(request.items):
+        problems = list(check_inputs(item.inputs, version.schema).violations)
+        if len(item.custom_id) > MAX_CUSTOM_ID_CHARS:
+            problems.append(("custom_id", f"longer than {MAX_CUSTOM_ID_CHARS} characters"))
+        if problems:
+            field, why = problems[0]
+            raise fail(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"item {i}: {field}: {why}",
+                Reason.INVALID_INPUT,
+                violations=[(f"items[{i}].{f}", d) for f, d in problems],
+            )
+        raw = item.SerializeToString(deterministic=True)
+        digest.update(raw)
+        items.append(raw)
+    return digest.hexdigest(), items
+
+
 def _unavailable(exc: Exception) -> RequestFailed:
     return fail(grpc.StatusCode.UNAVAILABLE, f"the job queue cannot be reached: {exc}", Reason.INTERNAL)
 
@@ -89,26 +114,8 @@ class JobDesk:
         _, version = self._service.route(tenant, request.model, request.version, "", False, fallback=False)
         if version.format == CAUSAL_LM:
             raise fail(grpc.StatusCode.FAILED_PRECONDITION, "jobs run Predict models", Reason.INVALID_REQUEST)
-        items: list[bytes] = []
-        digest = hashlib.sha256(f"{request.model}\0{version.version}\0".encode())
-        for key in sorted(request.parameters):
-            digest.update(f"{key}={request.parameters[key]}\0".encode())
-        for i, item in enumerate(request.items):
-            checked = check_inputs(item.inputs, version.schema)
-            problems = list(checked.violations)
-            if len(item.custom_id) > MAX_CUSTOM_ID_CHARS:
-                problems.append(("custom_id", f"longer than {MAX_CUSTOM_ID_CHARS} characters"))
-            if problems:
-                field, why = problems[0]
-                raise fail(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"item {i}: {field}: {why}",
-                    Reason.INVALID_INPUT,
-                    violations=[(f"items[{i}].{f}", d) for f, d in problems],
-                )
-            raw = item.SerializeToString(deterministic=True)
-            digest.update(raw)
-            items.append(raw)
+        # Up to job_max_items items to check: off the event loop, which serves everyone's requests.
+        digest, items = await asyncio.to_thread(checked_items, request, version)
         now = time.time()
         factor = limits.job_price_factor
         record = JobRecord(
@@ -124,7 +131,7 @@ class JobDesk:
             created=now,
             expires=now + window,
             finished=0.0,
-            digest=digest.hexdigest(),
+            digest=digest,
             parameters=dict(request.parameters),
             price_per_item_usd=version.price_per_item_usd * factor,
             price_per_1k_tokens_usd=version.price_per_1k_tokens_usd * factor,
@@ -202,18 +209,24 @@ class JobDesk:
         return [jobs_pb2.JobItemResult.FromString(raw[i]) for i in sorted(raw)]
 
     async def watch(self, tenant: TenantRecord, job_id: str) -> AsyncIterator[jobs_pb2.JobEvent]:
-        """Progress and new results until the job ends (results in index order as they land)."""
+        """Progress and new results until the job ends. Results are read only when the job's
+        progress moved past what was sent, and only the pages not sent whole yet."""
         sent: set[int] = set()
         while True:
             job = await self._get(tenant, job_id)
-            fresh = []
-            for offset in range(0, job.total, MAX_RESULTS):
-                if all(i in sent for i in range(offset, min(job.total, offset + MAX_RESULTS))):
-                    continue
-                for result in await self.results(tenant, job_id, offset, MAX_RESULTS):
-                    if result.index not in sent:
-                        sent.add(result.index)
-                        fresh.append(result)
+            fresh: list[jobs_pb2.JobItemResult] = []
+            if job.succeeded + job.failed > len(sent):
+                for offset in range(0, job.total, MAX_RESULTS):
+                    end = min(job.total, offset + MAX_RESULTS)
+                    if all(i in sent for i in range(offset, end)):
+                        continue
+                    try:
+                        raw = await self._store.results(tenant.name, job_id, offset, end - offset)
+                    except (OSError, aioredis.RedisError) as exc:
+                        raise _unavailable(exc) from None
+                    for index in sorted(set(raw) - sent):
+                        sent.add(index)
+                        fresh.append(jobs_pb2.JobItemResult.FromString(raw[index]))
             yield jobs_pb2.JobEvent(job=to_proto(job), results=fresh)
             if job.state in FINISHED:
                 return

@@ -257,8 +257,10 @@ class JobStore:
             rank = await self._redis.zrevrank(key, before)
             start = 0 if rank is None else rank + 1
         ids = await self._redis.zrevrange(key, start, start + limit - 1)
-        jobs = [await self.get(tenant, raw.decode()) for raw in ids]
-        return [j for j in jobs if j is not None]
+        pipe = self._redis.pipeline(transaction=False)  # one round trip for the page
+        for raw in ids:
+            pipe.hgetall(job_key(tenant, raw.decode()))
+        return [job for job in map(_record, await pipe.execute()) if job is not None]
 
     async def finish(self, tenant: str, job_id: str, state: State) -> JobRecord | None:
         """End a job (cancelled, expired) unless it has ended; the job as it is then."""

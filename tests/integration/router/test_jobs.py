@@ -132,6 +132,12 @@ def test_every_item_is_answered_once_and_the_job_is_the_tenants_alone(jobs: Jobs
         assert (job.state, job.total) == (jobs_pb2.JOB_STATE_QUEUED, 300)
         again = jobs.stub().SubmitJob(request, metadata=jobs.metadata(), timeout=30)  # a retry
         assert again.created_at == job.created_at
+        watched: list[int] = []
+        watch = jobs_pb2.WatchJobRequest(job_id="nightly-1")
+        for event in jobs.stub().WatchJob(watch, metadata=jobs.metadata(), timeout=DONE_S):
+            watched += [r.index for r in event.results]
+        assert event.job.state == jobs_pb2.JOB_STATE_COMPLETED
+        assert sorted(watched) == list(range(300))  # every result once, as it landed
         done = wait_job(jobs, "nightly-1", {jobs_pb2.JOB_STATE_COMPLETED})
     finally:
         proc.kill()
