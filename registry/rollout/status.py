@@ -5,10 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from registry.rollout.writes import FULL
 from registry.states import RolloutState
 from registry.tables import Rollout
-
-FULL = 100
 
 
 def candidate_weight(rollout: Rollout) -> int:
