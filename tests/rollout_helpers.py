@@ -31,6 +31,8 @@ SETTLE_S = 2.0
 """After a rollback: the router's next registry refresh, with margin."""
 DONE_S = 90.0
 SLOW_MS = 40
+FAIL_SHARE = 0.2
+"""The share of live inputs the faulty test version fails on."""
 LIVE_OFFSET = 100.0
 """Echo traffic's values sit here, above anything warm-up sends: the faulty version fails
 on live inputs only, as a model that passed its warm-up may."""
@@ -93,6 +95,14 @@ class Traffic:
                     self.react(reply)
             except grpc.RpcError as exc:
                 self.sent.append(Sent(user, at, "", exc.code().name))
+
+
+def near_share(observed: float, expected: float, samples: int, sigmas: float = 4.0) -> bool:
+    """Whether a share observed over ``samples`` independent draws is within ``sigmas``
+    binomial standard errors of ``expected``: traffic's inputs are random, so a share seen
+    over a rollout step's few dozen requests spreads that far (at 28 requests, 10 failures
+    where 5.6 are expected is two standard errors: a fixed band flakes)."""
+    return abs(observed - expected) <= sigmas * (expected * (1 - expected) / samples) ** 0.5
 
 
 def wait_done(reader: RegistryReader, model: str, timeout_s: float = DONE_S) -> str:

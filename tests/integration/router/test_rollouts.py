@@ -12,12 +12,14 @@ from batcher_platform import node_main, register, wait_for_replicas
 from harness import ServiceThread
 from rollout_helpers import (
     CHECK_S,
+    FAIL_SHARE,
     LIVE_OFFSET,
     MIN_REQUESTS,
     SETTLE_S,
     SLOW_MS,
     Traffic,
     cli,
+    near_share,
     rollout_events,
     start,
     wait_done,
@@ -41,7 +43,7 @@ def controller(e2e: E2E, rollout_controller: RegistryReader) -> RegistryReader:
     writer.set_route("roll-mlp", {"1": 100}, sticky="user")
     variants = {
         "1": echo.write_config(fx / "plain.json"),
-        "faulty": echo.write_config(fx / "faulty.json", fail_share=0.2, fail_above=LIVE_OFFSET / 2),
+        "faulty": echo.write_config(fx / "faulty.json", fail_share=FAIL_SHARE, fail_above=LIVE_OFFSET / 2),
         "slow": echo.write_config(fx / "slow.json", delay_ms=SLOW_MS),
     }
     for version, path in variants.items():
@@ -101,7 +103,10 @@ def test_a_faulty_version_is_rolled_back_at_its_first_step_failing_only_its_own_
     verdict = detail["verdict"]
     assert isinstance(verdict, dict) and verdict["outcome"] == "fail"
     assert "server errors" in " ".join(verdict["reasons"]), verdict
-    assert 0.1 < verdict["numbers"]["canary_error_rate"] < 0.35
+    numbers = verdict["numbers"]
+    assert numbers["canary_requests"] >= MIN_REQUESTS
+    assert 0 < numbers["canary_error_rate"], numbers
+    assert near_share(numbers["canary_error_rate"], FAIL_SHARE, numbers["canary_requests"]), numbers
     assert verdict["numbers"]["baseline_error_rate"] == 0
     route = controller.route("roll-echo")
     assert route is not None and dict(route.targets) == {"1": 100, "faulty": 0}
