@@ -11,7 +11,7 @@ do not buy a larger share (a tenant sets them itself).
 Fair order inside one queue cannot help a tenant whose work is in another queue
 (another model or parameter set), so node slots are shared by the same clock: when
 more tenants wait (in any queue sharing a replica) than slots are free, the free
-slots go to the waiting tenants with the earliest virtual times. And while several
+slots go to the waiting tenants whose next batches finish earliest in virtual time. And while several
 tenants are active, each may hold only its weighted share of a replica's in-flight
 slots (at least one), and the last free slot of a replica is kept for an active tenant
 that has nothing queued and no slot there: batches are not preempted, so without it a
@@ -155,13 +155,20 @@ class SlotPolicy:
         return not any(u != tenant and held.get(u, 0) == 0 for u in self.idle)
 
 
-def outranked(free_slots: int, waiting: Mapping[str, float]) -> frozenset[str]:
-    """Tenants (of ``waiting``: tenant -> virtual start time) that must leave the free slots
-    to others: when more tenants wait than slots are free, only the ``free_slots`` with
-    the earliest virtual times may take one (ties by name, so every queue agrees)."""
+def outranked(free_slots: int, waiting: Mapping[str, tuple[float, float]]) -> frozenset[str]:
+    """Tenants (of ``waiting``: tenant -> virtual start and finish time of its next batch)
+    that must leave the free slots to others: when more tenants wait than slots are free,
+    only the ``free_slots`` whose next batches finish earliest in virtual time may take one
+    (weighted fair queueing's order; then by start, then by name, so every queue agrees).
+
+    By finish, not start: a tenant back from idle and one that left the kept slot to it
+    both start near the system's virtual time, and ordered by start the long batch would
+    win half the time, leaving the short request to wait the whole batch out. By finish,
+    the short request goes first and delays the long batch by its own few milliseconds;
+    a tenant still gets no more than its share, as its finish times grow with its use."""
     if len(waiting) <= free_slots:
         return frozenset()
-    ranked = sorted(waiting, key=lambda t: (waiting[t], t))
+    ranked = sorted(waiting, key=lambda t: (waiting[t][1], waiting[t][0], t))
     return frozenset(ranked[max(0, free_slots) :])
 
 

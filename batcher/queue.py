@@ -36,7 +36,7 @@ class VersionQueue:
         metrics: BatcherMetrics,
         finish: Finisher,
         wake: Callable[[bool], None],
-        contenders: Callable[[str], set[str]],
+        contenders: Callable[[str], dict[str, float]],
         fair: FairShare,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -66,7 +66,8 @@ class VersionQueue:
         all queues, so the slot may be the one another waits for), or only those that left
         the free slots to a tenant ahead of theirs when a dispatch changes who is ahead."""
         self._contenders = contenders
-        """Tenants with queued work in any queue sharing a replica with a version."""
+        """Tenants with queued work in any queue sharing a replica with a version, each
+        with the compute its next batch there is predicted to cost (``next_batch_costs``)."""
         self._fair = fair
         self.deferred = False
         """The last decision left a free slot to another queue's tenant."""
@@ -125,8 +126,12 @@ class VersionQueue:
             self._depth.set(self.rows)
             self._wakeup.set()
 
-    def waiting_tenants(self) -> set[str]:
-        return set(self._tenant_rows)
+    def next_batch_costs(self) -> dict[str, float]:
+        """Each waiting tenant's next batch here (its rows, up to a full batch), in
+        predicted compute seconds: the fair-share cost unit."""
+        per_row = row_cost(self.predictor, self.config.max_batch_rows)
+        limit = self.config.max_batch_rows
+        return {tenant: min(rows, limit) * per_row for tenant, rows in self._tenant_rows.items()}
 
     def _count_tenant_rows(self) -> None:
         self._tenant_rows.clear()
@@ -224,10 +229,11 @@ class VersionQueue:
 
     def _fair_view(self, free_slots: int, now: float) -> tuple[FairView, SlotPolicy]:
         """The ledger's view with the tenants that may not take a slot now (the slot
-        policy refuses them, or tenants with earlier virtual times wait for the free
+        policy refuses them, or tenants whose next batches finish earlier wait for the free
         slots), and the slot policy."""
         limit = self._directory.slots_per_replica(self.version_key)
-        tenants = self._contenders(self.version_key) | self._tenant_rows.keys()
+        costs = self._contenders(self.version_key)
+        tenants = costs.keys() | self._tenant_rows.keys()
         background = {t for t in tenants if is_background(t)}
         policy = SlotPolicy(
             limit=limit,
@@ -237,8 +243,18 @@ class VersionQueue:
         )
         blocked = self._directory.blocked(self.version_key, policy, tenants)
         ledger = self._fair.view()
-        behind = outranked(free_slots, {t: ledger.tag(t) for t in tenants - blocked - background})
-        self.deferred = bool(behind & self._tenant_rows.keys())
+        behind = outranked(
+            free_slots,
+            {
+                t: (ledger.tag(t), ledger.tag(t) + costs.get(t, 0.0) / ledger.weight(t))
+                for t in tenants - blocked - background
+            },
+        )
+        deferred, self.deferred = self.deferred, bool(behind & self._tenant_rows.keys())
+        if self.deferred and not deferred:
+            # The free slot is left to a tenant queued elsewhere, whose queue may be asleep
+            # (its tenant was refused the slot kept for ours, which just arrived): wake it.
+            self._wake(False)
         return self._fair.view(blocked | behind), policy
 
     def _dispatch(

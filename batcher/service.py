@@ -270,19 +270,21 @@ class BatcherService:
         for queue in sorted(waiting, key=lambda q: q.entries[0].arrival):
             queue.poke()
 
-    def _contenders(self, version_key: str) -> set[str]:
+    def _contenders(self, version_key: str) -> dict[str, float]:
         """Tenants with queued work in any queue whose version shares a replica with
-        ``version_key`` (they compete for the same slots)."""
+        ``version_key`` (they compete for the same slots), each with the cheapest next
+        batch it has waiting in those queues."""
         mine = {r.name for r in self._directory.ready(version_key)}
-        tenants: set[str] = set()
+        costs: dict[str, float] = {}
         for queue in self.queues.values():
             if not queue.entries:
                 continue
             if queue.version_key == version_key or mine & {
                 r.name for r in self._directory.ready(queue.version_key)
             }:
-                tenants |= queue.waiting_tenants()
-        return tenants
+                for tenant, cost in queue.next_batch_costs().items():
+                    costs[tenant] = min(cost, costs.get(tenant, cost))
+        return costs
 
     def finish(self, entry: Entry, result: batcher_pb2.ItemResult) -> None:
         """Fan an entry's result out to every caller still waiting for it."""

@@ -130,13 +130,23 @@ def test_a_batch_never_takes_an_item_it_would_make_late() -> None:
     assert sorted(relaxed.batch) == [0, 1]
 
 
-def test_free_slots_go_to_the_waiting_tenants_with_the_earliest_virtual_times() -> None:
-    waiting = {"heavy-a": 9.0, "heavy-b": 8.0, "light": 1.0}
+def test_free_slots_go_to_the_waiting_tenants_whose_next_batches_finish_first() -> None:
+    waiting = {"heavy-a": (9.0, 10.3), "heavy-b": (8.0, 9.3), "light": (1.0, 1.01)}
     assert outranked(1, waiting) == {"heavy-a", "heavy-b"}
     assert outranked(2, waiting) == {"heavy-a"}
     assert outranked(3, waiting) == frozenset()  # a slot for everyone: nobody waits
     assert outranked(0, waiting) == set(waiting)
-    assert outranked(1, {"b": 1.0, "a": 1.0}) == {"b"}  # ties: every queue picks the same
+    assert outranked(1, {"b": (1.0, 2.0), "a": (1.0, 2.0)}) == {"b"}  # ties: every queue picks the same
+
+
+def test_a_short_request_goes_before_a_long_batch_that_starts_as_early() -> None:
+    # A tenant back from idle and a heavy one that left it the kept slot start near the
+    # system's virtual time (here the heavy one a little earlier): the short request's
+    # batch finishes first, so it goes first, whatever the names.
+    waiting = {"a-heavy": (0.070, 0.070 + 0.76), "z-light": (0.073, 0.073 + 0.0002)}
+    assert outranked(1, waiting) == {"a-heavy"}
+    # Its finish times grow with its use: once past the heavy one's, the heavy one goes.
+    assert outranked(1, {"a-heavy": (0.070, 0.83), "z-light": (0.9, 0.9002)}) == {"z-light"}
 
 
 def test_the_last_free_slot_is_kept_for_an_idle_tenant_with_none() -> None:
