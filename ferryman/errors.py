@@ -91,6 +91,9 @@ class Reason(StrEnum):
     FEEDBACK_RECORDED = "FEEDBACK_RECORDED"
     """This metric was already reported for the request, or the request has all the
     metrics it may have."""
+    ACCEPTED_AS_JOB = "ACCEPTED_AS_JOB"
+    """Refused for load or a rate quota, and accepted as a durable job instead (spill):
+    ErrorInfo metadata ``job_id`` names it, ``refused_for`` the refusal's own reason."""
 
 
 class CallFailed(Exception):
@@ -102,6 +105,10 @@ class CallFailed(Exception):
         self.status = status
 
 
+JOB_ID = "job_id"
+"""ErrorInfo metadata of an ACCEPTED_AS_JOB answer: the job that will answer the request."""
+REFUSED_FOR = "refused_for"
+"""ErrorInfo metadata of an ACCEPTED_AS_JOB answer: the reason the request was refused."""
 EXPECTED_MS = "expected_ms"
 """ErrorInfo metadata of an OVERLOADED refusal: the latency a new item was predicted to have."""
 

@@ -38,6 +38,7 @@ class TenantView:
     allowed_models: tuple[str, ...]
     disabled: bool
     weight: float = 1.0
+    spill_to_job: bool = False
     active_keys: tuple[str, ...] = ()
     """Visible prefixes of the tenant's unrevoked keys."""
 
@@ -92,6 +93,7 @@ class RegistryReader:
                     allowed_models=tuple(t.allowed_models),
                     disabled=t.disabled,
                     weight=t.weight,
+                    spill_to_job=t.spill_to_job,
                     active_keys=tuple(sorted(keys.get(t.id or 0, []))),
                 )
                 for t in s.exec(select(Tenant).order_by(Tenant.name))

@@ -32,6 +32,8 @@ class TenantRecord:
     disabled: bool
     weight: float = 1.0
     """Share of contended compute against other busy tenants."""
+    spill_to_job: bool = False
+    """Requests refused for load or a rate quota become durable jobs (``router.spill``)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,7 @@ def load_snapshot(engine: Engine) -> ConfigSnapshot:
                 allowed_models=frozenset(tenant.allowed_models),
                 disabled=tenant.disabled,
                 weight=tenant.weight,
+                spill_to_job=tenant.spill_to_job,
             )
         for key in s.exec(select(ApiKey)):
             owner = tenants_by_id.get(key.tenant_id)

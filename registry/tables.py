@@ -43,6 +43,9 @@ class Tenant(SQLModel, table=True):
     weight: float = 1.0
     """Share of contended compute against other busy tenants (generation slots and tokens):
     a tenant of weight 2 gets twice the share of one of weight 1."""
+    spill_to_job: bool = False
+    """Every request of the tenant refused for load or a rate quota is accepted as a
+    durable job instead (as a request's own ``spill_to_job`` asks)."""
     created_at: datetime = Field(default_factory=utcnow)
 
 

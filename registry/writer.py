@@ -129,8 +129,10 @@ class RegistryWriter(RouteWrites, RolloutWrites, WriterBase):
         allowed_models: Sequence[str] | None = None,
         disabled: bool | None = None,
         weight: float | None = None,
+        spill_to_job: bool | None = None,
     ) -> None:
-        """Change a tenant's tier, default priority, allowed models, disabled flag or weight."""
+        """Change a tenant's tier, default priority, allowed models, disabled flag, weight
+        or spill policy."""
         if priority is not None:
             _check_priority(priority)
         if weight is not None:
@@ -143,6 +145,7 @@ class RegistryWriter(RouteWrites, RolloutWrites, WriterBase):
                 "allowed_models": list(allowed_models) if allowed_models is not None else None,
                 "disabled": disabled,
                 "weight": weight,
+                "spill_to_job": spill_to_job,
             }
             for field, value in changes.items():
                 if value is not None:

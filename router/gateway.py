@@ -34,6 +34,7 @@ from router.routing import Choice
 from router.service import RequestFailed, RouterService, fail
 from router.settings import RouterSettings
 from router.spans import Door, Protocol, failure_attributes, grpc_door, is_server_fault, server_address
+from router.spill import Spill
 from router.statistics import Statistics, VersionStats
 
 log = logging.getLogger("ferryman.router")
@@ -89,8 +90,11 @@ class Gateway:
         generator: Generator,
         metrics: RouterMetrics,
         on_answer: Sequence[AnswerHook] = (),
+        spill: Spill | None = None,
     ) -> None:
         self._settings = settings
+        self._spill = spill
+        """Turns refusals into durable jobs for requests that ask (None: no job queue)."""
         self._on_answer = tuple(on_answer)
         self._cache = cache
         self._service = service
@@ -142,6 +146,21 @@ class Gateway:
         if isinstance(request, Undecodable):
             raise RequestFailed(undecodable(request))
         return await self._predict(request, tenant, own_deadline(request, call_deadline), parent, door)
+
+    async def _predict(
+        self,
+        request: inference_pb2.PredictRequest,
+        tenant: TenantRecord,
+        deadline: float,
+        parent: Context,
+        door: Door,
+    ) -> inference_pb2.PredictResponse:
+        """One request; one that may spill into a job does so when refused for load."""
+        if self._spill is None or not self._spill.wanted(request, tenant):
+            return await self._answer(request, tenant, deadline, parent, door)
+        return await self._spill.run(
+            tenant, request, deadline, lambda at: self._answer(request, tenant, at, parent, door)
+        )
 
     def _root(self, door: Door, parent: Context, tenant: str, model: str, **extra: object) -> Any:
         """The root span of a request that came in through ``door``."""
@@ -242,7 +261,7 @@ class Gateway:
         self._metrics.observe(tenant, last.model, last.version, "OK", door.protocol, elapsed)
         log_request(tenant, last.model, last.version, last.request_id, "OK", elapsed)
 
-    async def _predict(
+    async def _answer(
         self,
         request: inference_pb2.PredictRequest,
         tenant: TenantRecord,

@@ -173,6 +173,13 @@ class JobDesk:
             job = await self._store.finish(tenant.name, job_id, State.EXPIRED) or job
         return job
 
+    async def exists(self, tenant: TenantRecord, job_id: str) -> bool:
+        """Whether the tenant has a job of this id (of any state)."""
+        try:
+            return await self._store.get(tenant.name, job_id) is not None
+        except (OSError, aioredis.RedisError) as exc:
+            raise _unavailable(exc) from None
+
     async def get(self, tenant: TenantRecord, job_id: str) -> jobs_pb2.Job:
         return to_proto(await self._get(tenant, job_id))
 

@@ -75,6 +75,12 @@ class RouterMetrics:
             registry=self.registry,
         )
 
+        self.spilled = Counter(
+            "ferryman_spilled",
+            "Requests refused for load or a rate quota and accepted as durable jobs instead.",
+            ["tenant", "model"],
+            registry=self.registry,
+        )
         self.shadow_compared = Counter(
             "ferryman_shadow_compared",
             "Shadowed requests by whether the shadow version's answer matched the live one "

@@ -36,6 +36,7 @@ from router.service import RouterService
 from router.servicer import InferenceServicer
 from router.settings import RouterSettings
 from router.shadow import Shadower
+from router.spill import Spill
 
 log = logging.getLogger("ferryman.router")
 INFERENCE = inference_pb2.DESCRIPTOR.services_by_name["Inference"].full_name
@@ -116,6 +117,11 @@ async def serve_router(
             rt.on_close(lambda: flusher)
         feedback = FeedbackDesk(settings, served, RegistryWriter(engine, actor="router"))
         shadower = Shadower(settings, batchers, metrics, cache.is_ready)
+        desk: JobDesk | None = None
+        if common.jobs_redis_url:
+            jobs = JobStore(common.jobs_redis_url, settings.job_store_timeout_s)
+            rt.on_close(jobs.close)
+            desk = JobDesk(settings, service, cache, jobs)
         gateway = Gateway(
             settings,
             cache,
@@ -123,14 +129,12 @@ async def serve_router(
             Generator(settings, service, batchers, metrics),
             metrics,
             on_answer=(shadower.answered, feedback.answered),
+            spill=Spill(settings, desk, metrics) if desk is not None else None,
         )
         gateway.listening(rt.address)
         add_inference_servicer(InferenceServicer(gateway, feedback), rt.server)
         add_oip_servicer(OipServicer(gateway), rt.server)
-        if common.jobs_redis_url:
-            jobs = JobStore(common.jobs_redis_url, settings.job_store_timeout_s)
-            rt.on_close(jobs.close)
-            desk = JobDesk(settings, service, cache, jobs)
+        if desk is not None:
             jobs_pb2_grpc.add_JobsServicer_to_server(JobsServicer(gateway, desk), rt.server)
         if settings.http_listen:
             http = HttpDoor(

@@ -89,6 +89,9 @@ class RouterSettings(BaseSettings):
     job_price_factor: float = Field(default=0.5, ge=0)
     """Job items cost this times the version's price."""
     job_store_timeout_s: float = Field(default=2.0, gt=0)
+    spill_margin_s: float = Field(default=0.05, ge=0)
+    """A request that may spill into a job is tried in real time with this much less of its
+    deadline: the time to queue its job if it is refused late (at its deadline)."""
 
     feedback_window_s: float = Field(default=3600.0, gt=0)
     """How long after an answer (on a route that splits traffic) its Feedback is taken."""

@@ -3,6 +3,7 @@ version answered each request, the rollout CLI, and waits on a rollout's state."
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -102,7 +103,7 @@ def near_share(observed: float, expected: float, samples: int, sigmas: float = 4
     binomial standard errors of ``expected``: traffic's inputs are random, so a share seen
     over a rollout step's few dozen requests spreads that far (at 28 requests, 10 failures
     where 5.6 are expected is two standard errors: a fixed band flakes)."""
-    return abs(observed - expected) <= sigmas * (expected * (1 - expected) / samples) ** 0.5
+    return abs(observed - expected) <= sigmas * math.sqrt(expected * (1 - expected) / samples)
 
 
 def wait_done(reader: RegistryReader, model: str, timeout_s: float = DONE_S) -> str:

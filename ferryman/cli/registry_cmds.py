@@ -81,6 +81,25 @@ def tenant_weight(
     )
 
 
+@tenant_app.command("spill")
+def tenant_spill(
+    name: str,
+    on: Annotated[bool, typer.Option("--on/--off", help="Spill refused requests into jobs.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Accept the tenant's requests refused for load or a rate quota as durable jobs
+    (their job id in the error), instead of only refusing them."""
+    with refusals():
+        writer().update_tenant(name, spill_to_job=on)
+    emit(
+        {"tenant": name, "spill_to_job": on},
+        as_json,
+        lambda: console.print(
+            f"tenant {name}: refused requests {'spill into jobs' if on else 'are refused'}"
+        ),
+    )
+
+
 @tenant_app.command("list")
 def tenant_list(as_json: JsonFlag = False) -> None:
     """List tenants with their active key prefixes."""
@@ -106,6 +125,7 @@ def tenant_list(as_json: JsonFlag = False) -> None:
                 "allowed_models": list(t.allowed_models),
                 "disabled": t.disabled,
                 "weight": t.weight,
+                "spill_to_job": t.spill_to_job,
                 "key_prefixes": list(t.active_keys),
             }
             for t in tenants

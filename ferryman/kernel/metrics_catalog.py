@@ -17,6 +17,7 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     "ferryman_router_stale": ("counter", ()),
     "ferryman_router_concurrency_limit": ("gauge", ()),
     "ferryman_auth_failures": ("counter", ("protocol",)),
+    "ferryman_spilled": ("counter", ("tenant", "model")),
     "ferryman_shadow_compared": ("counter", ("model", "version", "result")),
     "ferryman_shadow_skipped": ("counter", ("model", "version")),
     # batcher

@@ -2,6 +2,7 @@
 
 from ferryman.sdk.client import AsyncClient, Client
 from ferryman.sdk.errors import (
+    AcceptedAsJob,
     ClientClosed,
     DeadlineExceeded,
     FerrymanError,
@@ -18,6 +19,7 @@ from ferryman.sdk.generation import Chunk
 from ferryman.sdk.prediction import Prediction, Timing, Usage
 
 __all__ = [
+    "AcceptedAsJob",
     "AsyncClient",
     "Chunk",
     "Client",

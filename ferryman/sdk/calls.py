@@ -51,6 +51,7 @@ def build_request(
     version: str | None,
     parameters: Mapping[str, str] | None,
     request_id: str | None,
+    spill_to_job: bool = False,
 ) -> inference_pb2.PredictRequest:
     level = priority_level(priority)
     return inference_pb2.PredictRequest(
@@ -61,6 +62,7 @@ def build_request(
         parameters=dict(parameters or {}),
         user=user or "",
         priority=level,  # type: ignore[arg-type]
+        spill_to_job=spill_to_job,
     )
 
 

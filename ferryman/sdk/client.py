@@ -122,11 +122,14 @@ class Client(Endpoint):
         parameters: Mapping[str, str] | None = None,
         request_id: str | None = None,
         metadata: Metadata | None = None,
+        spill_to_job: bool = False,
     ) -> Prediction:
         """Run ``inputs`` (numpy arrays, torch tensors, lists or strings) through ``model``.
 
         ``timeout``: seconds for the whole call, retries included (0: fail at once);
-        ``metadata``: extra call metadata, e.g. an OpenTelemetry ``traceparent``."""
+        ``metadata``: extra call metadata, e.g. an OpenTelemetry ``traceparent``;
+        ``spill_to_job``: refused for load, the request becomes a durable job instead
+        (``AcceptedAsJob`` carries its id: ``jobs.results(job_id)`` answers it later)."""
         self._check_open()
         deadline = time.monotonic() + call_timeout(timeout, self._timeout)
         info = self.get_model(model, metadata=metadata) if needs_schema(inputs) else None
@@ -139,6 +142,7 @@ class Client(Endpoint):
             version=version,
             parameters=parameters,
             request_id=request_id,
+            spill_to_job=spill_to_job,
         )
         for attempt in range(self._retries + 1):
             remaining = deadline - time.monotonic()
@@ -153,7 +157,7 @@ class Client(Endpoint):
                     return Prediction.from_proto(response)
                 except grpc.RpcError as exc:
                     error = tagged(from_rpc_error(exc), request.request_id)
-                    self._throttle.answered(error.code)
+                    self._throttle.answered(error.code, error.reason)
             else:
                 error = tagged(throttled(), request.request_id)
             time.sleep(retry_or_raise(error, attempt, self._retries, time.monotonic(), deadline))
@@ -302,6 +306,7 @@ class AsyncClient(Endpoint):
         parameters: Mapping[str, str] | None = None,
         request_id: str | None = None,
         metadata: Metadata | None = None,
+        spill_to_job: bool = False,
     ) -> Prediction:
         self._check_open()
         loop = asyncio.get_running_loop()
@@ -316,6 +321,7 @@ class AsyncClient(Endpoint):
             version=version,
             parameters=parameters,
             request_id=request_id,
+            spill_to_job=spill_to_job,
         )
         for attempt in range(self._retries + 1):
             remaining = deadline - loop.time()
@@ -330,7 +336,7 @@ class AsyncClient(Endpoint):
                     return Prediction.from_proto(response)
                 except grpc.RpcError as exc:
                     error = tagged(from_rpc_error(exc), request.request_id)
-                    self._throttle.answered(error.code)
+                    self._throttle.answered(error.code, error.reason)
             else:
                 error = tagged(throttled(), request.request_id)
             await asyncio.sleep(retry_or_raise(error, attempt, self._retries, loop.time(), deadline))

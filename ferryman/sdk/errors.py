@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 from google.rpc import status_pb2
 
-from ferryman.errors import Reason, reason_of, status_code, status_of, unpack_details
+from ferryman.errors import JOB_ID, REFUSED_FOR, Reason, reason_of, status_code, status_of, unpack_details
 
 
 class FerrymanError(Exception):
@@ -80,6 +80,17 @@ class Overloaded(RetryableError):
     """The model's queue is full or its latency exceeds the deadline; try again later."""
 
 
+class AcceptedAsJob(FerrymanError):
+    """Refused for load or a rate quota, and accepted as the durable job ``job_id`` instead
+    (the request asked to spill): its one item's result is the answer. Not retried: a
+    retry under the same request id finds the same job."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, reason: str, job_id: str, refused_for: str):
+        super().__init__(code, message, reason)
+        self.job_id = job_id
+        self.refused_for = refused_for
+
+
 class Unavailable(RetryableError):
     """No replica or service reachable right now."""
 
@@ -99,6 +110,10 @@ def from_status(status: status_pb2.Status) -> FerrymanError:
     reason = reason_of(status)
     retry = details.get("RetryInfo")
     retry_after = retry.retry_delay.ToTimedelta().total_seconds() if retry is not None else None  # type: ignore[attr-defined]
+    if reason == Reason.ACCEPTED_AS_JOB:
+        info = details["ErrorInfo"]
+        meta = info.metadata  # type: ignore[attr-defined]
+        return AcceptedAsJob(code, status.message, reason, meta.get(JOB_ID, ""), meta.get(REFUSED_FOR, ""))
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return Unauthenticated(code, status.message, reason)
     if code == grpc.StatusCode.PERMISSION_DENIED:

@@ -3,11 +3,12 @@ platform keeps refusing stops sending most of its requests, so refusals stop cos
 router anything.
 
 Over a sliding window the client counts the requests it sent and those the server accepted
-(anything but a RESOURCE_EXHAUSTED refusal). While accepts keep up, nothing changes; once
-requests exceed ``k`` times the accepts, each new request is refused locally with
-probability ``(requests - k * accepts) / (requests + 1)``. Refused locally, a request is
-retried with backoff like one the server refused, and still counts as sent: the
-probability falls as soon as the server accepts again.
+(anything but a RESOURCE_EXHAUSTED refusal, or one that spilled into a job). While accepts
+keep up, nothing changes; once requests exceed ``k`` times the accepts, each new request is
+refused locally with probability ``(requests - k * accepts) / (requests + 1)``. Refused
+locally, a request is retried with backoff like one the server refused, and still counts
+as sent: the probability falls as soon as the server accepts again. A sent request counts once answered,
+not while in flight: a fresh client's burst of concurrent requests is no sign of refusals.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from ferryman.errors import Reason
 from ferryman.sdk.errors import Overloaded
 
 K = 2.0
@@ -74,11 +76,18 @@ class AdaptiveThrottle:
         """Count a request about to be sent; False: refuse it locally instead."""
         if not self.enabled:
             return True
-        refuse = self.rng.random() < self.rejection_probability()
+        if self.rng.random() >= self.rejection_probability():
+            return True  # counted when answered: requests still in flight are not refusals
         self._requests[self._bucket()] += 1
-        return not refuse
+        return False
 
-    def answered(self, code: grpc.StatusCode) -> None:
-        """The server answered a sent request with ``code`` (OK or an error)."""
-        if self.enabled and code != grpc.StatusCode.RESOURCE_EXHAUSTED:
-            self._accepts[self._bucket()] += 1
+    def answered(self, code: grpc.StatusCode, reason: str = "") -> None:
+        """The server answered a sent request with ``code`` (OK or an error) and ``reason``.
+        A request refused but accepted as a job (spilled) was accepted: throttling it
+        locally would lose it instead."""
+        if not self.enabled:
+            return
+        bucket = self._bucket()
+        self._requests[bucket] += 1
+        if code != grpc.StatusCode.RESOURCE_EXHAUSTED or reason == Reason.ACCEPTED_AS_JOB:
+            self._accepts[bucket] += 1

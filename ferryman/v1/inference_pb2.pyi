@@ -80,7 +80,7 @@ class GenerateResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., fallback: _Optional[bool] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., timing: _Optional[_Union[_common_pb2.Timing, _Mapping]] = ...) -> None: ...
 
 class PredictRequest(_message.Message):
-    __slots__ = ("request_id", "model", "version", "inputs", "parameters", "user", "priority", "timeout")
+    __slots__ = ("request_id", "model", "version", "inputs", "parameters", "user", "priority", "timeout", "spill_to_job")
     class ParametersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +96,7 @@ class PredictRequest(_message.Message):
     USER_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    SPILL_TO_JOB_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     version: str
@@ -104,7 +105,8 @@ class PredictRequest(_message.Message):
     user: str
     priority: _common_pb2.Priority
     timeout: _duration_pb2.Duration
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[_common_pb2.NamedTensor, _Mapping]]] = ..., parameters: _Optional[_Mapping[str, str]] = ..., user: _Optional[str] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    spill_to_job: bool
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[_common_pb2.NamedTensor, _Mapping]]] = ..., parameters: _Optional[_Mapping[str, str]] = ..., user: _Optional[str] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., spill_to_job: _Optional[bool] = ...) -> None: ...
 
 class PredictResponse(_message.Message):
     __slots__ = ("request_id", "model", "version", "fallback", "outputs", "usage", "timing", "coalesced", "cached")

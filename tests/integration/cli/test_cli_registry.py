@@ -60,7 +60,7 @@ def test_commands_refuse_unmigrated_registry(cli: CliRunner) -> None:
 
 
 def test_tenant_key_quota_flow(cli: CliRunner) -> None:
-    assert run_json(cli, "db", "upgrade")["revision"] == "0006"
+    assert run_json(cli, "db", "upgrade")["revision"] == "0007"
     created = run_json(cli, "tenant", "create", "acme", "--priority", "3", "--weight", "2")
     assert created["key"].startswith(f"fm_{created['prefix']}_")
     listed = run_json(cli, "tenant", "list")
@@ -68,6 +68,8 @@ def test_tenant_key_quota_flow(cli: CliRunner) -> None:
     assert listed[0]["weight"] == 2.0
     assert run_json(cli, "tenant", "weight", "acme", "0.5") == {"tenant": "acme", "weight": 0.5}
     assert run_json(cli, "tenant", "list")[0]["weight"] == 0.5
+    assert run_json(cli, "tenant", "spill", "acme", "--on") == {"tenant": "acme", "spill_to_job": True}
+    assert run_json(cli, "tenant", "list")[0]["spill_to_job"] is True
     assert created["key"] not in json.dumps(listed)
     second = run_json(cli, "key", "issue", "acme")
     run(cli, "key", "revoke", created["prefix"])

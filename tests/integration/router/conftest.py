@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from harness import ServiceThread
+from job_helpers import JOBS_REDIS_DB, Jobs
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -18,6 +19,9 @@ from topology import Topology, run_topology
 from registry.reader import RegistryReader
 from registry.rollout.server import serve_rollouts
 from registry.rollout.settings import RolloutSettings
+from router.quota.settings import QuotaSettings
+from router.server import serve_router
+from router.settings import RouterSettings
 
 TOPOLOGY_REDIS_DB = 3
 """The topology's routers count quotas in a Redis database of their own: its tenants have
@@ -78,5 +82,20 @@ def rollout_controller(e2e: E2E) -> Iterator[RegistryReader]:
     thread.start()
     try:
         yield RegistryReader(e2e.writer._engine)
+    finally:
+        thread.stop()
+
+
+@pytest.fixture(scope="module")
+def jobs(e2e: E2E, redis_url: str) -> Iterator[Jobs]:
+    url = redis_url.rsplit("/", 1)[0] + f"/{JOBS_REDIS_DB}"
+    common = e2e.common.model_copy(update={"jobs_redis_url": url})
+    settings = RouterSettings(listen="127.0.0.1:0", batchers=e2e.batcher)
+    thread = ServiceThread(
+        lambda stop, ready: serve_router(settings, QuotaSettings(), common, stop, ready), "jobs"
+    )
+    router = thread.start()
+    try:
+        yield Jobs(e2e, url, router)
     finally:
         thread.stop()

@@ -14,8 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -23,104 +21,18 @@ import numpy as np
 import pytest
 from batcher_platform import REGISTRY_REFRESH_S
 from harness import ServiceThread
+from job_helpers import DONE_S, STARTED_S, Jobs, all_results, echo_items, wait_job, worker
 from router_platform import E2E, MINILM_PRICE_PER_1K_TOKENS
 from services import start_redis, wait_for_redis
 
 from ferryman.kernel.net import free_port
-from ferryman.tensors import decode, encode
-from ferryman.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
+from ferryman.tensors import decode
+from ferryman.v1 import jobs_pb2
 from gpu_node.demo import echo
 from registry.writer import QuotaLimits
 from router.quota.settings import QuotaSettings
 from router.server import serve_router
 from router.settings import RouterSettings
-
-JOBS_REDIS_DB = 5
-CLAIM_IDLE_S = 2.0
-DONE_S = 120.0
-STARTED_S = 60.0
-
-
-@dataclass
-class Jobs:
-    e2e: E2E
-    redis: str
-    router: str
-
-    def stub(self) -> jobs_pb2_grpc.JobsStub:
-        return jobs_pb2_grpc.JobsStub(grpc.insecure_channel(self.router))
-
-    def metadata(self, tenant: str = "acme") -> list[tuple[str, str]]:
-        return [("authorization", f"Bearer {self.e2e.keys[tenant]}")]
-
-
-def worker(jobs: Jobs) -> subprocess.Popen[bytes]:
-    """A batcher process whose job worker takes items from the queue."""
-    env = {
-        **os.environ,
-        "FERRYMAN_DATABASE_URL": jobs.e2e.registry_url,
-        "FERRYMAN_DATA_DIR": str(jobs.e2e.common.data_dir),
-        "FERRYMAN_JOBS_REDIS_URL": jobs.redis,
-        "FERRYMAN_BATCHER_JOB_CLAIM_IDLE_S": str(CLAIM_IDLE_S),
-        "FERRYMAN_REGISTRY_REFRESH_S": "0.2",
-        "FERRYMAN_LOG_LEVEL": "WARNING",
-    }
-    command = [sys.executable, "-m", "ferryman", "serve", "batcher", "--listen", f"127.0.0.1:{free_port()}"]
-    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-@pytest.fixture(scope="module")
-def jobs(e2e: E2E, redis_url: str) -> Iterator[Jobs]:
-    url = redis_url.rsplit("/", 1)[0] + f"/{JOBS_REDIS_DB}"
-    common = e2e.common.model_copy(update={"jobs_redis_url": url})
-    settings = RouterSettings(listen="127.0.0.1:0", batchers=e2e.batcher)
-    thread = ServiceThread(
-        lambda stop, ready: serve_router(settings, QuotaSettings(), common, stop, ready), "jobs"
-    )
-    router = thread.start()
-    try:
-        yield Jobs(e2e, url, router)
-    finally:
-        thread.stop()
-
-
-def echo_items(n: int, seed: int = 0) -> list[jobs_pb2.JobItem]:
-    rng = np.random.default_rng(seed)
-    return [
-        jobs_pb2.JobItem(
-            custom_id=f"row-{i}",
-            inputs=[
-                common_pb2.NamedTensor(
-                    name="input", tensor=encode(rng.standard_normal((1, echo.WIDTH), np.float32))
-                )
-            ],
-        )
-        for i in range(n)
-    ]
-
-
-def wait_job(jobs: Jobs, job_id: str, until: set[int], timeout_s: float = DONE_S) -> jobs_pb2.Job:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        job: jobs_pb2.Job = jobs.stub().GetJob(
-            jobs_pb2.GetJobRequest(job_id=job_id), metadata=jobs.metadata(), timeout=10
-        )
-        if job.state in until:
-            return job
-        assert time.monotonic() < deadline, job
-        time.sleep(0.2)
-
-
-def all_results(jobs: Jobs, job_id: str, total: int) -> list[jobs_pb2.JobItemResult]:
-    got: list[jobs_pb2.JobItemResult] = []
-    for offset in range(0, total, 1000):
-        page = jobs.stub().GetJobResults(
-            jobs_pb2.GetJobResultsRequest(job_id=job_id, offset=offset, limit=1000),
-            metadata=jobs.metadata(),
-            timeout=10,
-        )
-        got += page.results
-    return got
 
 
 def test_every_item_is_answered_once_and_the_job_is_the_tenants_alone(jobs: Jobs) -> None:

@@ -105,7 +105,7 @@ def test_a_faulty_version_is_rolled_back_at_its_first_step_failing_only_its_own_
     assert "server errors" in " ".join(verdict["reasons"]), verdict
     numbers = verdict["numbers"]
     assert numbers["canary_requests"] >= MIN_REQUESTS
-    assert 0 < numbers["canary_error_rate"], numbers
+    assert numbers["canary_error_rate"] > 0, numbers
     assert near_share(numbers["canary_error_rate"], FAIL_SHARE, numbers["canary_requests"]), numbers
     assert verdict["numbers"]["baseline_error_rate"] == 0
     route = controller.route("roll-echo")

@@ -6,6 +6,7 @@ import random
 
 import grpc
 
+from ferryman.errors import Reason
 from ferryman.sdk.throttle import WINDOW_S, AdaptiveThrottle
 
 
@@ -78,4 +79,20 @@ def test_off_it_refuses_nothing() -> None:
     for _ in range(1000):
         assert t.admit()
         t.answered(grpc.StatusCode.RESOURCE_EXHAUSTED)
+    assert t.rejection_probability() == 0.0
+
+
+def test_requests_that_spill_into_jobs_are_never_throttled() -> None:
+    # Refused but accepted as jobs: the server took them, and refusing locally would lose them.
+    t = throttle(Clock())
+    for _ in range(2000):
+        assert t.admit()
+        t.answered(grpc.StatusCode.RESOURCE_EXHAUSTED, Reason.ACCEPTED_AS_JOB)
+    assert t.rejection_probability() == 0.0
+
+
+def test_a_burst_in_flight_is_not_taken_for_refusals() -> None:
+    # A fresh client with 200 requests in flight and no answer yet: nothing was refused.
+    t = throttle(Clock())
+    assert all(t.admit() for _ in range(200))
     assert t.rejection_probability() == 0.0
