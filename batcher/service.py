@@ -27,6 +27,7 @@ from ferryman.kernel.telemetry import parent_context, tracer
 from ferryman.scopes import is_background
 from ferryman.v1 import batcher_pb2, common_pb2
 
+DEADLINE_CODE = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
 DEFAULT_PRIORITY = common_pb2.PRIORITY_NORMAL
 
 
@@ -74,7 +75,8 @@ class BatcherService:
         )
         self.accepting = True
         self.shed_at = -math.inf
-        """When a tenant's item was last refused (job workers pause while tenants are shed)."""
+        """When a tenant's item was last refused, or ran out of time in a queue (job
+        workers pause while tenants are shed)."""
         self._tracer = tracer("ferryman.batcher")
 
     def pending(self, stream: int) -> int:
@@ -291,6 +293,8 @@ class BatcherService:
         now = self._clock()
         if self._inflight.get(entry.key) is entry:
             del self._inflight[entry.key]
+        if result.status.code == DEADLINE_CODE and not is_background(entry.tenant):
+            self.shed_at = now  # a tenant's item ran out of time: as much a refusal as one at the door
         config = self._directory.versions.get(f"{entry.queue[0]}:{entry.queue[1]}")
         if config is not None and config.cacheable and result.status.code == 0:
             self._cache.put(entry.key, result, now)

@@ -7,6 +7,7 @@ client sees the same code and details either way.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from enum import StrEnum
@@ -109,6 +110,16 @@ JOB_ID = "job_id"
 """ErrorInfo metadata of an ACCEPTED_AS_JOB answer: the job that will answer the request."""
 REFUSED_FOR = "refused_for"
 """ErrorInfo metadata of an ACCEPTED_AS_JOB answer: the reason the request was refused."""
+SPILL_JOB_PREFIX = "spill-"
+
+
+def spill_job_id(request_id: str) -> str:
+    """The job a request spills into, the same for every try of it (so a retry finds the
+    job, and a client that gave up waiting can look it up). Hashed: any request id makes a
+    valid job id; the job's one item carries the request id as its ``custom_id``."""
+    return SPILL_JOB_PREFIX + hashlib.sha256(request_id.encode()).hexdigest()[:32]
+
+
 EXPECTED_MS = "expected_ms"
 """ErrorInfo metadata of an OVERLOADED refusal: the latency a new item was predicted to have."""
 

@@ -1,22 +1,29 @@
 """Spill instead of shed: a Predict refused for load or a rate quota is accepted as a
 one-item durable job (``router.jobs.JobDesk``), so a caller that opted in loses nothing it
-sent. The job's id derives from the tenant's request id: a retry of the same request finds
-the same job, never a second one, and the job is charged once, at the job price, when its
-item completes (the refused real-time attempt was never charged)."""
+sent. The job's id derives from the tenant's request id (``ferryman.errors.spill_job_id``):
+a retry of the same request finds the same job, never a second one, and the job is charged
+once, at the job price, when its item completes (the refused real-time try never was)."""
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from collections.abc import Awaitable, Callable
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
-from ferryman.errors import JOB_ID, REFUSED_FOR, Reason, make_status, reason_of, status_code, unpack_details
+from ferryman.errors import (
+    JOB_ID,
+    REFUSED_FOR,
+    Reason,
+    make_status,
+    reason_of,
+    spill_job_id,
+    status_code,
+    unpack_details,
+)
 from ferryman.v1 import inference_pb2, jobs_pb2
 from registry.snapshot import TenantRecord
-from router.bounds import MAX_REQUEST_ID_CHARS
 from router.jobs import JobDesk
 from router.metrics import RouterMetrics
 from router.service import RequestFailed
@@ -27,7 +34,6 @@ LOAD = frozenset({Reason.OVERLOADED, Reason.QUEUE_FULL, Reason.DEADLINE_UNMEETAB
 RATE_LIMITS = frozenset({"rpm", "tpm", "burst", "max_concurrency"})
 """Quota limits that only pace a tenant: a job later does not break them. The daily cost
 limit is not among them: a job would spend what the tenant may not."""
-JOB_PREFIX = "spill-"
 
 
 def spillable(status: status_pb2.Status) -> bool:
@@ -41,15 +47,6 @@ def spillable(status: status_pb2.Status) -> bool:
     if not isinstance(quota, error_details_pb2.QuotaFailure) or not quota.violations:
         return False
     return all(v.subject.rsplit(":", 1)[-1] in RATE_LIMITS for v in quota.violations)
-
-
-def spill_job_id(request_id: str) -> str:
-    """The job a request spills into: its request id, prefixed (hashed when that would be
-    too long for a job id), so the same request always names the same job."""
-    job_id = JOB_PREFIX + request_id
-    if len(job_id) <= MAX_REQUEST_ID_CHARS:
-        return job_id
-    return JOB_PREFIX + hashlib.sha256(request_id.encode()).hexdigest()
 
 
 def accepted(refusal: status_pb2.Status, job_id: str) -> status_pb2.Status:

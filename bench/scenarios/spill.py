@@ -44,6 +44,8 @@ class Run:
     late: int = 0
     jobs: dict[str, str] = field(default_factory=dict)
     """job id -> request id."""
+    learned_late: int = 0
+    """Jobs the router queued after the call's deadline (the SDK looked them up)."""
     refused: Counter[str] = field(default_factory=Counter)
     wall_s: float = 0.0
 
@@ -65,6 +67,7 @@ async def offer(
                 )
             except AcceptedAsJob as accepted:
                 run.jobs[accepted.job_id] = f"{tag}-{i}"
+                run.learned_late += not accepted.refused_for
             except FerrymanError as refused:
                 run.refused[refused.reason or refused.code.name] += 1
             else:
@@ -119,6 +122,7 @@ def summary(run: Run, deadline_s: float) -> dict[str, object]:
         "p99_in_time_ms": round(percentile(run.in_time, 99) * 1000, 1) if run.in_time else None,
         "late": run.late,
         "accepted_as_jobs": len(run.jobs),
+        "of_them_learned_after_the_deadline": run.learned_late,
         "refused": dict(run.refused),
         "lost": lost,
         "deadline_ms": deadline_s * 1000,

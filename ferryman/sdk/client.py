@@ -34,10 +34,11 @@ from ferryman.sdk.calls import (
     tagged,
 )
 from ferryman.sdk.endpoint import Endpoint
-from ferryman.sdk.errors import FerrymanError, from_rpc_error, from_status
+from ferryman.sdk.errors import DeadlineExceeded, FerrymanError, from_rpc_error, from_status
 from ferryman.sdk.generation import Chunk, Message, build_generate, stream, stream_async
 from ferryman.sdk.jobs import Jobs
 from ferryman.sdk.prediction import Prediction
+from ferryman.sdk.spill import spilled_late, spilled_late_async
 from ferryman.sdk.throttle import throttled
 from ferryman.v1 import inference_pb2
 
@@ -144,23 +145,25 @@ class Client(Endpoint):
             request_id=request_id,
             spill_to_job=spill_to_job,
         )
-        for attempt in range(self._retries + 1):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise tagged(out_of_time(), request.request_id)
-            if self._throttle.admit():
-                try:
-                    response = self._stub.Predict(
-                        request, metadata=call_metadata(self._metadata, metadata), timeout=remaining
-                    )
-                    self._throttle.answered(grpc.StatusCode.OK)
-                    return Prediction.from_proto(response)
-                except grpc.RpcError as exc:
-                    error = tagged(from_rpc_error(exc), request.request_id)
-                    self._throttle.answered(error.code, error.reason)
-            else:
-                error = tagged(throttled(), request.request_id)
-            time.sleep(retry_or_raise(error, attempt, self._retries, time.monotonic(), deadline))
+        call = call_metadata(self._metadata, metadata)
+        try:
+            for attempt in range(self._retries + 1):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise tagged(out_of_time(), request.request_id)
+                if self._throttle.admit():
+                    try:
+                        response = self._stub.Predict(request, metadata=call, timeout=remaining)
+                        self._throttle.answered(grpc.StatusCode.OK)
+                        return Prediction.from_proto(response)
+                    except grpc.RpcError as exc:
+                        error = tagged(from_rpc_error(exc), request.request_id)
+                        self._throttle.answered(error.code, error.reason)
+                else:
+                    error = tagged(throttled(), request.request_id)
+                time.sleep(retry_or_raise(error, attempt, self._retries, time.monotonic(), deadline))
+        except DeadlineExceeded as late:
+            raise spilled_late(self._channel, request, late, tuple(call)) from None
         raise AssertionError("unreachable")
 
     def predict_many(
@@ -323,23 +326,25 @@ class AsyncClient(Endpoint):
             request_id=request_id,
             spill_to_job=spill_to_job,
         )
-        for attempt in range(self._retries + 1):
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise tagged(out_of_time(), request.request_id)
-            if self._throttle.admit():
-                try:
-                    response = await self._stub.Predict(
-                        request, metadata=call_metadata(self._metadata, metadata), timeout=remaining
-                    )
-                    self._throttle.answered(grpc.StatusCode.OK)
-                    return Prediction.from_proto(response)
-                except grpc.RpcError as exc:
-                    error = tagged(from_rpc_error(exc), request.request_id)
-                    self._throttle.answered(error.code, error.reason)
-            else:
-                error = tagged(throttled(), request.request_id)
-            await asyncio.sleep(retry_or_raise(error, attempt, self._retries, loop.time(), deadline))
+        call = call_metadata(self._metadata, metadata)
+        try:
+            for attempt in range(self._retries + 1):
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise tagged(out_of_time(), request.request_id)
+                if self._throttle.admit():
+                    try:
+                        response = await self._stub.Predict(request, metadata=call, timeout=remaining)
+                        self._throttle.answered(grpc.StatusCode.OK)
+                        return Prediction.from_proto(response)
+                    except grpc.RpcError as exc:
+                        error = tagged(from_rpc_error(exc), request.request_id)
+                        self._throttle.answered(error.code, error.reason)
+                else:
+                    error = tagged(throttled(), request.request_id)
+                await asyncio.sleep(retry_or_raise(error, attempt, self._retries, loop.time(), deadline))
+        except DeadlineExceeded as late:
+            raise await spilled_late_async(self._channel, request, late, tuple(call)) from None
         raise AssertionError("unreachable")
 
     async def predict_many(
