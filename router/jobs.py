@@ -181,7 +181,7 @@ class JobDesk:
     async def exists(self, tenant: TenantRecord, job_id: str) -> bool:
         """Whether the tenant has a job of this id (of any state)."""
         try:
-            return await self._store.get(tenant.name, job_id) is not None
+            return await self._store.exists(tenant.name, job_id)
         except (OSError, aioredis.RedisError) as exc:
             raise _unavailable(exc) from None
 

@@ -246,6 +246,9 @@ class JobStore:
             raise KeyError(f"job {record.job_id!r} vanished while being created")
         return found
 
+    async def exists(self, tenant: str, job_id: str) -> bool:
+        return bool(await self._redis.exists(job_key(tenant, job_id)))
+
     async def get(self, tenant: str, job_id: str) -> JobRecord | None:
         return _record(await self._redis.hgetall(job_key(tenant, job_id)))
 

@@ -18,8 +18,9 @@ Metadata = tuple[tuple[str, str], ...]
 
 
 def _worth_a_look(request: inference_pb2.PredictRequest, late: FerrymanError) -> bool:
-    # A deadline the router did not name (no reason) is the call's own: it may have queued it.
-    return request.spill_to_job and isinstance(late, DeadlineExceeded) and not late.reason
+    # The call's own deadline, or the router's passing while it queued the job: either way
+    # the job may be there.
+    return request.spill_to_job and isinstance(late, DeadlineExceeded)
 
 
 def _found(request: inference_pb2.PredictRequest, late: FerrymanError, job: jobs_pb2.Job) -> AcceptedAsJob:
