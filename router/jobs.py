@@ -22,6 +22,8 @@ from ferryman.v1 import jobs_pb2
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord, VersionRecord
 from router.bounds import MAX_REQUEST_ID_CHARS, clip
+from router.job_charges import JobCharges
+from router.quota.service import QuotaUnavailable
 from router.service import CAUSAL_LM, RequestFailed, RouterService, fail
 from router.settings import RouterSettings
 
@@ -92,12 +94,18 @@ class JobDesk:
     """Protocol-neutral: the servicer converts, this decides."""
 
     def __init__(
-        self, settings: RouterSettings, service: RouterService, cache: SnapshotCache, store: JobStore
+        self,
+        settings: RouterSettings,
+        service: RouterService,
+        cache: SnapshotCache,
+        store: JobStore,
+        charges: JobCharges,
     ) -> None:
         self._settings = settings
         self._service = service
         self._cache = cache
         self._store = store
+        self._charges = charges
 
     async def submit(self, tenant: TenantRecord, request: jobs_pb2.SubmitJobRequest) -> jobs_pb2.Job:
         limits = self._settings
@@ -142,6 +150,17 @@ class JobDesk:
             price_per_1k_tokens_usd=version.price_per_1k_tokens_usd * factor,
         )
         policy = next((p for p in self._cache.snapshot.policies.get(tenant.name, []) if not p.model), None)
+        try:
+            at_limit = await self._charges.at_limit(tenant.name, request.model, request.job_id)
+        except QuotaUnavailable as exc:
+            raise fail(grpc.StatusCode.UNAVAILABLE, str(exc), Reason.QUOTA_UNAVAILABLE) from None
+        if at_limit:
+            raise fail(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "job refused: the tenant's daily cost limit is reached",
+                Reason.QUOTA_EXCEEDED,
+                quota_violations=[(f"{tenant.name}:cost_per_day", "reached")],
+            )
         try:
             async with asyncio.timeout(limits.job_store_timeout_s * 4):
                 job = await self._store.create(

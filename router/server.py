@@ -23,6 +23,7 @@ from router.gateway import Gateway
 from router.generation import Generator
 from router.handlers import add_inference_servicer
 from router.http.server import HttpDoor
+from router.job_charges import JobCharges
 from router.jobs import JobDesk
 from router.jobs_servicer import JobsServicer
 from router.metrics import RouterMetrics
@@ -121,7 +122,10 @@ async def serve_router(
         if common.jobs_redis_url:
             jobs = JobStore(common.jobs_redis_url, settings.job_store_timeout_s)
             rt.on_close(jobs.close)
-            desk = JobDesk(settings, service, cache, jobs)
+            charges = JobCharges(settings, jobs, quota)
+            charging = asyncio.create_task(charges.run(refresher_stop))
+            rt.on_close(lambda: charging)
+            desk = JobDesk(settings, service, cache, jobs, charges)
         gateway = Gateway(
             settings,
             cache,

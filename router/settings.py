@@ -89,6 +89,11 @@ class RouterSettings(BaseSettings):
     job_price_factor: float = Field(default=0.5, ge=0)
     """Job items cost this times the version's price."""
     job_store_timeout_s: float = Field(default=2.0, gt=0)
+    job_charge_every_s: float = Field(default=2.0, gt=0)
+    """How often a router charges what jobs have cost since to their tenants' daily spend
+    (``router.job_charges``): a job may overrun a daily cost limit by this long's work."""
+    job_charge_batch: int = Field(default=500, ge=1)
+    """Jobs charged per pass at most (the rest on the next)."""
     spill_margin_s: float = Field(default=0.05, ge=0)
     """A request that may spill into a job is tried in real time with this much less of its
     deadline: the time to queue its job if it is refused late (at its deadline)."""

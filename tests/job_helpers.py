@@ -19,6 +19,8 @@ from ferryman.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
 from gpu_node.demo import echo
 
 JOBS_REDIS_DB = 5
+JOB_CHARGE_EVERY_S = 0.5
+"""The jobs router charges job cost to tenants' spend this often."""
 CLAIM_IDLE_S = 2.0
 DONE_S = 120.0
 STARTED_S = 60.0

@@ -219,6 +219,31 @@ async def a_partial_ask_takes_what_the_limits_leave(q: Harness) -> None:
     assert degraded.decision == Decision.DEGRADE and degraded.tokens == 0  # soft limits never cut
 
 
+async def a_charge_adds_only_what_is_new(q: Harness) -> None:
+    """A job's cost so far, charged under its account: repeats and stale totals add nothing,
+    and the spend is the one real-time requests are judged on."""
+    limits = [Limits(scope="t", cost_per_day_usd=1.0)]
+
+    async def charge(
+        account: str, total: float, expect: float, over: bool, on: Sequence[Limits] = limits
+    ) -> None:
+        added, reached = await q.backend.charge(account, on, total)
+        assert added == pytest.approx(expect) and reached == over, (account, total, added, reached)
+
+    await charge("job/t/a", 0.25, 0.25, False)
+    await charge("job/t/a", 0.25, 0.0, False)  # a repeat
+    await charge("job/t/a", 0.6, 0.35, False)
+    await charge("job/t/a", 0.5, 0.0, False)  # an older total
+    assert (await q.usage(limits))["t:cost_per_day"] == pytest.approx(0.6)
+    assert (await q.reserve("r", limits, cost=0.5)).decision == Decision.REJECT
+    await charge("job/t/b", 0.4, 0.4, True)
+    await charge("job/t/c", 0.0, 0.0, True)  # at the limit: no new job
+    await charge("job/s/a", 1.0, 1.0, False, [Limits(scope="s", cost_per_day_usd=0.1, soft=True)])
+    q.clock.now += 86_400  # a new day: only what is new counts, today
+    await charge("job/t/a", 0.7, 0.1, False)
+    assert (await q.usage(limits))["t:cost_per_day"] == pytest.approx(0.1)
+
+
 SCENARIOS: list[Callable[[Harness], Awaitable[None]]] = [
     rpm_admits_n_in_any_minute,
     rpm_log_slides_and_a_refund_frees_its_place,
@@ -232,4 +257,5 @@ SCENARIOS: list[Callable[[Harness], Awaitable[None]]] = [
     all_or_nothing_across_policies,
     reserving_the_bound_never_overshoots_cost,
     a_partial_ask_takes_what_the_limits_leave,
+    a_charge_adds_only_what_is_new,
 ]

@@ -24,6 +24,8 @@ import redis.asyncio as aioredis
 
 PREFIX = "ferryman:"
 STREAM = PREFIX + "jobs:stream"
+UNCHARGED = PREFIX + "jobs:uncharged"
+"""Keys of jobs whose cost grew since it was last charged to their tenants' spend."""
 GROUP = "workers"
 RETENTION_S = 7 * 86_400
 """How long a finished job and its results are kept."""
@@ -41,8 +43,8 @@ class State(IntEnum):
 
 FINISHED = frozenset({State.COMPLETED, State.CANCELLED, State.EXPIRED})
 
-# KEYS: job hash, results hash, tenant's unfinished jobs. ARGV: index, result bytes, ok (1/0),
-# cost, now, retention.
+# KEYS: job hash, results hash, tenant's unfinished jobs, jobs with cost not yet charged to
+# their tenants. ARGV: index, result bytes, ok (1/0), cost, now, retention.
 # The first record of an item counts; the last one to count completes the job.
 RECORD = """
 local job = KEYS[1]
@@ -54,6 +56,7 @@ if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 0 then return 0 end
 if ARGV[3] == '1' then
   redis.call('HINCRBY', job, 'succeeded', 1)
   redis.call('HINCRBYFLOAT', job, 'cost', ARGV[4])
+  if tonumber(ARGV[4]) > 0 then redis.call('SADD', KEYS[4], job) end
 else
   redis.call('HINCRBY', job, 'failed', 1)
 end
@@ -315,11 +318,24 @@ class JobStore:
         """Record an item's result once (True if this record counted) and acknowledge it."""
         key = job_key(claimed.tenant, claimed.job_id)
         counted = await self._record(
-            keys=[key, key + ":results", tenant_key(claimed.tenant, "unfinished")],
+            keys=[key, key + ":results", tenant_key(claimed.tenant, "unfinished"), UNCHARGED],
             args=[claimed.index, result, 1 if ok else 0, cost, time.time(), RETENTION_S],
         )
         await self.ack(claimed)
         return bool(counted == 1)
+
+    async def uncharged(self, count: int) -> list[tuple[str, JobRecord | None]]:
+        """Up to ``count`` jobs whose cost may not be charged yet, by key (None: the job is
+        gone)."""
+        keys = [k.decode() for k in await self._redis.srandmember(UNCHARGED, count)]
+        pipe = self._redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+        return list(zip(keys, [_record(fields) for fields in await pipe.execute()], strict=True))
+
+    async def charged(self, key: str) -> None:
+        """The job's cost is charged in full and can grow no more (it ended, or is gone)."""
+        await self._redis.srem(UNCHARGED, key)
 
     async def ack(self, claimed: Claimed) -> None:
         pipe = self._redis.pipeline(transaction=False)

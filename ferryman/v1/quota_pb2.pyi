@@ -85,6 +85,26 @@ class ReleaseRequest(_message.Message):
     request_id: str
     def __init__(self, request_id: _Optional[str] = ...) -> None: ...
 
+class ChargeRequest(_message.Message):
+    __slots__ = ("charge_id", "tenant", "model", "total_cost_usd")
+    CHARGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_COST_USD_FIELD_NUMBER: _ClassVar[int]
+    charge_id: str
+    tenant: str
+    model: str
+    total_cost_usd: float
+    def __init__(self, charge_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., total_cost_usd: _Optional[float] = ...) -> None: ...
+
+class ChargeResponse(_message.Message):
+    __slots__ = ("charged_usd", "over_limit")
+    CHARGED_USD_FIELD_NUMBER: _ClassVar[int]
+    OVER_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    charged_usd: float
+    over_limit: bool
+    def __init__(self, charged_usd: _Optional[float] = ..., over_limit: _Optional[bool] = ...) -> None: ...
+
 class RenewRequest(_message.Message):
     __slots__ = ("request_ids",)
     REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]

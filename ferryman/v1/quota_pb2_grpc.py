@@ -59,6 +59,11 @@ class QuotaStub:
                 request_serializer=ferryman_dot_v1_dot_quota__pb2.RenewRequest.SerializeToString,
                 response_deserializer=ferryman_dot_v1_dot_quota__pb2.RenewResponse.FromString,
                 _registered_method=True)
+        self.Charge = channel.unary_unary(
+                '/ferryman.v1.Quota/Charge',
+                request_serializer=ferryman_dot_v1_dot_quota__pb2.ChargeRequest.SerializeToString,
+                response_deserializer=ferryman_dot_v1_dot_quota__pb2.ChargeResponse.FromString,
+                _registered_method=True)
 
 
 class QuotaServicer:
@@ -99,6 +104,14 @@ class QuotaServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Charge(self, request, context):
+        """Bring what an account (a durable job) has cost so far into the tenant's daily
+        spend: only the part not charged before is added, so calls may repeat and race.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QuotaServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +139,11 @@ def add_QuotaServicer_to_server(servicer, server):
                     servicer.Renew,
                     request_deserializer=ferryman_dot_v1_dot_quota__pb2.RenewRequest.FromString,
                     response_serializer=ferryman_dot_v1_dot_quota__pb2.RenewResponse.SerializeToString,
+            ),
+            'Charge': grpc.unary_unary_rpc_method_handler(
+                    servicer.Charge,
+                    request_deserializer=ferryman_dot_v1_dot_quota__pb2.ChargeRequest.FromString,
+                    response_serializer=ferryman_dot_v1_dot_quota__pb2.ChargeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -263,6 +281,33 @@ class Quota:
             '/ferryman.v1.Quota/Renew',
             ferryman_dot_v1_dot_quota__pb2.RenewRequest.SerializeToString,
             ferryman_dot_v1_dot_quota__pb2.RenewResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Charge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferryman.v1.Quota/Charge',
+            ferryman_dot_v1_dot_quota__pb2.ChargeRequest.SerializeToString,
+            ferryman_dot_v1_dot_quota__pb2.ChargeResponse.FromString,
             options,
             channel_credentials,
             insecure,

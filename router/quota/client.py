@@ -36,6 +36,13 @@ class QuotaClient(Protocol):
     async def renew(self, request_ids: list[str], budget_s: float) -> int: ...
     async def commit(self, request_id: str, tokens: int, cost: float, budget_s: float) -> bool: ...
     async def release(self, request_id: str, budget_s: float) -> bool: ...
+    async def charge(
+        self, charge_id: str, tenant: str, model: str, total_cost: float, budget_s: float
+    ) -> tuple[float, bool]:
+        """(dollars added to the spend, a hard daily cost limit reached); raises
+        QuotaUnavailable when the charge could not be made (try again: it is idempotent)."""
+        ...
+
     def unlimited(self, tenant: str, model: str) -> bool:
         """True only when it is known here that no limit applies: Reserve would admit
         without holding anything, so the router need not call it (nor fingerprint)."""
@@ -83,6 +90,11 @@ class LocalQuota:
 
     async def release(self, request_id: str, budget_s: float) -> bool:
         return await self.service.release(request_id)
+
+    async def charge(
+        self, charge_id: str, tenant: str, model: str, total_cost: float, budget_s: float
+    ) -> tuple[float, bool]:
+        return await self.service.charge(charge_id, tenant, model, total_cost)
 
 
 class RemoteQuota:
@@ -160,3 +172,17 @@ class RemoteQuota:
         except grpc.aio.AioRpcError:
             return False
         return response.applied
+
+    async def charge(
+        self, charge_id: str, tenant: str, model: str, total_cost: float, budget_s: float
+    ) -> tuple[float, bool]:
+        request = quota_pb2.ChargeRequest(
+            charge_id=charge_id, tenant=tenant, model=model, total_cost_usd=total_cost
+        )
+        try:
+            response: quota_pb2.ChargeResponse = await self._stub.Charge(
+                request, timeout=budget_s, metadata=self._metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise QuotaUnavailable(f"quota service: {exc.code().name} {exc.details()}") from exc
+        return response.charged_usd, response.over_limit

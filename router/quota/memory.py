@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from router.quota.policy import (
+    CHARGE_MEMORY_S,
     DAY_S,
     WINDOW_S,
     Ask,
@@ -15,10 +16,12 @@ from router.quota.policy import (
     Decision,
     Limits,
     Verdict,
+    add_spend,
     charge,
     check,
     combine,
     grant,
+    over_cost,
     prune_log,
     refill,
     settle,
@@ -51,6 +54,9 @@ class MemoryQuota:
         reservation, expiry + TTL to forget a settled one. Scanning every reservation on
         every call would cost O(requests in the last TTL) per request."""
         self.expired = 0
+        self._charged: dict[str, tuple[float, float]] = {}
+        """charge id -> (total charged, when it is forgotten)."""
+        self._charged_pruned = clock()
 
     def _state(self, scope: str) -> Counters:
         return self._states.setdefault(scope, Counters())
@@ -152,6 +158,23 @@ class MemoryQuota:
             # Nothing was served under this id: a retry is a first request, charged once.
             del self._reservations[request_id]
         return True
+
+    async def charge(
+        self, charge_id: str, policies: Sequence[Limits], total_cost: float
+    ) -> tuple[float, bool]:
+        """Add what the account cost beyond what it was charged before to every policy's
+        spend; (dollars added, any hard daily cost limit reached)."""
+        now = self._clock()
+        if now >= self._charged_pruned + DAY_S:
+            self._charged = {k: v for k, v in self._charged.items() if v[1] > now}
+            self._charged_pruned = now
+        before = self._charged.get(charge_id, (0.0, 0.0))[0]
+        delta = max(0.0, total_cost - before)
+        if delta:
+            self._charged[charge_id] = (total_cost, now + CHARGE_MEMORY_S)
+            for p in policies:
+                add_spend(self._state(p.scope), now, delta)
+        return delta, any(over_cost(p, self._state(p.scope), now) for p in policies)
 
     async def expired_count(self) -> int:
         self._expire(self._clock())

@@ -34,6 +34,11 @@ class Decision(StrEnum):
     """The request id was already used for a different request."""
 
 
+CHARGE_MEMORY_S = 8 * DAY_S
+"""How long an account's charged total is remembered after its last charge: past any
+job's completion window (at most a week), or a late charge would count it all again."""
+
+
 @dataclass(frozen=True)
 class Limits:
     """One policy's limits; None means unlimited."""
@@ -203,10 +208,7 @@ def charge(
             refill(state.tpm_tokens, state.tpm_at, limits.tpm, limits.tpm / WINDOW_S, now) - tokens
         )
         state.tpm_at = now
-    day = int(now // DAY_S)
-    if state.cost_day != day:
-        state.cost_day, state.cost_spent = day, 0.0
-    state.cost_spent += cost
+    add_spend(state, now, cost)
     state.inflight[request_id] = expiry
 
 
@@ -221,6 +223,22 @@ def settle(
         state.cost_spent += cost_delta
     if refund_request and state.admitted.pop(request_id, None) is not None and state.burst_tokens is not None:
         state.burst_tokens += 1
+
+
+def add_spend(state: Counters, now: float, cost: float) -> None:
+    """Add ``cost`` to the day's spend (a new day starts from zero)."""
+    day = int(now // DAY_S)
+    if state.cost_day != day:
+        state.cost_day, state.cost_spent = day, 0.0
+    state.cost_spent += cost
+
+
+def over_cost(limits: Limits, state: Counters, now: float) -> bool:
+    """A hard daily cost limit reached: nothing more may be spent today."""
+    if limits.soft or limits.cost_per_day_usd is None:
+        return False
+    spent = state.cost_spent if state.cost_day == int(now // DAY_S) else 0.0
+    return spent >= limits.cost_per_day_usd
 
 
 def combine(results: list[tuple[Limits, list[tuple[Violation, float]]]]) -> Verdict:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 import redis.asyncio as aioredis
 
 from router.quota.policy import (
+    CHARGE_MEMORY_S,
     CONCURRENCY_RETRY_S,
     DAY_S,
     WINDOW_S,
@@ -214,6 +215,31 @@ for i = 4, #ARGV do
 end
 return renewed
 """
+# Charge: an account's total cost so far (KEYS[1] holds what it was charged before); the
+# difference, if any, goes to each policy's spend of the day (the caller's clock, as RESERVE).
+# ARGV: now (ms), total, remember_ms, prefix, n, then per policy: scope, cost limit, soft.
+CHARGE = """
+local now, total, remember = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local prefix, n = ARGV[4], tonumber(ARGV[5])
+local day = math.floor(now / 86400000)
+local delta = math.max(0, total - tonumber(redis.call('GET', KEYS[1]) or '0'))
+local over = 0
+for i = 0, n - 1 do
+  local o = 6 + i * 3
+  local scope, costl, soft = ARGV[o], tonumber(ARGV[o + 1]), ARGV[o + 2] == '1'
+  local key = prefix .. '{' .. string.match(scope, '^[^/]+') .. '}:' .. scope .. ':cost:' .. day
+  local spent
+  if delta > 0 then
+    spent = tonumber(redis.call('INCRBYFLOAT', key, delta))
+    redis.call('PEXPIRE', key, 2 * 86400000)
+  else
+    spent = tonumber(redis.call('GET', key) or '0')
+  end
+  if not soft and costl >= 0 and spent >= costl then over = 1 end
+end
+if delta > 0 then redis.call('SET', KEYS[1], tostring(total), 'PX', remember) end
+return {tostring(delta), over}
+"""
 CLOCK_CHECK_S = 30.0
 """How often the offset between this process's clock and Redis's is measured again."""
 
@@ -237,6 +263,7 @@ class RedisQuota:
         self._reserve = client.register_script(RESERVE)
         self._settle = client.register_script(SETTLE)
         self._renew = client.register_script(RENEW)
+        self._charge = client.register_script(CHARGE)
         self._offset_s = 0.0
         """Redis's clock minus ours, so a give-up time can be said in Redis's clock."""
         self._offset_at = -CLOCK_CHECK_S
@@ -323,6 +350,21 @@ class RedisQuota:
     async def release(self, request_id: str) -> bool:
         args: list[str | int | float] = [self._ms(), request_id, 0, 0, "1"]
         return bool(await self._settle(keys=[self._tag(request_id)], args=args))
+
+    async def charge(
+        self, charge_id: str, policies: Sequence[Limits], total_cost: float
+    ) -> tuple[float, bool]:
+        args: list[str | int | float] = [
+            self._ms(),
+            total_cost,
+            int(CHARGE_MEMORY_S * 1000),
+            KEY_PREFIX,
+            len(policies),
+        ]
+        for p in policies:
+            args += [p.scope, _limit(p.cost_per_day_usd), "1" if p.soft else "0"]
+        delta, over = await self._charge(keys=[f"{KEY_PREFIX}charge:{charge_id}"], args=args)
+        return float(delta), bool(over)
 
     async def expired_count(self) -> int:
         return int(await self._redis.get(f"{KEY_PREFIX}expired") or 0)

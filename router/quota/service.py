@@ -66,6 +66,9 @@ class QuotaBackend(Protocol):
     async def release(self, request_id: str) -> bool: ...
     async def usage(self, policies: Sequence[Limits]) -> list[tuple[str, float, float, str]]: ...
     async def expired_count(self) -> int: ...
+    async def charge(
+        self, charge_id: str, policies: Sequence[Limits], total_cost: float
+    ) -> tuple[float, bool]: ...
 
 
 def make_backend(settings: QuotaSettings) -> QuotaBackend:
@@ -186,6 +189,20 @@ class QuotaService:
                 if attempt + 1 == self._settings.settle_attempts:
                     self._log.warning("settle", "quota settle failed, the reservation will expire: %s", exc)
         return False
+
+    async def charge(self, charge_id: str, tenant: str, model: str, total_cost: float) -> tuple[float, bool]:
+        """Bring an account's cost so far (a job's) into the tenant's daily spend: only what
+        it was not charged before. Returns (dollars added, a hard daily cost limit reached).
+        Raises QuotaUnavailable when the backend cannot be reached (the caller tries again:
+        a charge is idempotent), whatever the fail mode: spend is never dropped."""
+        check_call(charge_id, 0, total_cost)
+        if not tenant or len(tenant) > MAX_NAME_CHARS or len(model) > MAX_NAME_CHARS:
+            raise InvalidQuotaCall(f"tenant and model names have at most {MAX_NAME_CHARS} characters")
+        try:
+            async with asyncio.timeout(self._settings.backend_timeout_s):
+                return await self._backend.charge(charge_id, self.limits(tenant, model), total_cost)
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise QuotaUnavailable(f"quota backend unavailable: {exc}") from exc
 
     async def usage(self, tenant: str) -> tuple[list[tuple[str, float, float, str]], int]:
         limits = [to_limits(p) for p in self._snapshot().policies.get(tenant, [])]

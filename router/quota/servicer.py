@@ -95,6 +95,21 @@ class QuotaServicer(quota_pb2_grpc.QuotaServicer):
             raise
         return quota_pb2.SettleResponse(applied=applied)
 
+    async def Charge(
+        self, request: quota_pb2.ChargeRequest, context: ServicerContext
+    ) -> quota_pb2.ChargeResponse:
+        try:
+            charged, over = await self._service.charge(
+                request.charge_id, request.tenant, request.model, request.total_cost_usd
+            )
+        except InvalidQuotaCall as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise
+        except QuotaUnavailable as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            raise
+        return quota_pb2.ChargeResponse(charged_usd=charged, over_limit=over)
+
     async def GetUsage(
         self, request: quota_pb2.GetUsageRequest, context: ServicerContext
     ) -> quota_pb2.GetUsageResponse:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from harness import ServiceThread
-from job_helpers import JOBS_REDIS_DB, Jobs
+from job_helpers import JOB_CHARGE_EVERY_S, JOBS_REDIS_DB, Jobs
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -90,7 +90,9 @@ def rollout_controller(e2e: E2E) -> Iterator[RegistryReader]:
 def jobs(e2e: E2E, redis_url: str) -> Iterator[Jobs]:
     url = redis_url.rsplit("/", 1)[0] + f"/{JOBS_REDIS_DB}"
     common = e2e.common.model_copy(update={"jobs_redis_url": url})
-    settings = RouterSettings(listen="127.0.0.1:0", batchers=e2e.batcher)
+    settings = RouterSettings(
+        listen="127.0.0.1:0", batchers=e2e.batcher, job_charge_every_s=JOB_CHARGE_EVERY_S
+    )
     thread = ServiceThread(
         lambda stop, ready: serve_router(settings, QuotaSettings(), common, stop, ready), "jobs"
     )
