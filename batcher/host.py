@@ -16,7 +16,7 @@ from batcher.metrics import BatcherMetrics
 from batcher.replicas import ReplicaDirectory
 from batcher.service import BatcherService
 from batcher.settings import BatcherSettings
-from ferryman.jobs.store import JobStore
+from ferryman.jobs.port import open_job_queue
 from ferryman.kernel.config import CommonSettings
 from registry.db import make_engine
 from registry.reader import RegistryReader
@@ -55,10 +55,8 @@ class BatcherHost:
         self.generation = GenerationRelay(directory, settings.max_attempts, lambda: service.accepting)
         self._refresher_stop = asyncio.Event()
         self._refresher: asyncio.Task[None] | None = None
-        # Durable jobs, when a Redis holds them: this batcher runs their items in leftover capacity.
-        self._jobs = (
-            JobStore(common.jobs_redis_url, settings.job_redis_timeout_s) if common.jobs_redis_url else None
-        )
+        # Durable jobs, when a store holds them: this batcher runs their items in leftover capacity.
+        self._jobs = open_job_queue(common, settings.job_redis_timeout_s)
         self._job_stop = asyncio.Event()
         self._job_worker: asyncio.Task[None] | None = None
 

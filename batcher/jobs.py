@@ -27,7 +27,8 @@ from batcher.metrics import BatcherMetrics
 from batcher.service import item_rows
 from batcher.settings import BatcherSettings
 from ferryman.errors import NO_CAPACITY
-from ferryman.jobs.store import FINISHED, Claimed, JobRecord, JobStore, State
+from ferryman.jobs.port import JobQueue
+from ferryman.jobs.store import FINISHED, Claimed, JobRecord, State
 from ferryman.scopes import job_scope
 from ferryman.v1 import batcher_pb2, common_pb2, jobs_pb2
 
@@ -46,7 +47,7 @@ MAX_CACHED_JOBS = 1024
 class JobWorker:
     def __init__(
         self,
-        store: JobStore,
+        store: JobQueue,
         batcher: LocalBatcher,
         settings: BatcherSettings,
         metrics: BatcherMetrics,

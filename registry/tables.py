@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, UniqueConstraint
+from sqlalchemy import JSON, Column, LargeBinary, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -251,3 +251,49 @@ class AdminCredential(SQLModel, table=True):
     id: int = Field(default=1, primary_key=True)
     password_hash: str = Field(max_length=256)
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+class JobRow(SQLModel, table=True):
+    """A durable job, when jobs live in the registry database (``ferryman.jobs.sql_store``:
+    no Redis, the embedded platform)."""
+
+    __tablename__ = "jobs"
+
+    key: str = Field(primary_key=True, max_length=64)
+    """sha256 of tenant and job id (``ferryman.jobs.store.job_key``'s digest)."""
+    tenant: str = Field(max_length=64, index=True)
+    job_id: str = Field(max_length=128)
+    model: str = Field(max_length=64)
+    version: str = Field(max_length=64)
+    state: int
+    total: int
+    succeeded: int = 0
+    failed: int = 0
+    cost: float = 0.0
+    created: float = Field(index=True)
+    expires: float
+    finished: float = 0.0
+    digest: str = Field(max_length=64)
+    parameters: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    price: float
+    price_1k: float
+    uncharged: bool = Field(default=False, index=True)
+    """Its cost grew since it was last charged to the tenant's spend."""
+
+
+class JobItemRow(SQLModel, table=True):
+    """One item of a job: its request, who holds it, and its result once recorded."""
+
+    __tablename__ = "job_items"
+    __table_args__ = (UniqueConstraint("job_key", "idx", name="uq_job_item"),)
+
+    seq: int | None = Field(default=None, primary_key=True)
+    """Queue order (items are taken oldest first)."""
+    job_key: str = Field(max_length=64, index=True)
+    idx: int
+    payload: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    done: bool = Field(default=False, index=True)
+    """Recorded, or dropped unrun (its job ended): never taken again."""
+    claimed_by: str | None = Field(default=None, max_length=128)
+    claimed_at: float | None = None
+    result: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))

@@ -17,7 +17,8 @@ import logging
 
 import redis.asyncio as aioredis
 
-from ferryman.jobs.store import FINISHED, JobStore, State
+from ferryman.jobs.port import JobQueue
+from ferryman.jobs.store import FINISHED, State
 from router.quota.client import QuotaClient
 from router.quota.service import QuotaUnavailable
 from router.settings import RouterSettings
@@ -33,7 +34,7 @@ def account(tenant: str, job_id: str) -> str:
 class JobCharges:
     """Charges job cost to tenants' spend; tells whether a tenant may start a job."""
 
-    def __init__(self, settings: RouterSettings, store: JobStore, quota: QuotaClient) -> None:
+    def __init__(self, settings: RouterSettings, store: JobQueue, quota: QuotaClient) -> None:
         self._settings = settings
         self._store = store
         self._quota = quota

@@ -16,7 +16,8 @@ import redis.asyncio as aioredis
 from google.protobuf import timestamp_pb2
 
 from ferryman.errors import Reason
-from ferryman.jobs.store import FINISHED, JobRecord, JobStore, LimitReached, State
+from ferryman.jobs.port import JobQueue
+from ferryman.jobs.store import FINISHED, JobRecord, LimitReached, State
 from ferryman.schema_check import check_inputs
 from ferryman.v1 import jobs_pb2
 from registry.cache import SnapshotCache
@@ -98,7 +99,7 @@ class JobDesk:
         settings: RouterSettings,
         service: RouterService,
         cache: SnapshotCache,
-        store: JobStore,
+        store: JobQueue,
         charges: JobCharges,
     ) -> None:
         self._settings = settings

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from ferryman.jobs.store import JobStore
+from ferryman.jobs.port import jobs_enabled, open_job_queue
 from ferryman.kernel.config import CommonSettings
 from ferryman.kernel.runtime import ServiceRuntime, ServiceSpec, run_service
 from ferryman.kernel.security import aio_channel
@@ -71,7 +71,7 @@ async def serve_router(
     spec = ServiceSpec(
         name="router",
         listen=settings.listen,
-        services=[INFERENCE, OIP_SERVICE, *([JOBS] if common.jobs_redis_url else [])],
+        services=[INFERENCE, OIP_SERVICE, *([JOBS] if jobs_enabled(common) else [])],
         max_message_bytes=settings.max_message_bytes,
         internal=False,
         metrics_listen=settings.metrics_listen,
@@ -119,8 +119,8 @@ async def serve_router(
         feedback = FeedbackDesk(settings, served, RegistryWriter(engine, actor="router"))
         shadower = Shadower(settings, batchers, metrics, cache.is_ready)
         desk: JobDesk | None = None
-        if common.jobs_redis_url:
-            jobs = JobStore(common.jobs_redis_url, settings.job_store_timeout_s)
+        jobs = open_job_queue(common, settings.job_store_timeout_s)
+        if jobs is not None:
             rt.on_close(jobs.close)
             charges = JobCharges(settings, jobs, quota)
             charging = asyncio.create_task(charges.run(refresher_stop))

@@ -30,6 +30,7 @@ STARTED_S = 60.0
 class Jobs:
     e2e: E2E
     redis: str
+    """The jobs' Redis; empty: they live in the registry database."""
     router: str
 
     def stub(self) -> jobs_pb2_grpc.JobsStub:
@@ -46,7 +47,7 @@ def worker(jobs: Jobs) -> subprocess.Popen[bytes]:
         **os.environ,
         "FERRYMAN_DATABASE_URL": jobs.e2e.registry_url,
         "FERRYMAN_DATA_DIR": str(jobs.e2e.common.data_dir),
-        "FERRYMAN_JOBS_REDIS_URL": jobs.redis,
+        **({"FERRYMAN_JOBS_REDIS_URL": jobs.redis} if jobs.redis else {"FERRYMAN_JOBS_IN_REGISTRY": "true"}),
         "FERRYMAN_BATCHER_JOB_CLAIM_IDLE_S": str(CLAIM_IDLE_S),
         "FERRYMAN_REGISTRY_REFRESH_S": "0.2",
         "FERRYMAN_LOG_LEVEL": "WARNING",

@@ -243,6 +243,8 @@ def up(
         ca = str(pki.ca)
         # Every child reads these: TLS on every listener, peers verified with the CA.
         os.environ.update(FERRYMAN_TLS_CERT=str(pki.cert), FERRYMAN_TLS_KEY=str(pki.key), FERRYMAN_TLS_CA=ca)
+    # Durable jobs without a Redis: in the registry database (every child reads this).
+    os.environ.setdefault("FERRYMAN_JOBS_IN_REGISTRY", "true")
     security = CommonSettings().security()
     tuning = host_tuning(nodes, separate_batcher)
     # The nodes share this host's cores: each gets its part unless threads were set.

@@ -50,8 +50,10 @@ class CommonSettings(BaseSettings):
     """Name checked in servers' certificates when it differs from the dialled host."""
 
     jobs_redis_url: str = ""
-    """Redis holding durable jobs (the router queues them, batchers run them); empty: no
-    Jobs API."""
+    """Redis holding durable jobs (the router queues them, batchers run them)."""
+    jobs_in_registry: bool = False
+    """Without a jobs Redis, keep durable jobs in the registry database (one router: the
+    embedded platform, which ``ferryman up`` turns this on for). Neither: no Jobs API."""
 
     registry_refresh_s: float = Field(default=0.5, gt=0)
     """How often routers, batchers and quota services re-read the registry: key

@@ -101,3 +101,20 @@ def jobs(e2e: E2E, redis_url: str) -> Iterator[Jobs]:
         yield Jobs(e2e, url, router)
     finally:
         thread.stop()
+
+
+@pytest.fixture(scope="module")
+def registry_jobs(e2e: E2E) -> Iterator[Jobs]:
+    """A router whose jobs live in the registry database (no Redis), as ``ferryman up``'s."""
+    common = e2e.common.model_copy(update={"jobs_in_registry": True})
+    settings = RouterSettings(
+        listen="127.0.0.1:0", batchers=e2e.batcher, job_charge_every_s=JOB_CHARGE_EVERY_S
+    )
+    thread = ServiceThread(
+        lambda stop, ready: serve_router(settings, QuotaSettings(), common, stop, ready), "registry-jobs"
+    )
+    router = thread.start()
+    try:
+        yield Jobs(e2e, "", router)
+    finally:
+        thread.stop()

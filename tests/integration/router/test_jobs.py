@@ -4,7 +4,8 @@ cannot see it; a batcher killed with kill -9 mid-job leaves its items to another
 them over (XAUTOCLAIM), with no item lost or recorded twice; a cancelled job stops; an OpenAI
 batch file runs from the CLI at the job price; Redis down for 5 s refuses submissions
 clearly and the running job resumes after; a tenant's job limits (unfinished jobs, items a
-day) refuse what is past them."""
+day) refuse what is past them. Each test runs with jobs in Redis and in the registry
+database (``ferryman up``'s store, where a worker's lease stands in for XAUTOCLAIM)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,15 @@ from registry.writer import QuotaLimits
 from router.quota.settings import QuotaSettings
 from router.server import serve_router
 from router.settings import RouterSettings
+
+
+@pytest.fixture(params=["redis", "registry"])
+def jobs(request: pytest.FixtureRequest, jobs: Jobs) -> Jobs:
+    """Every test here on both stores: Redis, and the registry database (``ferryman up``)."""
+    if request.param == "redis":
+        return jobs
+    registry: Jobs = request.getfixturevalue("registry_jobs")
+    return registry
 
 
 def test_every_item_is_answered_once_and_the_job_is_the_tenants_alone(jobs: Jobs) -> None:
