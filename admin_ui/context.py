@@ -23,6 +23,8 @@ class ConsoleSettings(BaseSettings):
     """Comma-separated /metrics URLs of routers and batchers (``ferryman up --json`` prints them)."""
     quota_address: str = ""
     """A Quota service (a router's internal port, or a quota server) for live usage bars."""
+    jobs_timeout_s: float = 2.0
+    """How long a call to the job store (the jobs page) may take."""
 
     def metrics(self) -> list[str]:
         return [u.strip() for u in self.metrics_urls.split(",") if u.strip()]
@@ -35,6 +37,8 @@ class Console:
     settings: ConsoleSettings
     security: Security
     """How the console reaches internal services (node info, quota usage)."""
+    common: CommonSettings
+    """The platform's settings (where its durable jobs are kept)."""
 
 
 def build_console() -> Console:
@@ -45,4 +49,5 @@ def build_console() -> Console:
         RegistryWriter(engine, actor="console"),
         ConsoleSettings(),
         common.security(),
+        common,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from admin_ui.context import Console
-from admin_ui.views import models, nodes, overview, quotas, records, routing, tenants
+from admin_ui.views import jobs, models, nodes, overview, quotas, records, routing, tenants
 
 PAGES: dict[str, Callable[[Console], None]] = {
     "Overview": overview.render,
@@ -14,6 +14,7 @@ PAGES: dict[str, Callable[[Console], None]] = {
     "Models": models.render,
     "Routing": routing.render,
     "Nodes": nodes.render,
+    "Jobs": jobs.render,
     "Dead letters": records.dead_letters,
     "Audit log": records.audit_log,
 }

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -12,6 +15,8 @@ from streamlit.testing.v1 import AppTest
 
 import admin_ui
 from admin_ui.auth import FREE_ATTEMPTS
+from ferryman.jobs.sql_store import SqlJobStore
+from ferryman.jobs.store import JobRecord, State
 from registry.db import make_engine
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
@@ -219,3 +224,42 @@ def test_a_rollout_starts_shows_its_verdict_and_pauses_resumes_and_aborts(
     assert reader.rollouts("mlp")[0].state == "ABORTED"
     assert dict(reader.route("mlp").targets) == {"1": 100, "2": 0}  # type: ignore[union-attr]
     assert reader.audit_events(limit=1)[0].actor == "console"
+
+
+def test_a_tenants_jobs_show_their_progress_and_one_is_cancelled(
+    registry: tuple[RegistryWriter, RegistryReader], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer, _ = registry
+    writer.create_tenant("acme")
+    writer.create_tenant("other")
+    assert "keeps no durable jobs" in open_page(logged_in(), "Jobs").info[0].value
+    monkeypatch.setenv("FERRYMAN_JOBS_IN_REGISTRY", "true")
+    st.cache_resource.clear()
+    store = SqlJobStore(os.environ["FERRYMAN_DATABASE_URL"], timeout_s=5)
+
+    async def seed() -> None:
+        now = time.time()
+        for job_id, tenant in (("nightly", "acme"), ("theirs", "other")):
+            record = JobRecord(
+                tenant, job_id, "mlp", "1", State.QUEUED, 3, 0, 0, 0.0, now, now + 60, 0.0, "d", {}, 0.1, 0.0
+            )
+            await store.create(record, [b"a", b"b", b"c"])
+        (first, *_) = await store.claim("worker", 1, block_ms=0, idle_ms=60_000)
+        await store.record(first, b"answer", True, 0.05)
+
+    asyncio.run(seed())
+    at = open_page(logged_in(), "Jobs")
+    at.selectbox(key="jobs_tenant").set_value("acme").run()
+    (shown,) = at.dataframe[0].value.to_dict("records")
+    assert (shown["job"], shown["state"], shown["succeeded"], shown["total"]) == ("nightly", "running", 1, 3)
+    assert at.metric[0].value == "5"  # items waiting: both jobs' (the recorded one is done)
+    at.selectbox(key="cancel_job_id").set_value("nightly")
+    at.button(key="cancel_job_submit").click().run()
+    assert not at.exception and at.success and "1 of 3 items ran" in at.success[0].value
+
+    async def states() -> list[State | None]:
+        jobs = [await store.get("acme", "nightly"), await store.get("other", "theirs")]
+        await store.close()
+        return [job.state if job else None for job in jobs]
+
+    assert asyncio.run(states()) == [State.CANCELLED, State.QUEUED]  # only the one chosen
