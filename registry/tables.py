@@ -297,3 +297,18 @@ class JobItemRow(SQLModel, table=True):
     claimed_by: str | None = Field(default=None, max_length=128)
     claimed_at: float | None = None
     result: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
+
+
+class JobFileRow(SQLModel, table=True):
+    """A file a tenant uploaded for jobs (an OpenAI batch input), kept for the jobs'
+    retention."""
+
+    __tablename__ = "job_files"
+
+    key: str = Field(primary_key=True, max_length=64)
+    """sha256 of tenant and file id."""
+    tenant: str = Field(max_length=64, index=True)
+    file_id: str = Field(max_length=64)
+    filename: str = Field(max_length=256)
+    created: float = Field(index=True)
+    content: bytes = Field(sa_column=Column(LargeBinary, nullable=False))

@@ -17,7 +17,7 @@ from google.protobuf import timestamp_pb2
 
 from ferryman.errors import Reason
 from ferryman.jobs.port import JobQueue
-from ferryman.jobs.store import FINISHED, JobRecord, LimitReached, State
+from ferryman.jobs.store import FINISHED, JobRecord, LimitReached, State, StoredFile
 from ferryman.schema_check import check_inputs
 from ferryman.v1 import jobs_pb2
 from registry.cache import SnapshotCache
@@ -187,7 +187,8 @@ class JobDesk:
             )
         return to_proto(job)
 
-    async def _get(self, tenant: TenantRecord, job_id: str) -> JobRecord:
+    async def job(self, tenant: TenantRecord, job_id: str) -> JobRecord:
+        """The tenant's job (NOT_FOUND for another's id); one past its window is expired."""
         try:
             job = await self._store.get(tenant.name, job_id)
         except (OSError, aioredis.RedisError) as exc:
@@ -205,8 +206,27 @@ class JobDesk:
         except (OSError, aioredis.RedisError) as exc:
             raise _unavailable(exc) from None
 
+    async def put_file(self, tenant: TenantRecord, file_id: str, filename: str, content: bytes) -> StoredFile:
+        """Keep a tenant's uploaded file (a batch input; its size bounded by the door)."""
+        stored = StoredFile(file_id, filename, time.time(), content)
+        try:
+            await self._store.put_file(tenant.name, file_id, filename, content, stored.created)
+        except (OSError, aioredis.RedisError) as exc:
+            raise _unavailable(exc) from None
+        return stored
+
+    async def file(self, tenant: TenantRecord, file_id: str) -> StoredFile:
+        """The tenant's file (NOT_FOUND for another's id)."""
+        try:
+            stored = await self._store.get_file(tenant.name, file_id)
+        except (OSError, aioredis.RedisError) as exc:
+            raise _unavailable(exc) from None
+        if stored is None:
+            raise fail(grpc.StatusCode.NOT_FOUND, f"no file {clip(file_id)!r}", Reason.UNKNOWN_REQUEST)
+        return stored
+
     async def get(self, tenant: TenantRecord, job_id: str) -> jobs_pb2.Job:
-        return to_proto(await self._get(tenant, job_id))
+        return to_proto(await self.job(tenant, job_id))
 
     async def jobs(
         self, tenant: TenantRecord, request: jobs_pb2.ListJobsRequest
@@ -220,7 +240,7 @@ class JobDesk:
         return jobs_pb2.ListJobsResponse(jobs=[to_proto(j) for j in jobs], next_page_token=token)
 
     async def cancel(self, tenant: TenantRecord, job_id: str) -> jobs_pb2.Job:
-        await self._get(tenant, job_id)
+        await self.job(tenant, job_id)
         try:
             job = await self._store.finish(tenant.name, job_id, State.CANCELLED)
         except (OSError, aioredis.RedisError) as exc:
@@ -231,7 +251,7 @@ class JobDesk:
     async def results(
         self, tenant: TenantRecord, job_id: str, offset: int, limit: int
     ) -> list[jobs_pb2.JobItemResult]:
-        job = await self._get(tenant, job_id)
+        job = await self.job(tenant, job_id)
         offset = max(0, offset)
         limit = min(limit or DEFAULT_RESULTS, MAX_RESULTS, max(0, job.total - offset))
         try:
@@ -245,7 +265,7 @@ class JobDesk:
         progress moved past what was sent, and only the pages not sent whole yet."""
         sent: set[int] = set()
         while True:
-            job = await self._get(tenant, job_id)
+            job = await self.job(tenant, job_id)
             fresh: list[jobs_pb2.JobItemResult] = []
             if job.succeeded + job.failed > len(sent):
                 for offset in range(0, job.total, MAX_RESULTS):

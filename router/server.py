@@ -148,6 +148,7 @@ async def serve_router(
                 common.tls_cert,
                 common.tls_key,
                 reuse_port=settings.reuse_port,
+                jobs=desk,
             )
             await http.start()
             gateway.listening(http.address, http=True)

@@ -32,6 +32,8 @@ class Jobs:
     redis: str
     """The jobs' Redis; empty: they live in the registry database."""
     router: str
+    http: str = ""
+    """The router's HTTP doors (OpenAI batches), as a base URL."""
 
     def stub(self) -> jobs_pb2_grpc.JobsStub:
         return jobs_pb2_grpc.JobsStub(grpc.insecure_channel(self.router))

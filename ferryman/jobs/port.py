@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ferryman.jobs.store import Claimed, JobRecord, JobStore, State
+from ferryman.jobs.store import Claimed, JobRecord, JobStore, State, StoredFile
 from ferryman.kernel.config import CommonSettings
 
 
@@ -32,6 +32,10 @@ class JobQueue(Protocol):
     async def backlog(self) -> tuple[int, float]: ...
     async def uncharged(self, count: int) -> list[tuple[str, JobRecord | None]]: ...
     async def charged(self, key: str) -> None: ...
+    async def put_file(
+        self, tenant: str, file_id: str, filename: str, content: bytes, created: float
+    ) -> None: ...
+    async def get_file(self, tenant: str, file_id: str) -> StoredFile | None: ...
 
 
 def jobs_enabled(common: CommonSettings) -> bool:

@@ -24,9 +24,9 @@ from sqlalchemy import Engine, func, or_, update
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session, col, select
 
-from ferryman.jobs.store import DAY_S, RETENTION_S, Claimed, JobRecord, LimitReached, State
+from ferryman.jobs.store import DAY_S, RETENTION_S, Claimed, JobRecord, LimitReached, State, StoredFile
 from registry.db import make_engine
-from registry.tables import JobItemRow, JobRow
+from registry.tables import JobFileRow, JobItemRow, JobRow
 
 T = TypeVar("T")
 UNFINISHED = (int(State.QUEUED), int(State.RUNNING))
@@ -294,6 +294,7 @@ class SqlJobStore:
             old = select(JobRow.key).where(
                 col(JobRow.state).not_in(UNFINISHED), col(JobRow.finished) < now - RETENTION_S
             )
+            s.execute(JobFileRow.__table__.delete().where(col(JobFileRow.created) < now - RETENTION_S))  # type: ignore[attr-defined]
             gone = list(s.exec(old).all())
             if gone:
                 s.execute(JobItemRow.__table__.delete().where(col(JobItemRow.job_key).in_(gone)))  # type: ignore[attr-defined]
@@ -305,6 +306,26 @@ class SqlJobStore:
                 .where(col(JobItemRow.done).is_(False))
             ).one()
             return int(pending), max(0.0, now - oldest) if oldest is not None else 0.0
+
+        return await self._run(work)
+
+    async def put_file(
+        self, tenant: str, file_id: str, filename: str, content: bytes, created: float
+    ) -> None:
+        row = JobFileRow(
+            key=row_key(tenant, file_id),
+            tenant=tenant,
+            file_id=file_id,
+            filename=filename,
+            created=created,
+            content=content,
+        )
+        await self._run(lambda s: s.add(row))
+
+    async def get_file(self, tenant: str, file_id: str) -> StoredFile | None:
+        def work(s: Session) -> StoredFile | None:
+            row = s.get(JobFileRow, row_key(tenant, file_id))
+            return StoredFile(row.file_id, row.filename, row.created, bytes(row.content)) if row else None
 
         return await self._run(work)
 

@@ -105,6 +105,20 @@ def job_key(tenant: str, job_id: str) -> str:
     return PREFIX + "job:" + hashlib.sha256(f"{tenant}\0{job_id}".encode()).hexdigest()
 
 
+def file_key(tenant: str, file_id: str) -> str:
+    return PREFIX + "file:" + hashlib.sha256(f"{tenant}\0{file_id}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """A tenant's uploaded file."""
+
+    file_id: str
+    filename: str
+    created: float
+    content: bytes
+
+
 def tenant_key(tenant: str, what: str = "") -> str:
     """The tenant's job index (or, with ``what``, one of its counters)."""
     return PREFIX + "jobs:" + hashlib.sha256(tenant.encode()).hexdigest() + (f":{what}" if what else "")
@@ -323,6 +337,22 @@ class JobStore:
         )
         await self.ack(claimed)
         return bool(counted == 1)
+
+    async def put_file(
+        self, tenant: str, file_id: str, filename: str, content: bytes, created: float
+    ) -> None:
+        """Keep a tenant's uploaded file (a batch input) for the jobs' retention."""
+        key = file_key(tenant, file_id)
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.hset(key, mapping={"filename": filename, "created": created, "content": content})
+        pipe.expire(key, RETENTION_S)
+        await pipe.execute()
+
+    async def get_file(self, tenant: str, file_id: str) -> StoredFile | None:
+        raw = await self._redis.hgetall(file_key(tenant, file_id))
+        if not raw:
+            return None
+        return StoredFile(file_id, raw[b"filename"].decode(), float(raw[b"created"]), raw[b"content"])
 
     async def uncharged(self, count: int) -> list[tuple[str, JobRecord | None]]:
         """Up to ``count`` jobs whose cost may not be charged yet, by key (None: the job is

@@ -17,14 +17,16 @@ from fastapi.openapi.utils import get_openapi
 
 from ferryman.kernel.net import cannot_listen
 from router.gateway import Gateway
-from router.http import errors, oip_rest, openai, openai_chat
+from router.http import errors, oip_rest, openai, openai_batches, openai_chat
 from router.http.caller import JSON, OPENAI_PREFIX, invalid_request
+from router.jobs import JobDesk
 from router.service import RequestFailed
 
 BODIES = (
     oip_rest.InferenceRequest,
     openai.EmbeddingRequest,
     openai_chat.ChatRequest,
+    openai_batches.BatchRequest,
     openai_chat.CompletionRequest,
 )
 """Bodies that routes read themselves (bounded, JSON whatever the Content-Type); the
@@ -40,8 +42,9 @@ def failure_response(request: Request, status: Any) -> Response:
     return JSON(body, status_code=errors.http_status(status), headers=errors.headers(status))
 
 
-def build_app(gateway: Gateway) -> FastAPI:
-    """The HTTP doors' app: every route takes a ``Caller`` built by the ``caller`` dependency."""
+def build_app(gateway: Gateway, jobs: JobDesk | None = None) -> FastAPI:
+    """The HTTP doors' app: every route takes a ``Caller`` built by the ``caller`` dependency;
+    ``jobs``: the durable jobs OpenAI's Batch API runs on (None: no batches)."""
     app = FastAPI(
         title="Ferryman",
         summary="Open Inference Protocol v2 REST and an OpenAI-compatible API over Ferryman's router.",
@@ -54,6 +57,7 @@ def build_app(gateway: Gateway) -> FastAPI:
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.gateway = gateway
+    app.state.jobs = jobs
 
     @app.exception_handler(RequestFailed)
     async def request_failed(request: Request, exc: RequestFailed) -> Response:
@@ -66,6 +70,7 @@ def build_app(gateway: Gateway) -> FastAPI:
     app.include_router(oip_rest.router)
     app.include_router(openai.router)
     app.include_router(openai_chat.router)
+    app.include_router(openai_batches.router)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -103,6 +108,7 @@ class HttpDoor:
         certfile: str = "",
         keyfile: str = "",
         reuse_port: bool = False,
+        jobs: JobDesk | None = None,
     ) -> None:
         host, _, port = listen.rpartition(":")
         self._socket = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET)
@@ -119,7 +125,7 @@ class HttpDoor:
         self.port = int(self._socket.getsockname()[1])
         self.address = f"{host}:{self.port}"
         config = uvicorn.Config(
-            build_app(gateway),
+            build_app(gateway, jobs),
             lifespan="off",
             access_log=False,
             # uvicorn warns once per refused or malformed request: a flood would flood the log.

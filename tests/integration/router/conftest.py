@@ -16,6 +16,8 @@ from router_platform import E2E, run_e2e
 from services import create_postgres_database, drop_postgres_database
 from topology import Topology, run_topology
 
+from ferryman.kernel.config import CommonSettings
+from ferryman.kernel.net import free_port
 from registry.reader import RegistryReader
 from registry.rollout.server import serve_rollouts
 from registry.rollout.settings import RolloutSettings
@@ -86,35 +88,30 @@ def rollout_controller(e2e: E2E) -> Iterator[RegistryReader]:
         thread.stop()
 
 
-@pytest.fixture(scope="module")
-def jobs(e2e: E2E, redis_url: str) -> Iterator[Jobs]:
-    url = redis_url.rsplit("/", 1)[0] + f"/{JOBS_REDIS_DB}"
-    common = e2e.common.model_copy(update={"jobs_redis_url": url})
+def jobs_router(e2e: E2E, common: CommonSettings, name: str, redis: str) -> Iterator[Jobs]:
+    """A router on the platform that serves durable jobs (and OpenAI batches on HTTP)."""
+    http = f"127.0.0.1:{free_port()}"
     settings = RouterSettings(
-        listen="127.0.0.1:0", batchers=e2e.batcher, job_charge_every_s=JOB_CHARGE_EVERY_S
+        listen="127.0.0.1:0", http_listen=http, batchers=e2e.batcher, job_charge_every_s=JOB_CHARGE_EVERY_S
     )
     thread = ServiceThread(
-        lambda stop, ready: serve_router(settings, QuotaSettings(), common, stop, ready), "jobs"
+        lambda stop, ready: serve_router(settings, QuotaSettings(), common, stop, ready), name
     )
     router = thread.start()
     try:
-        yield Jobs(e2e, url, router)
+        yield Jobs(e2e, redis, router, f"http://{http}")
     finally:
         thread.stop()
+
+
+@pytest.fixture(scope="module")
+def jobs(e2e: E2E, redis_url: str) -> Iterator[Jobs]:
+    """Jobs in Redis."""
+    url = redis_url.rsplit("/", 1)[0] + f"/{JOBS_REDIS_DB}"
+    yield from jobs_router(e2e, e2e.common.model_copy(update={"jobs_redis_url": url}), "jobs", url)
 
 
 @pytest.fixture(scope="module")
 def registry_jobs(e2e: E2E) -> Iterator[Jobs]:
-    """A router whose jobs live in the registry database (no Redis), as ``ferryman up``'s."""
-    common = e2e.common.model_copy(update={"jobs_in_registry": True})
-    settings = RouterSettings(
-        listen="127.0.0.1:0", batchers=e2e.batcher, job_charge_every_s=JOB_CHARGE_EVERY_S
-    )
-    thread = ServiceThread(
-        lambda stop, ready: serve_router(settings, QuotaSettings(), common, stop, ready), "registry-jobs"
-    )
-    router = thread.start()
-    try:
-        yield Jobs(e2e, "", router)
-    finally:
-        thread.stop()
+    """Jobs in the registry database (no Redis), as ``ferryman up``'s."""
+    yield from jobs_router(e2e, e2e.common.model_copy(update={"jobs_in_registry": True}), "registry-jobs", "")
