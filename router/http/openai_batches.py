@@ -26,8 +26,9 @@ from ferryman.v1 import common_pb2, jobs_pb2
 from router.bounds import MAX_REQUEST_ID_CHARS
 from router.http.caller import JSON, Authenticated, Caller, json_body, parse_json, read_body
 from router.http.errors import http_status
+from router.http.openai import invalid
 from router.jobs import MAX_RESULTS, JobDesk
-from router.service import RequestFailed, fail
+from router.service import fail
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible batches"])
 EMBEDDINGS = "/v1/embeddings"
@@ -62,15 +63,6 @@ def desk_of(caller: Caller) -> JobDesk:
             grpc.StatusCode.UNIMPLEMENTED, "this platform keeps no durable jobs", Reason.INVALID_REQUEST
         )
     return desk
-
-
-def invalid(field: str, description: str) -> RequestFailed:
-    return fail(
-        grpc.StatusCode.INVALID_ARGUMENT,
-        f"{field}: {description}",
-        Reason.INVALID_REQUEST,
-        violations=[(field, description)],
-    )
 
 
 def file_object(file_id: str, filename: str, size: int, created: float, purpose: str) -> dict[str, Any]:
