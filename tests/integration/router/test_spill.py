@@ -54,7 +54,9 @@ async def send(client: AsyncClient, tenant: str, rate: float, spill: bool, seed:
                 "echo", row, version="slow", timeout=TIMEOUT_S, request_id=request_id, spill_to_job=spill
             )
         except AcceptedAsJob as accepted:
-            assert accepted.reason == Reason.ACCEPTED_AS_JOB and accepted.refused_for, accepted
+            # refused_for is empty when the answer came after the call's deadline and the
+            # SDK found the job by looking it up.
+            assert accepted.reason == Reason.ACCEPTED_AS_JOB, accepted
             outcome.jobs[accepted.job_id] = (request_id, row)
         except FerrymanError as refused:
             outcome.refused.append(refused.reason)
