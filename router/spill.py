@@ -6,6 +6,7 @@ once, at the job price, when its item completes (the refused real-time try never
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 
@@ -119,7 +120,9 @@ class Spill:
             parameters=request.parameters,
         )
         try:
-            await self._desk.submit(tenant, job)
+            # Once decided, the job is queued even if the caller gives up meanwhile (its call
+            # cancelled at its deadline): the SDK looks it up, and a retry finds it.
+            await asyncio.shield(self._desk.submit(tenant, job))
         except RequestFailed as failed:
             # The refusal stands (its code, reason and retry delay), saying why no job either.
             status = status_pb2.Status()

@@ -26,7 +26,7 @@ CAPACITY_PER_S = 2 * 2 * 4 / (SLOW_MS / 1000)
 """echo:slow: two nodes with two batch slots each, four rows a batch, one batch per SLOW_MS."""
 OVERLOAD = 3.0
 SECONDS = 2.0
-TIMEOUT_S = 1.0
+TIMEOUT_S = 2.0
 SNAPSHOT_S = 1.5
 """Long enough for the jobs router to read a registry change (tenants, policies)."""
 
