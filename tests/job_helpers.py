@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 import numpy as np
@@ -35,8 +35,13 @@ class Jobs:
     http: str = ""
     """The router's HTTP doors (OpenAI batches), as a base URL."""
 
+    channel: grpc.Channel | None = field(default=None, repr=False)
+    """One channel for every call (a channel per call would leave hundreds open)."""
+
     def stub(self) -> jobs_pb2_grpc.JobsStub:
-        return jobs_pb2_grpc.JobsStub(grpc.insecure_channel(self.router))
+        if self.channel is None:
+            self.channel = grpc.insecure_channel(self.router)
+        return jobs_pb2_grpc.JobsStub(self.channel)
 
     def metadata(self, tenant: str = "acme", key: str = "") -> list[tuple[str, str]]:
         """The call metadata of a platform tenant, or of the tenant of ``key``."""

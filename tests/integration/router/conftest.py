@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 from harness import ServiceThread
 from job_helpers import JOB_CHARGE_EVERY_S, JOBS_REDIS_DB, Jobs
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from rollout_helpers import CHECK_S
 from router_platform import E2E, run_e2e
@@ -57,22 +57,35 @@ def topology(
         drop_postgres_database(postgres_admin_url, registry_url)
 
 
+class ListeningExporter(InMemorySpanExporter):
+    """Keeps spans only while a test listens (``spans``): kept for the whole session, every
+    later test's spans would pile up in this process (hundreds of MB, and garbage
+    collections long enough to stall the in-process platform for a second)."""
+
+    listening = False
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return super().export(spans) if self.listening else SpanExportResult.SUCCESS
+
+
 @pytest.fixture(scope="session")
-def span_exporter(e2e: E2E) -> InMemorySpanExporter:
+def span_exporter(e2e: E2E) -> ListeningExporter:
     """One in-memory exporter on the services' provider for the whole session: the SDK has
     no way to remove a processor, and a shut-down one warns on every later span."""
     provider = trace.get_tracer_provider()
     assert isinstance(provider, TracerProvider), "the services install an SDK tracer provider"
-    exporter = InMemorySpanExporter()
+    exporter = ListeningExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return exporter
 
 
 @pytest.fixture
-def spans(span_exporter: InMemorySpanExporter) -> Iterator[InMemorySpanExporter]:
+def spans(span_exporter: ListeningExporter) -> Iterator[InMemorySpanExporter]:
     """The spans finished during one test."""
     span_exporter.clear()
+    span_exporter.listening = True
     yield span_exporter
+    span_exporter.listening = False
     span_exporter.clear()
 
 
