@@ -209,8 +209,16 @@ class JobDesk:
     async def put_file(self, tenant: TenantRecord, file_id: str, filename: str, content: bytes) -> StoredFile:
         """Keep a tenant's uploaded file (a batch input; its size bounded by the door)."""
         stored = StoredFile(file_id, filename, time.time(), content)
+        most = self._settings.job_file_bytes_per_day
         try:
-            await self._store.put_file(tenant.name, file_id, filename, content, stored.created)
+            await self._store.put_file(tenant.name, file_id, filename, content, stored.created, most)
+        except LimitReached as exc:
+            raise fail(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"file refused: {exc}",
+                Reason.QUOTA_EXCEEDED,
+                quota_violations=[(f"{tenant.name}:job_file_bytes_per_day", str(exc))],
+            ) from None
         except (OSError, aioredis.RedisError) as exc:
             raise _unavailable(exc) from None
         return stored

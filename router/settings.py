@@ -89,6 +89,9 @@ class RouterSettings(BaseSettings):
     job_price_factor: float = Field(default=0.5, ge=0)
     """Job items cost this times the version's price."""
     job_store_timeout_s: float = Field(default=2.0, gt=0)
+    job_file_bytes_per_day: int = Field(default=1 << 30, ge=1)
+    """Bytes of batch input files one tenant may upload per UTC day (they are kept for the
+    jobs' retention, in Redis or the registry database)."""
     job_charge_every_s: float = Field(default=2.0, gt=0)
     """How often a router charges what jobs have cost since to their tenants' daily spend
     (``router.job_charges``): a job may overrun a daily cost limit by this long's work."""

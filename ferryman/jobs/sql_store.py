@@ -310,7 +310,7 @@ class SqlJobStore:
         return await self._run(work)
 
     async def put_file(
-        self, tenant: str, file_id: str, filename: str, content: bytes, created: float
+        self, tenant: str, file_id: str, filename: str, content: bytes, created: float, most_bytes: int
     ) -> None:
         row = JobFileRow(
             key=row_key(tenant, file_id),
@@ -320,7 +320,17 @@ class SqlJobStore:
             created=created,
             content=content,
         )
-        await self._run(lambda s: s.add(row))
+
+        def work(s: Session) -> None:
+            day_start = int(created // DAY_S) * DAY_S
+            mine = (col(JobFileRow.tenant) == tenant, col(JobFileRow.created) >= day_start)
+            today = s.exec(select(func.sum(func.length(JobFileRow.content))).where(*mine)).one()
+            if (today or 0) + len(content) > most_bytes:
+                raise LimitReached(f"{len(content)} more bytes would pass {most_bytes} uploaded today")
+            s.add(row)
+
+        async with self._creating:  # the check and the insert, one at a time
+            await self._run(work)
 
     async def get_file(self, tenant: str, file_id: str) -> StoredFile | None:
         def work(s: Session) -> StoredFile | None:

@@ -339,9 +339,15 @@ class JobStore:
         return bool(counted == 1)
 
     async def put_file(
-        self, tenant: str, file_id: str, filename: str, content: bytes, created: float
+        self, tenant: str, file_id: str, filename: str, content: bytes, created: float, most_bytes: int
     ) -> None:
-        """Keep a tenant's uploaded file (a batch input) for the jobs' retention."""
+        """Keep a tenant's uploaded file (a batch input) for the jobs' retention; LimitReached
+        past ``most_bytes`` uploaded this UTC day."""
+        today = tenant_key(tenant, f"file_bytes:{int(created // DAY_S)}")
+        if await self._redis.incrby(today, len(content)) > most_bytes:
+            await self._redis.decrby(today, len(content))
+            raise LimitReached(f"{len(content)} more bytes would pass {most_bytes} uploaded today")
+        await self._redis.expire(today, 2 * DAY_S)
         key = file_key(tenant, file_id)
         pipe = self._redis.pipeline(transaction=True)
         pipe.hset(key, mapping={"filename": filename, "created": created, "content": content})
