@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from admin_ui.auth import LoginThrottle, check_login
-from admin_ui.context import Console, build_console
+from admin_ui import session
+from admin_ui.auth import LoginThrottle, authenticate
+from admin_ui.context import Console, NotAllowed, build_console
 from admin_ui.views import PAGES
 
 
@@ -22,37 +23,49 @@ def throttle() -> LoginThrottle:
 def login(ctx: Console) -> None:
     st.title("Ferryman console")
     with st.form("login"):
-        password = st.text_input("Admin password", type="password", key="password")
+        name = st.text_input("Name", key="login_name")
+        password = st.text_input("Password", type="password", key="password")
         if st.form_submit_button("Log in", key="login_submit"):
             if (wait := throttle().wait_s()) > 0:
                 st.error(f"Too many wrong passwords: logins are locked for {wait:.0f} s more.")
                 return
             try:
-                stored = ctx.reader.admin_password_hash()
+                person = authenticate(ctx.reader, name.strip(), password)
             except Exception:  # nothing of the registry's error reaches an unauthenticated user
                 st.error("The registry cannot be reached; try again shortly.")
                 return
-            ok = check_login(password, stored)
-            throttle().record(ok)
-            if ok:
-                st.session_state["authenticated"] = True
+            throttle().record(person is not None)
+            if person is not None:
+                session.start(ctx, person)
                 st.rerun()
-            st.error("Wrong password.")
+            st.error("Wrong name or password.")
 
 
 def main() -> None:
     st.set_page_config(page_title="Ferryman console", layout="wide")
-    ctx = console()
-    if not st.session_state.get("authenticated"):
-        login(ctx)
-        return
-    st.sidebar.title("Ferryman")
-    page = st.sidebar.radio("Page", list(PAGES), key="page")
-    if st.sidebar.button("Log out"):
-        st.session_state.clear()
-        st.rerun()
+    shared = console()
     try:
-        PAGES[page](ctx)
+        person = session.restore(shared)
+    except Exception:  # as at login: the registry's errors stay with the server
+        st.error("The registry cannot be reached; try again shortly.")
+        return
+    if person is None:
+        login(shared)
+        return
+    ctx = shared.looking(person)
+    session.set_pending_cookie()
+    st.sidebar.title("Ferryman")
+    st.sidebar.caption(f"{person.name} ({person.role.value})")
+    pages = [name for name, page in PAGES.items() if ctx.can(page.permission)]
+    page = st.sidebar.radio("Page", pages, key="page")
+    if st.sidebar.button("Log out", key="logout"):
+        session.end(shared)
+        login(shared)
+        return
+    try:
+        PAGES[page].render(ctx)
+    except NotAllowed as exc:
+        st.error(f"Not allowed: {exc}.")
     except Exception as exc:  # a page must show a message, never a traceback
         st.error(f"This page could not be shown: {exc}")
 

@@ -1,4 +1,5 @@
-"""The console's admin password: scrypt-hashed, from the environment or the registry."""
+"""Console passwords: scrypt-hashed, checked per account, and the platform's admin password
+(from the registry or the environment) for the bootstrap ``admin``."""
 
 from __future__ import annotations
 
@@ -10,9 +11,15 @@ import threading
 import time
 from collections.abc import Callable
 
+from admin_ui.context import Person
+from registry.accounts import Role
+from registry.reader import RegistryReader
+
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
 SALT_BYTES = 16
 PASSWORD_ENV = "FERRYMAN_ADMIN_PASSWORD"
+BOOTSTRAP_ACCOUNT = "admin"
+"""The name that logs in with the platform's admin password while no account has it."""
 
 
 def hash_password(password: str) -> str:
@@ -41,6 +48,21 @@ def check_login(password: str, stored_hash: str | None) -> bool:
         return verify_password(password, stored_hash)
     expected = os.environ.get(PASSWORD_ENV, "")
     return bool(expected) and hmac.compare_digest(password.encode(), expected.encode())
+
+
+def authenticate(reader: RegistryReader, name: str, password: str) -> Person | None:
+    """The person whose name and password these are. ``admin`` without an account of that
+    name logs in with the platform's admin password, so a fresh platform has a way in."""
+    account = reader.account(name)
+    if account is not None:
+        return (
+            Person(account.name, Role(account.role))
+            if verify_password(password, account.password_hash)
+            else None
+        )
+    if name == BOOTSTRAP_ACCOUNT and check_login(password, reader.admin_password_hash()):
+        return Person(BOOTSTRAP_ACCOUNT, Role.ADMIN)
+    return None
 
 
 FREE_ATTEMPTS = 5

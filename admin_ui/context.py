@@ -1,13 +1,16 @@
-"""What every console page gets: the registry's reader and writer, and where metrics live."""
+"""What every console page gets: the registry, where metrics live, and who is looking."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy import Engine
 
 from ferryman.kernel.config import CommonSettings
 from ferryman.kernel.security import Security
+from registry.accounts import Permission, Role, allows
 from registry.db import make_engine
 from registry.reader import RegistryReader
 from registry.writer import RegistryWriter
@@ -21,33 +24,71 @@ class ConsoleSettings(BaseSettings):
     port: int = 8501
     metrics_urls: str = ""
     """Comma-separated /metrics URLs of routers and batchers (``ferryman up --json`` prints them)."""
+    prometheus_url: str = ""
+    """A Prometheus that scrapes the platform: charts then run the dashboards' PromQL on it;
+    without one the console scrapes ``metrics_urls`` itself and keeps a bounded history."""
+    scrape_interval_s: float = 5.0
+    """How often the console's own history scrapes ``metrics_urls``."""
+    history_s: float = 24 * 3600.0
+    """How far back the console's own history reaches (older scrapes are dropped)."""
     quota_address: str = ""
     """A Quota service (a router's internal port, or a quota server) for live usage bars."""
     jobs_timeout_s: float = 2.0
     """How long a call to the job store (the jobs page) may take."""
+    session_ttl_s: float = 12 * 3600.0
+    """How long a login lasts, across browser reloads, until it expires or logs out."""
+    session_secret: SecretStr = SecretStr("")
+    """Signs login cookies; without it each console process signs with a random key of its
+    own (a console restart then logs everyone out). Consoles behind one address share one."""
+    refresh_s: float = 5.0
+    """How often charts and figures redraw in place."""
 
     def metrics(self) -> list[str]:
         return [u.strip() for u in self.metrics_urls.split(",") if u.strip()]
 
 
+class NotAllowed(Exception):
+    """The person's role does not grant what a page was asked to do."""
+
+
+@dataclass(frozen=True)
+class Person:
+    name: str
+    role: Role
+
+
 @dataclass(frozen=True)
 class Console:
+    """The console's process-wide parts, and the person of the current browser session."""
+
     reader: RegistryReader
-    writer: RegistryWriter
+    engine: Engine
     settings: ConsoleSettings
     security: Security
     """How the console reaches internal services (node info, quota usage)."""
     common: CommonSettings
     """The platform's settings (where its durable jobs are kept)."""
+    person: Person | None = None
+
+    def looking(self, person: Person) -> Console:
+        return replace(self, person=person)
+
+    def can(self, permission: Permission) -> bool:
+        return self.person is not None and allows(self.person.role, permission)
+
+    def writer(self, permission: Permission) -> RegistryWriter:
+        """A writer whose audit events name the person, if their role grants ``permission``."""
+        self.require(permission)
+        assert self.person is not None
+        return RegistryWriter(self.engine, actor=self.person.name)
+
+    def require(self, permission: Permission) -> None:
+        if not self.can(permission):
+            who = self.person.role.value if self.person else "nobody"
+            raise NotAllowed(f"a {who} may not {permission.value}")
 
 
 def build_console() -> Console:
     common = CommonSettings()
     engine = make_engine(common.resolved_database_url())
-    return Console(
-        RegistryReader(engine),
-        RegistryWriter(engine, actor="console"),
-        ConsoleSettings(),
-        common.security(),
-        common,
-    )
+    return Console(RegistryReader(engine), engine, ConsoleSettings(), common.security(), common)

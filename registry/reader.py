@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -10,6 +11,7 @@ from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
 
 from ferryman.canary import Moments
+from registry.accounts import token_digest
 from registry.keys import matches, parse_prefix
 from registry.snapshot import ready_versions
 from registry.tables import (
@@ -17,6 +19,8 @@ from registry.tables import (
     ApiKey,
     AuditEvent,
     ConfigRevision,
+    ConsoleAccount,
+    ConsoleSession,
     DeadLetter,
     Feedback,
     Model,
@@ -209,6 +213,20 @@ class RegistryReader:
         with Session(self._engine) as s:
             row = s.get(AdminCredential, 1)
             return row.password_hash if row else None
+
+    def account(self, name: str) -> ConsoleAccount | None:
+        with Session(self._engine) as s:
+            return s.get(ConsoleAccount, name)
+
+    def accounts(self) -> list[ConsoleAccount]:
+        with Session(self._engine) as s:
+            return list(s.exec(select(ConsoleAccount).order_by(col(ConsoleAccount.name))))
+
+    def session_account(self, token: str) -> str | None:
+        """Whose unexpired login ``token`` is, if anyone's."""
+        with Session(self._engine) as s:
+            row = s.get(ConsoleSession, token_digest(token))
+            return row.account if row is not None and row.expires_at > time.time() else None
 
     def audit_events(self, limit: int = 100) -> list[AuditEvent]:
         with Session(self._engine) as s:

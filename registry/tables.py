@@ -312,3 +312,29 @@ class JobFileRow(SQLModel, table=True):
     filename: str = Field(max_length=256)
     created: float = Field(index=True)
     content: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+
+class ConsoleAccount(SQLModel, table=True):
+    """A person who uses the console: a role and an scrypt hash, never the password."""
+
+    __tablename__ = "console_accounts"
+
+    name: str = Field(primary_key=True, max_length=64)
+    role: str = Field(max_length=16)
+    """viewer, operator or admin (``registry.accounts.Role``)."""
+    password_hash: str = Field(max_length=256)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class ConsoleSession(SQLModel, table=True):
+    """A console login that survives a browser reload; deleting the row logs it out."""
+
+    __tablename__ = "console_sessions"
+
+    token_sha256: str = Field(primary_key=True, max_length=64)
+    """The cookie's token, hashed: a copy of this table lets nobody in."""
+    account: str = Field(max_length=64, index=True)
+    expires_at: float
+    """Epoch seconds."""
+    created_at: datetime = Field(default_factory=utcnow)

@@ -23,6 +23,7 @@ from ferryman.artifacts import artifact_path, artifact_sha256
 from ferryman.schema import IOSchema
 from registry import rows
 from registry import validation as v
+from registry.accounts import AccountWrites
 from registry.change import Change, WriterBase
 from registry.keys import NewKey, generate_key
 from registry.rollout.writes import RolloutWrites
@@ -90,7 +91,7 @@ class VersionSpec:
     """For a new model: the tenants that may use it while it is private."""
 
 
-class RegistryWriter(RouteWrites, RolloutWrites, WriterBase):
+class RegistryWriter(RouteWrites, RolloutWrites, AccountWrites, WriterBase):
     """Validated, audited writes to the registry, each one transaction."""
 
     # -- tenants and keys -------------------------------------------------------

@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from admin_ui.context import Console
-from admin_ui.views import jobs, models, nodes, overview, quotas, records, routing, tenants
+from admin_ui.views import jobs, models, nodes, overview, people, quotas, records, routing, tenants
+from registry.accounts import Permission
 
-PAGES: dict[str, Callable[[Console], None]] = {
-    "Overview": overview.render,
-    "Tenants": tenants.render,
-    "Quotas": quotas.render,
-    "Models": models.render,
-    "Routing": routing.render,
-    "Nodes": nodes.render,
-    "Jobs": jobs.render,
-    "Dead letters": records.dead_letters,
-    "Audit log": records.audit_log,
+
+@dataclass(frozen=True)
+class Page:
+    render: Callable[[Console], None]
+    permission: Permission = Permission.VIEW
+    """Who sees the page at all; what they may change on it, each page asks itself."""
+
+
+PAGES: dict[str, Page] = {
+    "Overview": Page(overview.render),
+    "Tenants": Page(tenants.render),
+    "Quotas": Page(quotas.render),
+    "Models": Page(models.render),
+    "Routing": Page(routing.render),
+    "Nodes": Page(nodes.render),
+    "Jobs": Page(jobs.render),
+    "Dead letters": Page(records.dead_letters),
+    "Audit log": Page(records.audit_log),
+    "People": Page(people.render, Permission.MANAGE),
 }

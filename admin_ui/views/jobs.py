@@ -13,6 +13,7 @@ import streamlit as st
 from admin_ui.context import Console
 from ferryman.jobs.port import JobQueue, open_job_queue
 from ferryman.jobs.store import FINISHED, JobRecord, State
+from registry.accounts import Permission
 
 T = TypeVar("T")
 PAGE = 200
@@ -79,11 +80,12 @@ def render(ctx: Console) -> None:
         column_config={"progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0)},
     )
     unfinished = [job.job_id for job in jobs if job.state not in FINISHED]
-    if not unfinished:
+    if not unfinished or not ctx.can(Permission.OPERATE):
         return
     with st.form("cancel_job"):
         job_id = st.selectbox("Unfinished job", unfinished, key="cancel_job_id")
         if st.form_submit_button("Cancel", key="cancel_job_submit"):
+            ctx.require(Permission.OPERATE)
             ended = with_store(ctx, lambda store: store.finish(tenant, job_id, State.CANCELLED))
             if ended is not None and ended.state == State.CANCELLED:
                 st.success(

@@ -7,6 +7,7 @@ import json
 import streamlit as st
 
 from admin_ui.context import Console
+from registry.accounts import Permission
 from registry.validation import RegistryError
 from registry.writer import VersionSpec
 
@@ -28,6 +29,8 @@ def render(ctx: Console) -> None:
                 st.write(f"artifact `{row.artifact_uri}`")
                 st.write(f"sha256 `{row.sha256}`")
                 st.json(row.io_schema)
+    if not ctx.can(Permission.MANAGE):
+        return
     with st.form("register_version"):
         st.subheader("Register a version")
         name = st.text_input("Model", key="reg_model")
@@ -48,7 +51,7 @@ def render(ctx: Console) -> None:
                     handler=handler.strip(),
                     max_batch_size=int(max_batch),
                 )
-                row = ctx.writer.register_version(spec)
+                row = ctx.writer(Permission.MANAGE).register_version(spec)
                 st.success(f"registered {name}:{version} ({row.status})")
             except json.JSONDecodeError as exc:
                 st.error(f"the IO schema is not JSON: {exc}")

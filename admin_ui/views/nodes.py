@@ -10,6 +10,7 @@ import streamlit as st
 from admin_ui.context import Console
 from ferryman.kernel.security import Security, sync_channel
 from ferryman.v1 import node_pb2, node_pb2_grpc
+from registry.accounts import Permission
 from registry.snapshot import heartbeat_age_s
 from registry.validation import RegistryError
 
@@ -51,12 +52,12 @@ def render(ctx: Console) -> None:
         )
     st.dataframe(rows, hide_index=True, width="stretch")
     ready = [n.name for n in nodes if n.lifecycle == "READY"]
-    if ready:
+    if ready and ctx.can(Permission.OPERATE):
         chosen = st.selectbox("Node", ready, key="drain_node")
         st.caption("Draining stops new batches to the node; its in-flight batches finish.")
         if st.button("Drain", key="drain", type="primary"):
             try:
-                ctx.writer.set_node_lifecycle(chosen, "DRAINING")
+                ctx.writer(Permission.OPERATE).set_node_lifecycle(chosen, "DRAINING")
                 st.success(f"{chosen} is draining")
             except RegistryError as exc:
                 st.error(str(exc))

@@ -8,6 +8,8 @@ import streamlit as st
 from admin_ui.context import Console
 from ferryman.kernel.security import sync_channel
 from ferryman.v1 import quota_pb2, quota_pb2_grpc
+from registry.accounts import Permission
+from registry.tables import QuotaPolicy
 from registry.validation import RegistryError
 from registry.writer import QuotaLimits
 
@@ -53,6 +55,13 @@ def render(ctx: Console) -> None:
     if policies:
         st.dataframe([p.model_dump(exclude={"id", "tenant_id"}) for p in policies], hide_index=True)
     current = next((p for p in policies if p.model == ""), None)
+    if ctx.can(Permission.OPERATE):
+        limits_form(ctx, tenant, current)
+    st.subheader("Usage now")
+    usage(ctx, tenant)
+
+
+def limits_form(ctx: Console, tenant: str, current: QuotaPolicy | None) -> None:
     with st.form("quota_form"):
         st.caption("0 means unlimited.")
         cols = st.columns(3)
@@ -94,9 +103,7 @@ def render(ctx: Console) -> None:
                 mode=str(mode),
             )
             try:
-                ctx.writer.set_quota(tenant, limits)
+                ctx.writer(Permission.OPERATE).set_quota(tenant, limits)
                 st.success(f"limits of {tenant} saved")
             except RegistryError as exc:
                 st.error(str(exc))
-    st.subheader("Usage now")
-    usage(ctx, tenant)

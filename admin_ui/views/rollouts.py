@@ -10,6 +10,7 @@ import streamlit as st
 
 from admin_ui.context import Console
 from ferryman.canary import Gates
+from registry.accounts import Permission
 from registry.reader import RouteView
 from registry.rollout.status import status
 from registry.rollout.writes import DEFAULT_STEPS
@@ -30,7 +31,7 @@ def render(ctx: Console, model: str, route: RouteView | None, versions: list[str
     """The rollout panel of ``model`` (its latest rollout, live), or the form to start one."""
     st.subheader("Rollout")
     live_panel(ctx, model)
-    if running(ctx, model):
+    if running(ctx, model) or not ctx.can(Permission.OPERATE):
         return
     live = [v for v, w in route.targets if w > 0] if route else []
     if len(live) != 1:
@@ -67,16 +68,22 @@ def live_panel(ctx: Console, model: str) -> None:
         numbers = {k: v for k, v in check.get("numbers", {}).items() if v is not None}
         if numbers:
             st.dataframe([{"figure": k, "value": f"{v:.4g}"} for k, v in numbers.items()], hide_index=True)
-    if finished:
+    if finished or not ctx.can(Permission.OPERATE):
         return
     buttons = st.columns(3)
     state = RolloutState(view["state"])
     if state != RolloutState.PAUSED and buttons[0].button("Pause", key="rollout_pause"):
-        act(lambda: ctx.writer.pause_rollout(model), "paused: weights held")
+        act(lambda: ctx.writer(Permission.OPERATE).pause_rollout(model), "paused: weights held")
     if state == RolloutState.PAUSED and buttons[1].button("Resume", key="rollout_resume"):
-        act(lambda: ctx.writer.resume_rollout(model), "resumed: weight returns once the candidate is warm")
+        act(
+            lambda: ctx.writer(Permission.OPERATE).resume_rollout(model),
+            "resumed: weight returns once the candidate is warm",
+        )
     if buttons[2].button("Abort", key="rollout_abort"):
-        act(lambda: ctx.writer.abort_rollout(model), "aborted: all traffic back on the baseline")
+        act(
+            lambda: ctx.writer(Permission.OPERATE).abort_rollout(model),
+            "aborted: all traffic back on the baseline",
+        )
 
 
 def start_form(ctx: Console, model: str, baseline: str, candidates: list[str]) -> None:
@@ -96,7 +103,7 @@ def start_form(ctx: Console, model: str, baseline: str, candidates: list[str]) -
                 return
             gates = Gates(min_requests=int(min_requests))
             act(
-                lambda: ctx.writer.start_rollout(
+                lambda: ctx.writer(Permission.OPERATE).start_rollout(
                     model, candidate, steps=plan, dwell_s=float(dwell), gates=gates
                 ),
                 f"rolling out v{candidate}: it gets weight once warm on its nodes",

@@ -10,6 +10,8 @@ import streamlit as st
 from admin_ui.context import Console
 from admin_ui.views import rollouts
 from ferryman.top import latency_buckets, quantile, scrape, totals
+from registry.accounts import Permission
+from registry.reader import RouteView
 from registry.validation import RegistryError
 
 STICKY = ["none", "tenant", "user"]
@@ -61,6 +63,10 @@ def render(ctx: Console) -> None:
             st.caption("current: " + ", ".join(f"v{v} {w}%" for v, w in route.targets))
         return
     health = version_health(ctx, model)
+    if not ctx.can(Permission.OPERATE):
+        read_only(route, versions, health)
+        rollouts.render(ctx, model, route, versions)
+        return
     with st.form("route_form"):
         weights = {}
         for version in versions:
@@ -96,7 +102,7 @@ def render(ctx: Console) -> None:
             )
         if route.previous_targets and cols[1].button("Roll back to the previous weights", key="rollback"):
             try:
-                ctx.writer.rollback_route(model)
+                ctx.writer(Permission.OPERATE).rollback_route(model)
             except RegistryError as exc:
                 st.error(str(exc))
                 return
@@ -104,9 +110,28 @@ def render(ctx: Console) -> None:
     rollouts.render(ctx, model, route, versions)
 
 
+def read_only(route: RouteView | None, versions: list[str], health: dict[str, tuple[float, float]]) -> None:
+    """The weights as they are, for those who may look but not change them."""
+    current = dict(route.targets) if route else {}
+    st.dataframe(
+        [
+            {
+                "version": f"v{version}",
+                "weight %": current.get(version, 0),
+                "errors": health[version][0] if version in health else None,
+                "p99 ms": round(health[version][1] * 1000, 1) if version in health else None,
+            }
+            for version in versions
+        ],
+        hide_index=True,
+    )
+    if route:
+        st.caption(f"sticky by {route.sticky}; fallback {route.fallback or '(none)'}")
+
+
 def apply(ctx: Console, model: str, weights: dict[str, int], sticky: str, fallback: str) -> None:
     try:
-        ctx.writer.set_route(model, weights, sticky=sticky, fallback=fallback)
+        ctx.writer(Permission.OPERATE).set_route(model, weights, sticky=sticky, fallback=fallback)
     except RegistryError as exc:
         st.error(str(exc))
         return

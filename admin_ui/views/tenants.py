@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from admin_ui.context import Console
+from registry.accounts import Permission
 from registry.validation import RegistryError
 
 PRIORITIES = {"low": 1, "normal": 2, "high": 3}
@@ -31,6 +32,8 @@ def render(ctx: Console) -> None:
     if key := st.session_state.pop("new_key", None):
         st.success("New API key: copy it now, it is shown only once.")
         st.code(key, language=None)
+    if not ctx.can(Permission.MANAGE):
+        return
     left, right = st.columns(2)
     with left, st.form("create_tenant", clear_on_submit=True):
         st.subheader("Create a tenant")
@@ -39,9 +42,11 @@ def render(ctx: Console) -> None:
         priority = st.selectbox("Default priority", list(PRIORITIES), index=1, key="tenant_priority")
         if st.form_submit_button("Create", key="create_submit"):
             try:
-                st.session_state["new_key"] = ctx.writer.create_tenant(
-                    name.strip(), tier=tier, priority=PRIORITIES[priority]
-                ).plaintext
+                st.session_state["new_key"] = (
+                    ctx.writer(Permission.MANAGE)
+                    .create_tenant(name.strip(), tier=tier, priority=PRIORITIES[priority])
+                    .plaintext
+                )
                 st.rerun()
             except RegistryError as exc:
                 st.error(str(exc))
@@ -59,7 +64,7 @@ def render(ctx: Console) -> None:
             disabled = st.checkbox("Disabled", value=tenant.disabled, key="edit_disabled")
             if st.form_submit_button("Save", key="edit_submit"):
                 try:
-                    ctx.writer.update_tenant(
+                    ctx.writer(Permission.MANAGE).update_tenant(
                         chosen, tier=tier, priority=PRIORITIES[priority], disabled=disabled
                     )
                     st.success(f"{chosen} saved")
@@ -67,7 +72,7 @@ def render(ctx: Console) -> None:
                     st.error(str(exc))
         if st.button("Issue a new key", key="issue_key"):
             try:
-                st.session_state["new_key"] = ctx.writer.issue_key(chosen).plaintext
+                st.session_state["new_key"] = ctx.writer(Permission.MANAGE).issue_key(chosen).plaintext
                 st.rerun()
             except RegistryError as exc:
                 st.error(str(exc))
@@ -75,7 +80,7 @@ def render(ctx: Console) -> None:
             prefix = st.selectbox("Key", tenant.active_keys, key="revoke_prefix")
             if st.button("Revoke key", key="revoke_key", type="primary"):
                 try:
-                    ctx.writer.revoke_key(prefix)
+                    ctx.writer(Permission.MANAGE).revoke_key(prefix)
                     st.success(f"key {prefix} revoked")
                     st.rerun()
                 except RegistryError as exc:

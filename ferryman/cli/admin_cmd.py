@@ -56,20 +56,42 @@ def admin(
     os.execv(command[0], command)
 
 
+PasswordStdin = Annotated[bool, typer.Option("--password-stdin", help="Read it from stdin.")]
+
+
+def _new_password(from_stdin: bool, prompt: str) -> str:
+    if from_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = typer.prompt(prompt, hide_input=True, confirmation_prompt=True)
+    if len(password) < MIN_PASSWORD_LENGTH:
+        fail(f"the password needs at least {MIN_PASSWORD_LENGTH} characters")
+    return password
+
+
 @admin_app.command("set-password")
-def set_password(
-    password_stdin: Annotated[bool, typer.Option("--password-stdin", help="Read it from stdin.")] = False,
-) -> None:
-    """Set the console's admin password (stored as an scrypt hash in the registry)."""
+def set_password(password_stdin: PasswordStdin = False) -> None:
+    """Set the platform's admin password (the console's bootstrap ``admin``; an scrypt hash)."""
     from admin_ui.auth import hash_password
     from registry.writer import RegistryWriter
 
-    if password_stdin:
-        password = sys.stdin.readline().rstrip("\n")
-    else:
-        password = typer.prompt("Admin password", hide_input=True, confirmation_prompt=True)
-    if len(password) < MIN_PASSWORD_LENGTH:
-        fail(f"the password needs at least {MIN_PASSWORD_LENGTH} characters")
+    password = _new_password(password_stdin, "Admin password")
     with refusals():
         RegistryWriter(migrated_engine(), actor="cli").set_admin_password_hash(hash_password(password))
     console.print("admin password set")
+
+
+@admin_app.command("add-person")
+def add_person(
+    name: str,
+    role: Annotated[str, typer.Option(help="viewer, operator or admin.")] = "viewer",
+    password_stdin: PasswordStdin = False,
+) -> None:
+    """Add a console account (or give it a new role and password)."""
+    from admin_ui.auth import hash_password
+    from registry.writer import RegistryWriter
+
+    password = _new_password(password_stdin, f"Password of {name}")
+    with refusals():
+        RegistryWriter(migrated_engine(), actor="cli").save_account(name, role, hash_password(password))
+    console.print(f"{name} can log in as {role}")

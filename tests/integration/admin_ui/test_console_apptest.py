@@ -5,77 +5,28 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import streamlit as st
+from console_app import APP, PASSWORD, SCHEMA, TIMEOUT_S, logged_in, open_page
 from streamlit.testing.v1 import AppTest
 
-import admin_ui
 from admin_ui.auth import FREE_ATTEMPTS
 from ferryman.jobs.sql_store import SqlJobStore
 from ferryman.jobs.store import JobRecord, State
-from registry.db import make_engine
-from registry.migrate import upgrade
 from registry.reader import RegistryReader
 from registry.writer import RegistryWriter, VersionSpec
-
-APP = str(Path(admin_ui.__file__).resolve().parent / "app.py")
-PASSWORD = "correct horse battery"
-TIMEOUT_S = 30
-SCHEMA = {
-    "inputs": [{"name": "input", "dtype": "FP32", "shape": [4]}],
-    "outputs": [{"name": "output", "dtype": "FP32", "shape": [4]}],
-}
-
-
-@pytest.fixture
-def registry(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[RegistryWriter, RegistryReader]]:
-    url = f"sqlite:///{tmp_path / 'registry.db'}"
-    engine = make_engine(url)
-    upgrade(engine)
-    writer = RegistryWriter(engine, actor="test")
-    artifact = tmp_path / "m.pt2"
-    artifact.write_bytes(b"weights")
-    for version in ("1", "2"):
-        writer.register_version(
-            VersionSpec(
-                model="mlp", version=version, artifact=str(artifact), format="torch_export", io_schema=SCHEMA
-            )
-        )
-    writer.set_route("mlp", {"1": 100})
-    monkeypatch.setenv("FERRYMAN_DATABASE_URL", url)
-    monkeypatch.setenv("FERRYMAN_ADMIN_PASSWORD", PASSWORD)
-    st.cache_resource.clear()  # the console's registry connection is cached per process
-    yield writer, RegistryReader(engine)
-    st.cache_resource.clear()
-    engine.dispose()
-
-
-def logged_in() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).run()
-    at.text_input(key="password").input(PASSWORD)
-    at.button(key="login_submit").click().run()
-    assert not at.exception, at.exception
-    return at
-
-
-def open_page(at: AppTest, page: str) -> AppTest:
-    at.sidebar.radio(key="page").set_value(page).run()
-    assert not at.exception, at.exception
-    return at
 
 
 def test_nothing_is_visible_before_login(registry: tuple[RegistryWriter, RegistryReader]) -> None:
     at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).run()
     assert not at.sidebar.radio and not at.dataframe
+    at.text_input(key="login_name").input("admin")
     at.text_input(key="password").input("wrong").run()
     at.button(key="login_submit").click().run()
-    assert at.error and "Wrong password" in at.error[0].value
+    assert at.error and "Wrong name or password" in at.error[0].value
     assert not at.sidebar.radio
 
 
@@ -153,11 +104,12 @@ def test_promote_canary_and_drain_a_node(registry: tuple[RegistryWriter, Registr
 def test_guessing_is_throttled_with_a_notice(registry: tuple[RegistryWriter, RegistryReader]) -> None:
     at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).run()
     errors = []
+    at.text_input(key="login_name").input("admin")
     for guess in range(FREE_ATTEMPTS + 2):
         at.text_input(key="password").input(f"guess-{guess}")
         at.button(key="login_submit").click().run()
         errors.append(at.error[0].value)
-    assert errors[: FREE_ATTEMPTS + 1] == ["Wrong password."] * (FREE_ATTEMPTS + 1)
+    assert errors[: FREE_ATTEMPTS + 1] == ["Wrong name or password."] * (FREE_ATTEMPTS + 1)
     assert "locked" in errors[-1]  # even the right password waits now
     at.text_input(key="password").input(PASSWORD)
     at.button(key="login_submit").click().run()
@@ -171,6 +123,7 @@ def test_login_with_the_registry_down_shows_a_line_not_a_traceback(
     st.cache_resource.clear()
     try:
         at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).run()
+        at.text_input(key="login_name").input("admin")
         at.text_input(key="password").input("anything")
         at.button(key="login_submit").click().run()
         assert not at.exception
@@ -223,7 +176,7 @@ def test_a_rollout_starts_shows_its_verdict_and_pauses_resumes_and_aborts(
     at.button(key="rollout_abort").click().run()
     assert reader.rollouts("mlp")[0].state == "ABORTED"
     assert dict(reader.route("mlp").targets) == {"1": 100, "2": 0}  # type: ignore[union-attr]
-    assert reader.audit_events(limit=1)[0].actor == "console"
+    assert reader.audit_events(limit=1)[0].actor == "admin"  # the person, by name
 
 
 def test_a_tenants_jobs_show_their_progress_and_one_is_cancelled(

@@ -233,6 +233,24 @@ def test_admin_set_password_stores_only_a_hash(cli: CliRunner) -> None:
     assert reader.audit_events(limit=1)[0].action == "admin.password"
 
 
+def test_admin_add_person_with_a_role(cli: CliRunner) -> None:
+    run(cli, "db", "upgrade")
+    bad = cli.invoke(
+        app, ["admin", "add-person", "vera", "--role", "root", "--password-stdin"], input="a long one\n"
+    )
+    assert bad.exit_code != 0 and "invalid role" in bad.stderr
+    result = cli.invoke(
+        app, ["admin", "add-person", "vera", "--role", "operator", "--password-stdin"], input="a long one\n"
+    )
+    assert result.exit_code == 0, result.output
+    from admin_ui.auth import verify_password
+    from registry.reader import RegistryReader
+
+    account = RegistryReader(context.engine()).account("vera")
+    assert account is not None and account.role == "operator"
+    assert verify_password("a long one", account.password_hash)
+
+
 def test_an_unreachable_registry_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     env = {
         **os.environ,

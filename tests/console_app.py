@@ -1,0 +1,64 @@
+"""The console under Streamlit's AppTest against a real registry: the fixture and the
+steps every console test takes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+import admin_ui
+from registry.db import make_engine
+from registry.migrate import upgrade
+from registry.reader import RegistryReader
+from registry.writer import RegistryWriter, VersionSpec
+
+APP = str(Path(admin_ui.__file__).resolve().parent / "app.py")
+PASSWORD = "correct horse battery"
+TIMEOUT_S = 30
+SCHEMA = {
+    "inputs": [{"name": "input", "dtype": "FP32", "shape": [4]}],
+    "outputs": [{"name": "output", "dtype": "FP32", "shape": [4]}],
+}
+
+
+def console_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[RegistryWriter, RegistryReader]]:
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    engine = make_engine(url)
+    upgrade(engine)
+    writer = RegistryWriter(engine, actor="test")
+    artifact = tmp_path / "m.pt2"
+    artifact.write_bytes(b"weights")
+    for version in ("1", "2"):
+        writer.register_version(
+            VersionSpec(
+                model="mlp", version=version, artifact=str(artifact), format="torch_export", io_schema=SCHEMA
+            )
+        )
+    writer.set_route("mlp", {"1": 100})
+    monkeypatch.setenv("FERRYMAN_DATABASE_URL", url)
+    monkeypatch.setenv("FERRYMAN_ADMIN_PASSWORD", PASSWORD)
+    st.cache_resource.clear()  # the console's registry connection is cached per process
+    yield writer, RegistryReader(engine)
+    st.cache_resource.clear()
+    engine.dispose()
+
+
+def logged_in(name: str = "admin", password: str = PASSWORD) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).run()
+    at.text_input(key="login_name").input(name)
+    at.text_input(key="password").input(password)
+    at.button(key="login_submit").click().run()
+    assert not at.exception, at.exception
+    return at
+
+
+def open_page(at: AppTest, page: str) -> AppTest:
+    at.sidebar.radio(key="page").set_value(page).run()
+    assert not at.exception, at.exception
+    return at
