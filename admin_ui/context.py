@@ -8,6 +8,8 @@ from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy import Engine
 
+from admin_ui.series.history import ScrapeHistory
+from admin_ui.series.source import LocalSource, PrometheusSource, SeriesSource
 from ferryman.kernel.config import CommonSettings
 from ferryman.kernel.security import Security
 from registry.accounts import Permission, Role, allows
@@ -31,6 +33,8 @@ class ConsoleSettings(BaseSettings):
     """How often the console's own history scrapes ``metrics_urls``."""
     history_s: float = 24 * 3600.0
     """How far back the console's own history reaches (older scrapes are dropped)."""
+    dashboards_dir: str = ""
+    """The Grafana dashboards whose panels the charts draw (default: the Helm chart's)."""
     quota_address: str = ""
     """A Quota service (a router's internal port, or a quota server) for live usage bars."""
     jobs_timeout_s: float = 2.0
@@ -68,6 +72,8 @@ class Console:
     """How the console reaches internal services (node info, quota usage)."""
     common: CommonSettings
     """The platform's settings (where its durable jobs are kept)."""
+    source: SeriesSource | None = None
+    """Where charts get their data; None when neither Prometheus nor /metrics URLs are set."""
     person: Person | None = None
 
     def looking(self, person: Person) -> Console:
@@ -88,7 +94,19 @@ class Console:
             raise NotAllowed(f"a {who} may not {permission.value}")
 
 
+def series_source(settings: ConsoleSettings) -> SeriesSource | None:
+    if settings.prometheus_url:
+        return PrometheusSource(settings.prometheus_url)
+    if settings.metrics():
+        history = ScrapeHistory(settings.metrics(), settings.scrape_interval_s, settings.history_s)
+        return LocalSource(history.start())
+    return None
+
+
 def build_console() -> Console:
     common = CommonSettings()
     engine = make_engine(common.resolved_database_url())
-    return Console(RegistryReader(engine), engine, ConsoleSettings(), common.security(), common)
+    settings = ConsoleSettings()
+    return Console(
+        RegistryReader(engine), engine, settings, common.security(), common, series_source(settings)
+    )

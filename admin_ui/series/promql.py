@@ -1,0 +1,361 @@
+"""The part of PromQL the shipped dashboards use, evaluated over the console's own scrapes.
+
+Without a Prometheus the console still draws every chart from the same expression text as
+the Grafana dashboards: selectors with matchers and ranges, ``rate``, ``increase``,
+``histogram_quantile``, ``sum``/``max``/``min``/``avg`` with ``by``/``without``, and
+arithmetic between vectors (``on``/``ignoring``, ``group_left``) and numbers. ``rate`` and
+``increase`` extrapolate to the window's edges as Prometheus does, so both sources agree.
+Anything else is refused by name, never guessed at.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ferryman.top import quantile
+
+Labels = tuple[tuple[str, str], ...]
+"""Sorted (name, value) pairs; ``__name__`` included while a series still has its name."""
+Vector = dict[Labels, float]
+Scrape = tuple[float, dict[Labels, float]]
+"""(unix time, every series' value then)."""
+
+LOOKBACK_S = 300.0
+"""How far back an instant selector looks for a sample (Prometheus' default)."""
+AGGREGATIONS: dict[str, Callable[[list[float]], float]] = {
+    "sum": sum,
+    "max": max,
+    "min": min,
+    "avg": lambda values: sum(values) / len(values),
+}
+ARITHMETIC: dict[str, Callable[[float, float], float]] = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b if b else (math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a)),
+}
+TOKEN = re.compile(
+    r"\s*(?:(?P<number>\d+(?:\.\d+)?(?:e[+-]?\d+)?)|(?P<duration>\[\d+(?:ms|s|m|h|d)\])"
+    r"|(?P<string>\"(?:[^\"\\]|\\.)*\")|(?P<ident>[A-Za-z_:][A-Za-z0-9_:]*)"
+    r"|(?P<op>=~|!~|!=|[-+*/(){},=]))"
+)
+DURATION_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+class PromQLError(ValueError):
+    """An expression outside the subset, or not an expression at all."""
+
+
+@dataclass(frozen=True)
+class Matcher:
+    label: str
+    op: str
+    value: str
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        have = labels.get(self.label, "")
+        if self.op in ("=", "!="):
+            return (have == self.value) == (self.op == "=")
+        return bool(re.fullmatch(self.value, have)) == (self.op == "=~")
+
+
+@dataclass(frozen=True)
+class Selector:
+    matchers: tuple[Matcher, ...]
+    range_s: float | None
+
+
+@dataclass(frozen=True)
+class Call:
+    function: str
+    args: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    op: str
+    labels: tuple[str, ...]
+    without: bool
+    inner: Node
+
+
+@dataclass(frozen=True)
+class Binary:
+    op: str
+    left: Node
+    right: Node
+    on: tuple[str, ...] | None
+    ignoring: tuple[str, ...]
+    group_left: bool
+
+
+Node = float | Selector | Call | Aggregate | Binary
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.tokens: list[tuple[str, str]] = []
+        pos = 0
+        while pos < len(text.rstrip()):
+            m = TOKEN.match(text, pos)
+            if not m or m.end() == pos:
+                raise PromQLError(f"cannot read {text[pos : pos + 20]!r}")
+            kind = m.lastgroup or ""
+            self.tokens.append((kind, m.group(kind)))
+            pos = m.end()
+        self.at = 0
+
+    def peek(self) -> tuple[str, str]:
+        return self.tokens[self.at] if self.at < len(self.tokens) else ("end", "")
+
+    def take(self, value: str | None = None) -> str:
+        kind, text = self.peek()
+        if kind == "end" or (value is not None and text != value):
+            raise PromQLError(f"expected {value or 'more'}, found {text or 'the end'}")
+        self.at += 1
+        return text
+
+    def labels(self) -> tuple[str, ...]:
+        self.take("(")
+        names: list[str] = []
+        while self.peek()[1] != ")":
+            names.append(self.take())
+            if self.peek()[1] == ",":
+                self.take(",")
+        self.take(")")
+        return tuple(names)
+
+    def expression(self, level: int = 0) -> Node:
+        operators = (("+", "-"), ("*", "/"))
+        if level == len(operators):
+            return self.unary()
+        left = self.expression(level + 1)
+        while self.peek()[1] in operators[level]:
+            op = self.take()
+            on: tuple[str, ...] | None = None
+            ignoring: tuple[str, ...] = ()
+            if self.peek()[1] in ("on", "ignoring"):
+                which = self.take()
+                names = self.labels()
+                on, ignoring = (names, ()) if which == "on" else (None, names)
+            group_left = self.peek()[1] == "group_left"
+            if group_left:
+                self.take()
+                if self.peek()[1] == "(":
+                    self.labels()  # extra labels copied from the one side: none are used
+            right = self.expression(level + 1)
+            left = Binary(op, left, right, on, ignoring, group_left)
+        return left
+
+    def unary(self) -> Node:
+        kind, text = self.peek()
+        if kind == "number":
+            self.take()
+            return float(text)
+        if text == "(":
+            self.take("(")
+            inner = self.expression()
+            self.take(")")
+            return inner
+        if kind != "ident":
+            raise PromQLError(f"unexpected {text!r}")
+        self.take()
+        if text in AGGREGATIONS:
+            labels, without = self._grouping()
+            self.take("(")
+            inner = self.expression()
+            self.take(")")
+            if not labels:
+                labels, without = self._grouping()
+            return Aggregate(text, labels, without, inner)
+        if text in ("rate", "increase", "histogram_quantile"):
+            self.take("(")
+            args = [self.expression()]
+            while self.peek()[1] == ",":
+                self.take(",")
+                args.append(self.expression())
+            self.take(")")
+            return Call(text, tuple(args))
+        if self.peek()[1] == "(":
+            raise PromQLError(f"the console does not evaluate {text}()")
+        return self._selector(text)
+
+    def _grouping(self) -> tuple[tuple[str, ...], bool]:
+        if self.peek()[1] in ("by", "without"):
+            without = self.take() == "without"
+            return self.labels(), without
+        return (), False
+
+    def _selector(self, name: str) -> Selector:
+        matchers = [Matcher("__name__", "=", name)]
+        if self.peek()[1] == "{":
+            self.take("{")
+            while self.peek()[1] != "}":
+                label, op = self.take(), self.take()
+                kind, value = self.peek()
+                if kind != "string" or op not in ("=", "!=", "=~", "!~"):
+                    raise PromQLError(f"bad matcher on {label}")
+                self.take()
+                matchers.append(Matcher(label, op, bytes(value[1:-1], "utf-8").decode("unicode_escape")))
+                if self.peek()[1] == ",":
+                    self.take(",")
+            self.take("}")
+        range_s = None
+        if self.peek()[0] == "duration":
+            m = re.fullmatch(r"\[(\d+)(ms|s|m|h|d)\]", self.take())
+            assert m is not None
+            range_s = float(m.group(1)) * DURATION_S[m.group(2)]
+        return Selector(tuple(matchers), range_s)
+
+
+def parse(text: str) -> Node:
+    parser = _Parser(text)
+    node = parser.expression()
+    if parser.peek()[0] != "end":
+        raise PromQLError(f"unexpected {parser.peek()[1]!r}")
+    return node
+
+
+def _without_name(labels: Labels) -> Labels:
+    return tuple(p for p in labels if p[0] != "__name__")
+
+
+def _extrapolated(points: Sequence[tuple[float, float]], start: float, end: float, per_second: bool) -> float:
+    """Prometheus' extrapolatedRate for a counter: resets added back, edges extrapolated."""
+    (first_t, first_v), (last_t, last_v) = points[0], points[-1]
+    delta, previous = last_v - first_v, first_v
+    for _, value in points[1:]:
+        if value < previous:
+            delta += previous
+        previous = value
+    sampled = last_t - first_t
+    average = sampled / (len(points) - 1)
+    to_start, to_end = first_t - start, end - last_t
+    if to_start >= average * 1.1:
+        to_start = average / 2
+    if delta > 0 and first_v >= 0:
+        to_start = min(to_start, sampled * (first_v / delta))
+    if to_end >= average * 1.1:
+        to_end = average / 2
+    factor = (sampled + to_start + to_end) / sampled
+    return delta * factor / ((end - start) if per_second else 1.0)
+
+
+class Evaluator:
+    """Evaluates parsed expressions at given times over scrapes sorted by time."""
+
+    def __init__(self, scrapes: Sequence[Scrape]) -> None:
+        self.scrapes = scrapes
+        self.times = [t for t, _ in scrapes]
+
+    def _select(
+        self, selector: Selector, since: float, until: float
+    ) -> dict[Labels, list[tuple[float, float]]]:
+        import bisect
+
+        out: dict[Labels, list[tuple[float, float]]] = {}
+        lo, hi = bisect.bisect_right(self.times, since), bisect.bisect_right(self.times, until)
+        for t, series in self.scrapes[lo:hi]:
+            for labels, value in series.items():
+                fields = dict(labels)
+                if all(m.matches(fields) for m in selector.matchers):
+                    out.setdefault(labels, []).append((t, value))
+        return out
+
+    def vector(self, node: Node, t: float) -> Vector | float:
+        if isinstance(node, float):
+            return node
+        if isinstance(node, Selector):
+            if node.range_s is not None:
+                raise PromQLError("a range selector needs rate() or increase()")
+            return {labels: points[-1][1] for labels, points in self._select(node, t - LOOKBACK_S, t).items()}
+        if isinstance(node, Call):
+            return self._call(node, t)
+        if isinstance(node, Aggregate):
+            return self._aggregate(node, t)
+        return self._binary(node, t)
+
+    def _call(self, node: Call, t: float) -> Vector:
+        if node.function == "histogram_quantile":
+            q, inner = self.vector(node.args[0], t), self.vector(node.args[1], t)
+            if not isinstance(q, float) or isinstance(inner, float):
+                raise PromQLError("histogram_quantile(number, vector)")
+            groups: dict[Labels, dict[float, float]] = {}
+            for labels, value in inner.items():
+                le = dict(labels).get("le")
+                if le is not None:
+                    rest = tuple(p for p in labels if p[0] != "le")
+                    groups.setdefault(rest, {})[float(le)] = value
+            return {labels: quantile(buckets, q) for labels, buckets in groups.items()}
+        (arg,) = node.args
+        if not isinstance(arg, Selector) or arg.range_s is None:
+            raise PromQLError(f"{node.function}() takes a range selector")
+        start = t - arg.range_s
+        return {
+            _without_name(labels): _extrapolated(points, start, t, node.function == "rate")
+            for labels, points in self._select(arg, start, t).items()
+            if len(points) >= 2
+        }
+
+    def _aggregate(self, node: Aggregate, t: float) -> Vector:
+        inner = self.vector(node.inner, t)
+        if isinstance(inner, float):
+            raise PromQLError(f"{node.op} takes a vector")
+        groups: dict[Labels, list[float]] = {}
+        for labels, value in inner.items():
+            if node.without:
+                key = tuple(p for p in _without_name(labels) if p[0] not in node.labels)
+            else:
+                key = tuple(p for p in labels if p[0] in node.labels)
+            groups.setdefault(key, []).append(value)
+        return {key: AGGREGATIONS[node.op](values) for key, values in groups.items()}
+
+    def _binary(self, node: Binary, t: float) -> Vector | float:
+        op = ARITHMETIC[node.op]
+        left, right = self.vector(node.left, t), self.vector(node.right, t)
+        if isinstance(left, float) and isinstance(right, float):
+            return op(left, right)
+        if isinstance(right, float):
+            assert not isinstance(left, float)
+            return {_without_name(k): op(v, right) for k, v in left.items()}
+        if isinstance(left, float):
+            return {_without_name(k): op(left, v) for k, v in right.items()}
+
+        def key(labels: Labels) -> Labels:
+            plain = _without_name(labels)
+            if node.on is not None:
+                return tuple(p for p in plain if p[0] in node.on)
+            return tuple(p for p in plain if p[0] not in node.ignoring)
+
+        by_key: dict[Labels, float] = {}
+        for labels, value in right.items():
+            if key(labels) in by_key:
+                raise PromQLError("many series on the right side of a binary operation")
+            by_key[key(labels)] = value
+        out: Vector = {}
+        for labels, value in left.items():
+            match = key(labels)
+            if match in by_key:
+                result = _without_name(labels) if node.group_left else match
+                out[result] = op(value, by_key[match])
+        return out
+
+
+def evaluate(
+    expression: str, scrapes: Sequence[Scrape], times: Sequence[float]
+) -> dict[Labels, list[tuple[float, float]]]:
+    """Each series of ``expression`` at each of ``times``: what a range query returns."""
+    node = parse(expression)
+    evaluator = Evaluator(scrapes)
+    out: dict[Labels, list[tuple[float, float]]] = {}
+    for t in times:
+        result = evaluator.vector(node, t)
+        if isinstance(result, float):
+            result = {(): result}
+        for labels, value in result.items():
+            if not math.isnan(value):
+                out.setdefault(labels, []).append((t, value))
+    return out

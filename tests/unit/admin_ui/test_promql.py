@@ -1,0 +1,132 @@
+"""The console's PromQL subset over its own scrapes: pure, hand-computed figures."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from admin_ui.series.charts import RANGES, Window, board, expression
+from admin_ui.series.history import MAX_SCRAPES, ScrapeHistory
+from admin_ui.series.promql import Labels, PromQLError, Scrape, evaluate, parse
+
+STEP_S = 5.0
+
+
+def series(name: str, **labels: str) -> Labels:
+    return tuple(sorted({"__name__": name, **labels}.items()))
+
+
+def requests(count: int) -> list[Scrape]:
+    """Scrapes every 5 s: model a at 2 req/s (1 in 10 errors), model b at 1 req/s."""
+    out: list[Scrape] = []
+    for i in range(count):
+        t = 1000.0 + i * STEP_S
+        out.append(
+            (
+                t,
+                {
+                    series("ferryman_requests_total", model="a", version="1", code="OK"): 9.0 * i,
+                    series("ferryman_requests_total", model="a", version="2", code="INTERNAL"): 1.0 * i,
+                    series("ferryman_requests_total", model="b", version="1", code="OK"): 5.0 * i,
+                    series("ferryman_node_up"): 1.0,
+                },
+            )
+        )
+    return out
+
+
+def at_end(expr: str, scrapes: list[Scrape]) -> dict[Labels, float]:
+    return {k: v[-1][1] for k, v in evaluate(expr, scrapes, [scrapes[-1][0]]).items()}
+
+
+def test_rate_by_label_is_the_counters_slope() -> None:
+    got = at_end("sum by (model) (rate(ferryman_requests_total[20s]))", requests(10))
+    assert got == {(("model", "a"),): pytest.approx(2.0), (("model", "b"),): pytest.approx(1.0)}
+
+
+def test_error_share_and_traffic_share_match_on_labels() -> None:
+    scrapes = requests(10)
+    errors = at_end(
+        'sum by (model) (rate(ferryman_requests_total{code!~"OK|RESOURCE_EXHAUSTED"}[20s]))'
+        " / sum by (model) (rate(ferryman_requests_total[20s]))",
+        scrapes,
+    )
+    assert errors == {(("model", "a"),): pytest.approx(0.1)}  # b has no errors: no series, as in Prometheus
+    share = at_end(
+        'sum by (version) (rate(ferryman_requests_total{model=~"a"}[20s]))'
+        ' / ignoring(version) group_left sum(rate(ferryman_requests_total{model=~"a"}[20s]))',
+        scrapes,
+    )
+    assert share == {(("version", "1"),): pytest.approx(0.9), (("version", "2"),): pytest.approx(0.1)}
+    assert at_end("sum(ferryman_node_up) * 60", scrapes) == {(): 60.0}
+
+
+def test_a_counter_reset_is_not_a_negative_rate() -> None:
+    name = series("ferryman_requests_total", model="a")
+    scrapes = [(1000.0 + i * STEP_S, {name: v}) for i, v in enumerate([10.0, 20.0, 30.0, 5.0, 15.0])]
+    got = at_end("sum(rate(ferryman_requests_total[20s]))", scrapes)
+    # In (1000, 1020]: 20 -> 30, then 0 -> 5 after the restart, then 5 -> 15: 25 over 15 s,
+    # extrapolated to the 20 s window as Prometheus does.
+    assert got[()] == pytest.approx(25 / 15)
+
+
+def test_histogram_quantile_over_rates() -> None:
+    scrapes: list[Scrape] = []
+    for i in range(6):  # per 5 s: 8 requests under 10 ms, 2 between 10 and 100 ms
+        scrapes.append(
+            (
+                1000.0 + i * STEP_S,
+                {
+                    series("lat_bucket", le="0.01"): 8.0 * i,
+                    series("lat_bucket", le="0.1"): 10.0 * i,
+                    series("lat_bucket", le="+Inf"): 10.0 * i,
+                },
+            )
+        )
+    got = at_end("histogram_quantile(0.5, sum by (le) (rate(lat_bucket[20s])))", scrapes)
+    assert got[()] == pytest.approx(0.01 * 0.5 / 0.8)
+    p99 = at_end("histogram_quantile(0.99, sum by (le) (rate(lat_bucket[20s])))", scrapes)[()]
+    assert p99 == pytest.approx(0.01 + 0.09 * (0.99 - 0.8) / 0.2)
+
+
+def test_too_few_points_give_no_value_and_gaps_stay_gaps() -> None:
+    assert evaluate("sum(rate(ferryman_requests_total[20s]))", requests(1), [1000.0]) == {}
+    assert all(not math.isnan(v) for _, v in evaluate("1 / 0 - 1 / 0", [], [0.0]).get((), []))
+
+
+@pytest.mark.parametrize(
+    "bad", ["foo(", "label_replace(x, 'a', 'b', 'c', 'd')", 'x{a~"b"}', "rate(x)", "x y"]
+)
+def test_what_is_outside_the_subset_is_refused(bad: str) -> None:
+    with pytest.raises(PromQLError):
+        evaluate(bad, requests(3), [1010.0])
+
+
+def test_every_panel_of_every_shipped_dashboard_is_in_the_subset() -> None:
+    window = Window(end=2000.0, range_s=RANGES["1 h"], scrape_s=STEP_S)
+    for name in ("overview", "batching", "tenants", "canary"):
+        for chosen in board(name).values():
+            for expr, _ in chosen.targets:
+                parse(expression(expr, {"model": "mini.lm"}, window))
+    filled = expression(
+        'rate(x{model=~"$model",tenant=~"$tenant"}[$__rate_interval])', {"model": "a.b"}, window
+    )
+    assert (
+        filled == 'rate(x{model=~"a[.]b",tenant=~".*"}[35000ms])'
+    )  # Grafana's $__rate_interval: 30 s step + one scrape
+
+
+def test_history_stays_bounded_and_keeps_recent_resolution() -> None:
+    history = ScrapeHistory([], interval_s=1.0, reach_s=10 * MAX_SCRAPES)
+    for i in range(3 * MAX_SCRAPES):
+        history.add(float(i), {series("x"): float(i)})
+    kept = [t for t, _ in history.scrapes()]
+    assert len(kept) <= MAX_SCRAPES + 1 and kept[-50:] == [
+        float(i) for i in range(3 * MAX_SCRAPES - 50, 3 * MAX_SCRAPES)
+    ]
+    assert kept[0] == 0.0  # thinned, not cut: the range still reaches back
+    short = ScrapeHistory([], interval_s=1.0, reach_s=100.0)
+    for i in range(500):
+        short.add(float(i), {})
+    assert short.scrapes()[0][0] == 399.0 and short.covered_s() == 100.0
