@@ -232,6 +232,19 @@ class RegistryReader:
         with Session(self._engine) as s:
             return list(s.exec(select(AuditEvent).order_by(col(AuditEvent.id).desc()).limit(limit)))
 
+    def route_changes(self, model: str, since: datetime, limit: int = 200) -> list[AuditEvent]:
+        """The model's route and rollout writes since ``since``, newest first."""
+        with Session(self._engine) as s:
+            query = (
+                select(AuditEvent)
+                .where(col(AuditEvent.entity).in_(("route", "rollout")))
+                .where(AuditEvent.entity_key == model)
+                .where(AuditEvent.created_at >= since)
+                .order_by(col(AuditEvent.id).desc())
+                .limit(limit)
+            )
+            return list(s.exec(query))
+
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         with Session(self._engine) as s:
             return list(s.exec(select(DeadLetter).order_by(col(DeadLetter.id).desc()).limit(limit)))

@@ -151,7 +151,7 @@ def draw(
         .mark_line(point=len(data) < 3)
         .encode(
             x=x,
-            y=alt.Y("value:Q", title=axis),
+            y=alt.Y("value:Q", title=axis, axis=alt.Axis(format="~g")),
             color=alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom")),
             tooltip=["time:T", "series:N", alt.Tooltip("value:Q", format=".4g")],
         )

@@ -59,13 +59,14 @@ class ScrapeHistory:
             log.debug("console scrape failed: %s", exc)
             return
         self.last_error = ""
-        self.add(
-            now, {tuple(sorted((("__name__", name), *labels))): v for (name, labels), v in samples.items()}
-        )
+        metrics: dict[str, dict[Labels, float]] = {}
+        for (name, labels), value in samples.items():
+            metrics.setdefault(name, {})[tuple(sorted((("__name__", name), *labels)))] = value
+        self.add(now, metrics)
 
-    def add(self, at: float, series: dict[Labels, float]) -> None:
+    def add(self, at: float, metrics: dict[str, dict[Labels, float]]) -> None:
         with self._lock:
-            self._scrapes.append((at, series))
+            self._scrapes.append((at, metrics))
             horizon = at - self.reach_s
             while self._scrapes and self._scrapes[0][0] < horizon:
                 self._scrapes.pop(0)

@@ -10,6 +10,7 @@ Anything else is refused by name, never guessed at.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -20,8 +21,8 @@ from ferryman.top import quantile
 Labels = tuple[tuple[str, str], ...]
 """Sorted (name, value) pairs; ``__name__`` included while a series still has its name."""
 Vector = dict[Labels, float]
-Scrape = tuple[float, dict[Labels, float]]
-"""(unix time, every series' value then)."""
+Scrape = tuple[float, dict[str, dict[Labels, float]]]
+"""(unix time, metric name -> each of its series' value then)."""
 
 LOOKBACK_S = 300.0
 """How far back an instant selector looks for a sample (Prometheus' default)."""
@@ -254,14 +255,13 @@ class Evaluator:
     def _select(
         self, selector: Selector, since: float, until: float
     ) -> dict[Labels, list[tuple[float, float]]]:
-        import bisect
-
         out: dict[Labels, list[tuple[float, float]]] = {}
         lo, hi = bisect.bisect_right(self.times, since), bisect.bisect_right(self.times, until)
-        for t, series in self.scrapes[lo:hi]:
-            for labels, value in series.items():
+        name, rest = selector.matchers[0].value, selector.matchers[1:]
+        for t, metrics in self.scrapes[lo:hi]:
+            for labels, value in metrics.get(name, {}).items():
                 fields = dict(labels)
-                if all(m.matches(fields) for m in selector.matchers):
+                if all(m.matches(fields) for m in rest):
                     out.setdefault(labels, []).append((t, value))
         return out
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 import grpc
 import streamlit as st
 
 from admin_ui.context import Console
+from admin_ui.series.charts import Window, draw, frame, panel, range_picker
 from ferryman.kernel.security import Security, sync_channel
 from ferryman.v1 import node_pb2, node_pb2_grpc
 from registry.accounts import Permission
@@ -29,9 +31,33 @@ def in_flight(address: str, security: Security) -> int | None:
     return int(sum(v.in_flight for v in info.versions))
 
 
+CHARTS = [
+    ("batching", "Node batches per second by version"),
+    ("batching", "Node compute p99"),
+    ("overview", "Nodes up"),
+    ("overview", "Breakers open"),
+]
+
+
+def history(ctx: Console, range_s: float) -> None:
+    """Work and health over time: batches, compute time, nodes up, breakers open."""
+    assert ctx.source is not None
+    window = Window(end=time.time(), range_s=range_s, scrape_s=ctx.settings.scrape_interval_s)
+    columns = st.columns(2)
+    for i, (board, title) in enumerate(CHARTS):
+        chosen = panel(board, title)
+        with columns[i % 2]:
+            try:
+                draw(chosen, frame(ctx.source, chosen, window, {}), window, key=f"node_chart_{i}")
+            except OSError as exc:
+                st.warning(f"{title}: {exc}")
+
+
 def render(ctx: Console) -> None:
     st.header("Nodes")
     nodes = ctx.reader.nodes()
+    if ctx.source is not None:
+        st.fragment(history, run_every=ctx.settings.refresh_s)(ctx, range_picker("nodes_range"))
     if not nodes:
         st.info("No node has registered yet.")
         return

@@ -1,20 +1,46 @@
-"""Overview: nodes and their health; QPS, p50/p99, error rate and batch fill per model;
-tokens and spend per tenant."""
+"""Overview: is anything wrong right now; then requests, errors, latency, batching, queue
+wait and coalescing per model over time (redrawn in place); tokens and spend per tenant."""
 
 from __future__ import annotations
 
-import math
 import time
 
 import pandas as pd
 import streamlit as st
 
 from admin_ui.context import Console
-from ferryman.top import rows, scrape, tenant_usage
+from admin_ui.series.charts import Window, draw, frame, panel, range_picker
+from admin_ui.views import wrong
+from ferryman.top import scrape, tenant_usage
+
+CHARTS = [
+    ("overview", "Requests per second by model"),
+    ("overview", "Error rate by model"),
+    ("overview", "Latency p50 / p99"),
+    ("overview", "Batch fill ratio (mean) by model"),
+    ("batching", "Mean batch size by version"),
+    ("batching", "Queue wait p50 / p99"),
+    ("batching", "Coalesced and cache hits"),
+    ("overview", "Shed requests by reason"),
+]
 
 
 def render(ctx: Console) -> None:
     st.header("Overview")
+    st.fragment(live, run_every=ctx.settings.refresh_s)(ctx)
+    if ctx.source is None:
+        st.info(
+            "Set FERRYMAN_CONSOLE_PROMETHEUS_URL, or FERRYMAN_CONSOLE_METRICS_URLS to the routers' and "
+            "batchers' /metrics URLs, for charts."
+        )
+        return
+    range_s = range_picker("overview_range")
+    st.fragment(charts, run_every=ctx.settings.refresh_s)(ctx, range_s)
+    usage(ctx)
+
+
+def live(ctx: Console) -> None:
+    """The figures and problems of this moment."""
     nodes = ctx.reader.nodes()
     ready = sum(1 for n in nodes if n.lifecycle == "READY")
     cols = st.columns(4)
@@ -22,59 +48,57 @@ def render(ctx: Console) -> None:
     cols[1].metric("Models", len(ctx.reader.models()))
     cols[2].metric("Tenants", len(ctx.reader.tenants()))
     cols[3].metric("Config revision", ctx.reader.revision())
-    urls = ctx.settings.metrics()
-    if not urls:
-        st.info(
-            "Set FERRYMAN_CONSOLE_METRICS_URLS to the routers' and batchers' /metrics URLs for live figures."
-        )
-        return
     try:
-        now, samples = time.monotonic(), scrape(urls)
+        found = wrong.problems(wrong.gather(ctx))
     except OSError as exc:
         st.warning(f"metrics unavailable: {exc}")
         return
-    usage = tenant_usage(samples)
-    if usage:
-        st.subheader("Tokens and spend by tenant (since the services started)")
-        st.dataframe(
-            pd.DataFrame(
-                [
-                    {
-                        "tenant": u.tenant,
-                        "model": u.model,
-                        "prompt tokens": int(u.input_tokens),
-                        "generated tokens": int(u.output_tokens),
-                        "spend USD": round(u.cost_usd, 6),
-                    }
-                    for u in usage
-                ]
-            ),
-            hide_index=True,
-            width="stretch",
-        )
-    previous = st.session_state.get("overview_scrape")
-    st.session_state["overview_scrape"] = (now, samples)
-    if previous is None or now - previous[0] <= 0:
-        st.caption("Collecting: refresh in a few seconds for rates.")
+    if not found:
+        st.success("Nothing wrong right now.", icon=":material/check_circle:")
         return
-    model_rows = rows(previous[1], samples, now - previous[0])
-    table = pd.DataFrame(
-        [
-            {
-                "model": r.model,
-                "req/s": round(r.qps, 2),
-                "error rate": (r.errors_per_s / r.qps) if r.qps else 0.0,
-                "p50 ms": None if math.isnan(r.p50_s) else round(r.p50_s * 1000, 1),
-                "p99 ms": None if math.isnan(r.p99_s) else round(r.p99_s * 1000, 1),
-                "batch fill": None if math.isnan(r.fill) else round(r.fill, 3),
-            }
-            for r in model_rows
-        ]
+    st.error("\n".join(f"- **{p.what}**: {p.detail}" for p in found), icon=":material/error:")
+
+
+def charts(ctx: Console, range_s: float) -> None:
+    assert ctx.source is not None
+    window = Window(end=time.time(), range_s=range_s, scrape_s=ctx.settings.scrape_interval_s)
+    st.caption(f"From {ctx.source.name}; redrawn every {ctx.settings.refresh_s:g} s.")
+    columns = st.columns(2)
+    for i, (board, title) in enumerate(CHARTS):
+        chosen = panel(board, title)
+        with columns[i % 2]:
+            try:
+                draw(chosen, frame(ctx.source, chosen, window, {}), window, key=f"overview_{i}")
+            except OSError as exc:
+                st.warning(f"{title}: {exc}")
+
+
+def usage(ctx: Console) -> None:
+    urls = ctx.settings.metrics()
+    if not urls:
+        return
+    try:
+        samples = scrape(urls)
+    except OSError as exc:
+        st.warning(f"metrics unavailable: {exc}")
+        return
+    rows = tenant_usage(samples)
+    if not rows:
+        return
+    st.subheader("Tokens and spend by tenant (since the services started)")
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "tenant": u.tenant,
+                    "model": u.model,
+                    "prompt tokens": int(u.input_tokens),
+                    "generated tokens": int(u.output_tokens),
+                    "spend USD": round(u.cost_usd, 6),
+                }
+                for u in rows
+            ]
+        ),
+        hide_index=True,
+        width="stretch",
     )
-    st.dataframe(table, hide_index=True, width="stretch")
-    if not table.empty:
-        left, right = st.columns(2)
-        left.bar_chart(table.set_index("model")["req/s"])
-        right.bar_chart(table.set_index("model")["batch fill"].fillna(0))
-    if st.button("Refresh", key="overview_refresh"):
-        st.rerun()

@@ -6,6 +6,7 @@ import grpc
 import streamlit as st
 
 from admin_ui.context import Console
+from admin_ui.views import tenant_charts
 from ferryman.kernel.security import sync_channel
 from ferryman.v1 import quota_pb2, quota_pb2_grpc
 from registry.accounts import Permission
@@ -59,6 +60,7 @@ def render(ctx: Console) -> None:
         limits_form(ctx, tenant, current)
     st.subheader("Usage now")
     usage(ctx, tenant)
+    tenant_charts.render(ctx, tenant, current)
 
 
 def limits_form(ctx: Console, tenant: str, current: QuotaPolicy | None) -> None:

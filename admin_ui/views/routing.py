@@ -8,7 +8,7 @@ import math
 import streamlit as st
 
 from admin_ui.context import Console
-from admin_ui.views import rollouts
+from admin_ui.views import canary, rollouts
 from ferryman.top import latency_buckets, quantile, scrape, totals
 from registry.accounts import Permission
 from registry.reader import RouteView
@@ -56,6 +56,7 @@ def render(ctx: Console) -> None:
     route = ctx.reader.route(model)
     versions = [v.version for v in ctx.reader.versions(model) if v.status != "RETIRED"]
     current = dict(route.targets) if route else {}
+    canary.render(ctx, model)
     if rollouts.running(ctx, model):
         # Its weights move with the rollout: the route is not the operator's to set meanwhile.
         rollouts.render(ctx, model, route, versions)
@@ -90,13 +91,13 @@ def render(ctx: Console) -> None:
             apply(ctx, model, {v: w for v, w in weights.items() if w or v in current}, sticky, fallback)
     if route:
         st.caption("current: " + ", ".join(f"v{v} {w}%" for v, w in route.targets))
-        canary = min((t for t in route.targets if 0 < t[1] < 100), key=lambda t: t[1], default=None)
+        candidate = min((t for t in route.targets if 0 < t[1] < 100), key=lambda t: t[1], default=None)
         cols = st.columns(2)
-        if canary and cols[0].button(f"Promote v{canary[0]} to 100%", key="promote"):
+        if candidate and cols[0].button(f"Promote v{candidate[0]} to 100%", key="promote"):
             apply(
                 ctx,
                 model,
-                {v: (100 if v == canary[0] else 0) for v, _ in route.targets},
+                {v: (100 if v == candidate[0] else 0) for v, _ in route.targets},
                 route.sticky,
                 route.fallback,
             )

@@ -308,7 +308,7 @@ def up(
         )
         console_env = {
             "FERRYMAN_CONSOLE_METRICS_URLS": ",".join(
-                f"http://{address}/metrics" for n, address in metrics.items() if not n.startswith("node")
+                f"http://{address}/metrics" for address in metrics.values()
             ),
             "FERRYMAN_CONSOLE_QUOTA_ADDRESS": quota_internal,
         }

@@ -17,13 +17,21 @@ def series(name: str, **labels: str) -> Labels:
     return tuple(sorted({"__name__": name, **labels}.items()))
 
 
+def scrape(at: float, values: dict[Labels, float]) -> Scrape:
+    """As the history keeps it: by metric name."""
+    metrics: dict[str, dict[Labels, float]] = {}
+    for labels, value in values.items():
+        metrics.setdefault(dict(labels)["__name__"], {})[labels] = value
+    return at, metrics
+
+
 def requests(count: int) -> list[Scrape]:
     """Scrapes every 5 s: model a at 2 req/s (1 in 10 errors), model b at 1 req/s."""
     out: list[Scrape] = []
     for i in range(count):
         t = 1000.0 + i * STEP_S
         out.append(
-            (
+            scrape(
                 t,
                 {
                     series("ferryman_requests_total", model="a", version="1", code="OK"): 9.0 * i,
@@ -64,7 +72,7 @@ def test_error_share_and_traffic_share_match_on_labels() -> None:
 
 def test_a_counter_reset_is_not_a_negative_rate() -> None:
     name = series("ferryman_requests_total", model="a")
-    scrapes = [(1000.0 + i * STEP_S, {name: v}) for i, v in enumerate([10.0, 20.0, 30.0, 5.0, 15.0])]
+    scrapes = [scrape(1000.0 + i * STEP_S, {name: v}) for i, v in enumerate([10.0, 20.0, 30.0, 5.0, 15.0])]
     got = at_end("sum(rate(ferryman_requests_total[20s]))", scrapes)
     # In (1000, 1020]: 20 -> 30, then 0 -> 5 after the restart, then 5 -> 15: 25 over 15 s,
     # extrapolated to the 20 s window as Prometheus does.
@@ -75,7 +83,7 @@ def test_histogram_quantile_over_rates() -> None:
     scrapes: list[Scrape] = []
     for i in range(6):  # per 5 s: 8 requests under 10 ms, 2 between 10 and 100 ms
         scrapes.append(
-            (
+            scrape(
                 1000.0 + i * STEP_S,
                 {
                     series("lat_bucket", le="0.01"): 8.0 * i,
@@ -120,7 +128,7 @@ def test_every_panel_of_every_shipped_dashboard_is_in_the_subset() -> None:
 def test_history_stays_bounded_and_keeps_recent_resolution() -> None:
     history = ScrapeHistory([], interval_s=1.0, reach_s=10 * MAX_SCRAPES)
     for i in range(3 * MAX_SCRAPES):
-        history.add(float(i), {series("x"): float(i)})
+        history.add(float(i), {"x": {series("x"): float(i)}})
     kept = [t for t, _ in history.scrapes()]
     assert len(kept) <= MAX_SCRAPES + 1 and kept[-50:] == [
         float(i) for i in range(3 * MAX_SCRAPES - 50, 3 * MAX_SCRAPES)
