@@ -144,6 +144,7 @@ def draw(
     axis, factor = UNITS.get(chosen.unit, ("", 1.0))
     domain = [datetime.fromtimestamp(window.start, UTC), datetime.fromtimestamp(window.end, UTC)]
     x = alt.X("time:T", title=None, scale=alt.Scale(domain=domain))
+    now = latest(data, axis)
     if data.empty:
         data = pd.DataFrame({"time": domain, "series": ["no data yet"] * 2, "value": [None, None]})
     layers: list[alt.Chart] = [
@@ -151,7 +152,7 @@ def draw(
         .mark_line(point=len(data) < 3)
         .encode(
             x=x,
-            y=alt.Y("value:Q", title=axis, axis=alt.Axis(format="~g")),
+            y=alt.Y("value:Q", title=axis, axis=alt.Axis(format=".3~r")),
             color=alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom")),
             tooltip=["time:T", "series:N", alt.Tooltip("value:Q", format=".4g")],
         )
@@ -171,6 +172,19 @@ def draw(
         )
     chart = alt.layer(*layers).properties(title=chosen.title, height=CHART_HEIGHT)
     st.altair_chart(chart, use_container_width=True, key=key or None)
+    st.caption(f"{chosen.title}, latest: {now}")
+
+
+def latest(data: pd.DataFrame, unit: str) -> str:
+    """Each series' newest value, as Grafana's legend shows it: what a glance (or a test) reads."""
+    if data.empty:
+        return "no data yet"
+    last = data.sort_values("time").groupby("series")["value"].last()
+    return "; ".join(f"{name} {value:.3g} {unit}".rstrip() for name, value in last.items())
+
+
+def label(range_s: float) -> str:
+    return next((name for name, seconds in RANGES.items() if seconds == range_s), f"{range_s:g} s")
 
 
 def range_picker(key: str) -> float:

@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from admin_ui.context import Console
-from admin_ui.series.charts import Window, draw, frame, panel, range_picker
+from admin_ui.series.charts import Window, draw, frame, label, panel, range_picker
 from admin_ui.views import wrong
 from ferryman.top import scrape, tenant_usage
 
@@ -62,7 +62,9 @@ def live(ctx: Console) -> None:
 def charts(ctx: Console, range_s: float) -> None:
     assert ctx.source is not None
     window = Window(end=time.time(), range_s=range_s, scrape_s=ctx.settings.scrape_interval_s)
-    st.caption(f"From {ctx.source.name}; redrawn every {ctx.settings.refresh_s:g} s.")
+    st.caption(
+        f"The last {label(range_s)} from {ctx.source.name}; redrawn every {ctx.settings.refresh_s:g} s."
+    )
     columns = st.columns(2)
     for i, (board, title) in enumerate(CHARTS):
         chosen = panel(board, title)
