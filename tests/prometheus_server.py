@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,8 +26,9 @@ def _all_up(url: str, count: int) -> bool:
 
 
 @contextmanager
-def run_prometheus(root: Path, targets: list[str]) -> Iterator[str]:
-    """Prometheus scraping ``targets`` (host:port of /metrics endpoints); yields its URL."""
+def run_prometheus(root: Path, targets: list[str], rule_files: Sequence[Path] = ()) -> Iterator[str]:
+    """Prometheus scraping ``targets`` (host:port of /metrics endpoints) and evaluating
+    ``rule_files`` every scrape interval; yields its URL."""
     binary = shutil.which("prometheus")
     assert binary, "Debian's prometheus package is required (.ci/run installs it)"
     root.mkdir(parents=True, exist_ok=True)
@@ -36,7 +37,9 @@ def run_prometheus(root: Path, targets: list[str]) -> Iterator[str]:
     config.write_text(
         "global:\n"
         f"  scrape_interval: {int(SCRAPE_INTERVAL_S * 1000)}ms\n"
-        "scrape_configs:\n"
+        f"  evaluation_interval: {int(SCRAPE_INTERVAL_S * 1000)}ms\n"
+        + (f"rule_files: [{', '.join(repr(str(r)) for r in rule_files)}]\n" if rule_files else "")
+        + "scrape_configs:\n"
         "  - job_name: ferryman\n"
         f"    static_configs: [{{targets: [{quoted}]}}]\n"
     )

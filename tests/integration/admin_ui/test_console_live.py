@@ -5,20 +5,30 @@ is screenshotted (``FERRYMAN_SCREENSHOT_DIR=docs/screenshots`` regenerates the d
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 import shutil
 import threading
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import streamlit as st
+from console_app import logged_in
+from prometheus_server import SCRAPE_INTERVAL_S, run_prometheus
 from services import unavailable
 
 import ferryman
+from admin_ui.series.charts import UNITS, Window, frame, panel
+from admin_ui.series.history import ScrapeHistory
+from admin_ui.series.source import LocalSource, PrometheusSource
 from ferryman.bench.neighbors import ferryman_up
 from ferryman.kernel.net import free_port
 from registry.db import make_engine
@@ -76,10 +86,10 @@ class Traffic:
             self.stop.wait(TRAFFIC_INTERVAL_S)
 
 
-@pytest.fixture
-def platform(tmp_path: Path) -> Iterator[tuple[dict[str, Any], RegistryWriter]]:
-    if shutil.which("chromium") is None:
-        unavailable("chromium is not installed (apt-get install chromium)")
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Any], RegistryWriter]]:
+    """One ``ferryman up`` for the module: mlp v1 and a placed v2, steady traffic."""
+    tmp_path = tmp_path_factory.mktemp("up")
     with ferryman_up(tmp_path, f"127.0.0.1:{free_port()}", nodes=1) as info:
         engine = make_engine(f"sqlite:///{tmp_path / 'registry.db'}")
         writer = RegistryWriter(engine, actor="test")
@@ -94,7 +104,7 @@ def platform(tmp_path: Path) -> Iterator[tuple[dict[str, Any], RegistryWriter]]:
         traffic = Traffic(info)
         traffic.thread.start()
         try:
-            yield info, writer
+            yield {**info, "data_dir": str(tmp_path)}, writer
         finally:
             traffic.stop.set()
             traffic.thread.join(10)
@@ -111,6 +121,8 @@ def test_the_console_an_operator_keeps_open(
 ) -> None:
     from playwright.sync_api import expect, sync_playwright
 
+    if shutil.which("chromium") is None:
+        unavailable("chromium is not installed (apt-get install chromium)")
     info, writer = platform
     shots = Path(os.environ.get("FERRYMAN_SCREENSHOT_DIR") or tmp_path / "screenshots")
     shots.mkdir(parents=True, exist_ok=True)
@@ -169,3 +181,93 @@ def test_the_console_an_operator_keeps_open(
         page.reload()  # logged out stays logged out
         expect(page.get_by_label("Password", exact=True)).to_be_visible(timeout=15_000)
         browser.close()
+
+
+AGREEMENT = [
+    ("overview", "Requests per second by model"),
+    ("overview", "Latency p50 / p99"),
+    ("overview", "Batch fill ratio (mean) by model"),
+    ("batching", "Queue wait p50 / p99"),
+    ("tenants", "Requests per second by tenant"),
+    ("canary", "Traffic share by version"),
+]
+"""Panels compared: counters, histograms, a ratio, and a share between versions."""
+AGREEMENT_RANGE_S = 60.0
+LOCAL_TOLERANCE = 0.2
+"""The console's own scrapes against Prometheus': two scrapers at their own instants see
+somewhat different windows; means over a minute agree this closely."""
+RULES = Path(__file__).resolve().parents[3] / "helm" / "ferryman" / "alerts" / "ferryman-rules.yaml"
+
+
+def grafana_query(url: str, expr: str, window: Window) -> dict[str, list[tuple[float, float]]]:
+    """The dashboard's text as Grafana sends it (every variable 'All'), straight to Prometheus."""
+    text = expr.replace("$__rate_interval", f"{round(window.rate_window_s * 1000)}ms")
+    text = text.replace('"$model"', '".*"').replace('"$tenant"', '".*"')
+    params = {"query": text, "start": window.start, "end": window.end, "step": window.step}
+    with urllib.request.urlopen(
+        f"{url}/api/v1/query_range?{urllib.parse.urlencode(params)}", timeout=10
+    ) as r:
+        body = json.loads(r.read())
+    return {
+        json.dumps(s["metric"], sort_keys=True): [(float(t), float(v)) for t, v in s["values"]]
+        for s in body["data"]["result"]
+    }
+
+
+def means(data: Any) -> dict[str, float]:
+    return {str(k): float(v) for k, v in data.groupby("series")["value"].mean().items()}
+
+
+def test_with_prometheus_the_charts_show_the_dashboards_numbers(
+    platform: tuple[dict[str, Any], RegistryWriter], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    info, _ = platform
+    urls = list(info["metrics"].values())
+    targets = [u.removeprefix("http://").removesuffix("/metrics") for u in urls]
+    test_rules = tmp_path / "test-rules.yaml"
+    test_rules.write_text(
+        "groups:\n  - name: console-test\n    rules:\n"
+        "      - alert: FerrymanConsoleTest\n        expr: vector(1)\n"
+        "        annotations: {summary: raised by the test}\n"
+    )
+    history = ScrapeHistory(urls, SCRAPE_INTERVAL_S, reach_s=3600.0).start()
+    try:
+        with run_prometheus(tmp_path / "prometheus", targets, [RULES, test_rules]) as url:
+            prometheus, local = PrometheusSource(url), LocalSource(history)
+            time.sleep(AGREEMENT_RANGE_S / 2)  # both have scraped some of the traffic
+            window = Window(
+                end=time.time() - 2 * SCRAPE_INTERVAL_S,
+                range_s=AGREEMENT_RANGE_S / 2,
+                scrape_s=SCRAPE_INTERVAL_S,
+            )
+            for board, title in AGREEMENT:
+                chosen = panel(board, title)
+                shown = frame(prometheus, chosen, window, {})
+                assert not shown.empty, title
+                _, factor = UNITS[chosen.unit]
+                direct = [
+                    v * factor
+                    for expr, _ in chosen.targets
+                    for points in grafana_query(url, expr, window).values()
+                    for _, v in points
+                    if not math.isnan(v)
+                ]
+                # Exactly the dashboard's numbers: the same queries over the same past instants.
+                assert sorted(shown["value"].tolist()) == pytest.approx(sorted(direct)), title
+                ours, theirs = means(frame(local, chosen, window, {})), means(shown)
+                assert set(ours) == set(theirs), title
+                for name, value in theirs.items():
+                    assert ours[name] == pytest.approx(value, rel=LOCAL_TOLERANCE), f"{title}: {name}"
+            # The Overview, on Prometheus: the rule's alert among what is wrong, the charts' source named.
+            monkeypatch.setenv("FERRYMAN_DATABASE_URL", f"sqlite:///{info['data_dir']}/registry.db")
+            monkeypatch.setenv("FERRYMAN_ADMIN_PASSWORD", info["console_password"])
+            monkeypatch.setenv("FERRYMAN_CONSOLE_PROMETHEUS_URL", url)
+            st.cache_resource.clear()
+            try:
+                at = logged_in("admin", info["console_password"])
+            finally:
+                st.cache_resource.clear()
+            assert "alert FerrymanConsoleTest is firing" in at.error[0].value
+            assert any("from Prometheus" in c.value for c in at.caption)
+    finally:
+        history.stop()
