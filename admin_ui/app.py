@@ -22,6 +22,18 @@ def throttle() -> LoginThrottle:
 
 def login(ctx: Console) -> None:
     st.title("Ferryman console")
+    if ctx.settings.sso_provider:
+        if email := session.sso_email():
+            st.error(f"{email} has no console account: an admin can add one (ferryman admin add-person).")
+            if st.button("Sign out", key="sso_logout"):
+                st.logout()
+            return
+        if st.button("Log in with single sign-on", key="sso_login", type="primary"):
+            provider = ctx.settings.sso_provider
+            if provider == "default":
+                st.login()
+            else:
+                st.login(provider)
     with st.form("login"):
         name = st.text_input("Name", key="login_name")
         password = st.text_input("Password", type="password", key="password")

@@ -44,6 +44,11 @@ class ConsoleSettings(BaseSettings):
     session_secret: SecretStr = SecretStr("")
     """Signs login cookies; without it each console process signs with a random key of its
     own (a console restart then logs everyone out). Consoles behind one address share one."""
+    sso_provider: str = ""
+    """Single sign-on through Streamlit's OIDC login (``st.login``): ``default`` for the
+    ``[auth]`` section of Streamlit's secrets, or the name of one ``[auth.<name>]`` provider.
+    A person signs in as the account named by their e-mail address (``ferryman admin
+    add-person``); the identity provider's cookie keeps them signed in across reloads."""
     refresh_s: float = 5.0
     """How often charts and figures redraw in place."""
 

@@ -88,10 +88,25 @@ def set_pending_cookie() -> None:
         _script(f"document.cookie = {json.dumps(cookie)};")
 
 
+def sso_email() -> str | None:
+    """The e-mail address the identity provider vouches for, when signed in through it."""
+    if not st.user.is_logged_in:
+        return None
+    email = st.user.get("email")
+    return str(email).strip().lower() if email else None
+
+
 def restore(ctx: Console) -> Person | None:
-    """The person of this browser session: logged in here, or by a valid cookie."""
+    """The person of this browser session: logged in here, signed in through single sign-on
+    as someone with an account, or holding a valid cookie."""
     if (person := st.session_state.get(SESSION_KEY)) is not None:
         return person  # type: ignore[no-any-return]
+    if ctx.settings.sso_provider and (email := sso_email()):
+        account = ctx.reader.account(email)
+        person = Person(account.name, Role(account.role)) if account else None
+        if person is not None:
+            st.session_state[SESSION_KEY] = person
+        return person
     value = st.context.cookies.get(COOKIE)
     token = unsign(value, _secret(ctx), time.time()) if value else None
     name = ctx.reader.session_account(token) if token else None
@@ -102,7 +117,11 @@ def restore(ctx: Console) -> Person | None:
 
 
 def end(ctx: Console) -> None:
-    """Log out: the session row goes (on every browser holding it) and the cookie too."""
+    """Log out: the session row goes (on every browser holding it) and the cookie too; a
+    single sign-on session is ended with the identity cookie Streamlit keeps."""
+    if ctx.settings.sso_provider and st.user.is_logged_in:
+        st.session_state.clear()
+        st.logout()
     value = st.context.cookies.get(COOKIE)
     token = unsign(value, _secret(ctx), time.time()) if value else None
     if token:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
 import time
 
 from sqlalchemy import delete
@@ -18,6 +19,9 @@ from registry import validation as v
 from registry.change import WriterBase
 from registry.tables import ConsoleAccount, ConsoleSession, utcnow
 
+ACCOUNT_RE = re.compile(r"^(?=.{1,64}$)[a-z0-9][a-z0-9._+-]*(@[a-z0-9-]+(\.[a-z0-9-]+)+)?$")
+"""A short name, or the e-mail address single sign-on vouches for (lowercase, 64 at most:
+the audit log names people in 64 characters)."""
 MAX_SESSIONS_PER_ACCOUNT = 20
 """Logins kept per person; the oldest goes first (a script logging in forever fills nothing)."""
 
@@ -49,6 +53,15 @@ def allows(role: Role, permission: Permission) -> bool:
     return permission in GRANTS[role]
 
 
+def check_account_name(name: str) -> str:
+    if not ACCOUNT_RE.match(name):
+        raise v.RegistryError(
+            f"invalid account name {name[:80]!r}: "
+            "use a lowercase name or e-mail address of at most 64 characters"
+        )
+    return name
+
+
 def check_role(role: str) -> Role:
     try:
         return Role(role)
@@ -65,7 +78,7 @@ class AccountWrites(WriterBase):
 
     def save_account(self, name: str, role: str, password_hash: str) -> None:
         """Create the account, or replace its role and password hash."""
-        v.check_name("account", name)
+        check_account_name(name)
         check_role(role)
         if not password_hash.startswith("scrypt$"):
             raise v.RegistryError("a console password must be stored as an scrypt hash")

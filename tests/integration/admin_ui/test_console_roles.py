@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import streamlit as st
 from console_app import APP, TIMEOUT_S, logged_in, open_page
 from streamlit.testing.v1 import AppTest
 
@@ -181,3 +182,37 @@ def test_a_cookie_is_honoured_only_well_signed_and_unexpired() -> None:
     assert unsign(f"{token}.{int(expiry) + 3600}.{signature}", secret, now) is None  # stretched
     assert unsign(f"other.{expiry}.{signature}", secret, now) is None  # another token
     assert unsign("garbage", secret, now) is None and unsign("a.b.c", secret, now) is None
+
+
+def test_single_sign_on_maps_the_vouched_e_mail_to_its_account(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer, reader = registry
+    people(writer)
+    writer.save_account("ada@example.com", "operator", hash_password(PEOPLE_PASSWORD))
+    monkeypatch.setenv("FERRYMAN_CONSOLE_SSO_PROVIDER", "default")
+    st.cache_resource.clear()
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S)
+    at.user = {"is_logged_in": True, "email": "Ada@Example.com"}
+    at.run()
+    assert not at.exception and at.sidebar.caption[0].value == "ada@example.com (operator)"
+    assert "People" not in at.sidebar.radio(key="page").options
+    open_page(at, "Quotas")
+    at.number_input(key="q_rpm").set_value(30)
+    at.button(key="quota_submit").click().run()
+    assert reader.audit_events(limit=1)[0].actor == "ada@example.com"
+    stranger = AppTest.from_file(APP, default_timeout=TIMEOUT_S)
+    stranger.user = {"is_logged_in": True, "email": "mallory@example.com"}
+    stranger.run()
+    assert "has no console account" in stranger.error[0].value and not stranger.sidebar.radio
+    anonymous = AppTest.from_file(APP, default_timeout=TIMEOUT_S)
+    anonymous.user = {"is_logged_in": False}
+    anonymous.run()
+    assert anonymous.button(key="sso_login") and not anonymous.sidebar.radio
+
+
+def test_account_names_are_short_names_or_e_mail_addresses(registry: Registry) -> None:
+    writer, _ = registry
+    for bad in ("Ada", "a" * 65, "x@y", "<script>", "ada@ex..com", ""):
+        with pytest.raises(RegistryError, match="invalid account name"):
+            writer.save_account(bad, "viewer", hash_password(PEOPLE_PASSWORD))
