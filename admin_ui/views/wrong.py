@@ -91,7 +91,7 @@ def gather(ctx: Console) -> Findings:
             if value > 0:
                 breakers.append(dict(labels).get("node", "?"))
         window = Window(end=at, range_s=RECENT_S, scrape_s=RECENT_S / 4)
-        (expr, _), *_ = panel("tenants", "Refusals by tenant and code").targets
+        (expr, _), *_ = panel("tenants", "Refusals by tenant").targets
         for labels, value in ctx.source.query(
             f"sum by (tenant) ({expression(expr, {}, window)})", at
         ).items():

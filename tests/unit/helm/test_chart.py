@@ -291,3 +291,14 @@ def test_routers_resolve_every_batcher_pod_and_it_is_scraped_once(manifests: lis
     pod_labels = deployments["fm-ferryman-batcher"]["spec"]["template"]["metadata"]["labels"]
     assert headless["spec"]["selector"].items() <= pod_labels.items()
     assert [(p["name"], p["port"]) for p in headless["spec"]["ports"]] == [("grpc", int(port))]
+
+
+def test_the_console_charts_from_prometheus_and_keeps_logins_across_upgrades() -> None:
+    docs = render(ALL_ON)
+    console = next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "fm-ferryman-console")
+    env = {e["name"]: e for e in containers(console)[0]["env"]}
+    assert env["FERRYMAN_CONSOLE_PROMETHEUS_URL"]["value"].startswith("http")
+    secret_ref = env["FERRYMAN_CONSOLE_SESSION_SECRET"]["valueFrom"]["secretKeyRef"]
+    (secret,) = [d for d in by_kind(docs, "Secret") if d["metadata"]["name"] == secret_ref["name"]]
+    assert len(secret["data"][secret_ref["key"]]) >= 48  # random, base64; kept by lookup on upgrade
+    assert env["FERRYMAN_CONSOLE_QUOTA_ADDRESS"]["value"] == "fm-ferryman-quota:7002"
