@@ -1,21 +1,27 @@
 """The console's own metrics history, for when no Prometheus is configured: a background
-thread scrapes the services' /metrics and keeps a bounded list of scrapes."""
+thread scrapes the services' /metrics and keeps them as columns of floats, bounded."""
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+from array import array
 from collections.abc import Callable
 
-from admin_ui.series.promql import Labels, Scrape
+from admin_ui.series.promql import Columns, Labels
 from ferryman.top import scrape
 
 log = logging.getLogger(__name__)
 
-MAX_SCRAPES = 2048
-"""Scrapes kept at most: past it the older half is thinned to every other scrape, so the last
-minutes keep full resolution and a day fits in bounded memory (rates still span each gap)."""
+FULL_RESOLUTION_S = 3600.0
+"""The last hour keeps every scrape."""
+COARSE_STEP_S = 60.0
+"""Older scrapes are kept one a minute (a 6 h or 24 h chart takes rates over minutes anyway)."""
+MAX_SCRAPES = 4096
+"""Scrapes held before thinning: past it, older ones are thinned to one a minute (and halved,
+were that not enough), so a day at 5 s fits in ~2,100 columns of 8-byte floats per series."""
 
 
 class ScrapeHistory:
@@ -27,19 +33,17 @@ class ScrapeHistory:
         interval_s: float,
         reach_s: float,
         fetch: Callable[[list[str]], dict[tuple[str, Labels], float]] = scrape,
-        clock: Callable[[], float] = time.time,
     ) -> None:
         self.urls, self.interval_s, self.reach_s = urls, interval_s, reach_s
-        self._fetch, self._clock = fetch, clock
+        self._fetch = fetch
         self._lock = threading.Lock()
-        self._scrapes: list[Scrape] = []
+        self._times: list[float] = []
+        self._metrics: dict[str, dict[Labels, array[float]]] = {}
         self.last_error = ""
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def start(self) -> ScrapeHistory:
-        self._thread = threading.Thread(target=self._run, name="console-scrapes", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._run, name="console-scrapes", daemon=True).start()
         return self
 
     def stop(self) -> None:
@@ -51,7 +55,7 @@ class ScrapeHistory:
             self._stop.wait(self.interval_s)
 
     def scrape_once(self) -> None:
-        now = self._clock()
+        now = time.time()
         try:
             samples = self._fetch(self.urls)
         except OSError as exc:  # a service down or restarting: a gap, not an end
@@ -66,19 +70,49 @@ class ScrapeHistory:
 
     def add(self, at: float, metrics: dict[str, dict[Labels, float]]) -> None:
         with self._lock:
-            self._scrapes.append((at, metrics))
-            horizon = at - self.reach_s
-            while self._scrapes and self._scrapes[0][0] < horizon:
-                self._scrapes.pop(0)
-            if len(self._scrapes) > MAX_SCRAPES:
-                half = len(self._scrapes) // 2
-                self._scrapes = self._scrapes[:half:2] + self._scrapes[half:]
+            n = len(self._times)
+            for name, series in metrics.items():
+                known = self._metrics.setdefault(name, {})
+                for labels, value in series.items():
+                    if labels not in known:  # a new series: no value before now
+                        known[labels] = array("d", [math.nan] * n)
+                    known[labels].append(value)
+            for name, known in self._metrics.items():
+                absent = metrics.get(name, {})
+                for labels, column in known.items():
+                    if labels not in absent:
+                        column.append(math.nan)
+            self._times.append(at)
+            if len(self._times) > MAX_SCRAPES or self._times[0] < at - self.reach_s - FULL_RESOLUTION_S:
+                self._thin(at)
 
-    def scrapes(self) -> list[Scrape]:
+    def _thin(self, now: float) -> None:
+        """Rebuild with fewer scrapes (new arrays: a reader's view keeps the old ones)."""
+        recent, last = now - FULL_RESOLUTION_S, -math.inf
+        keep: list[int] = []
+        for i, t in enumerate(self._times):
+            if t < now - self.reach_s:
+                continue
+            if t >= recent or t - last >= COARSE_STEP_S:
+                keep.append(i)
+                last = t
+        while len(keep) > MAX_SCRAPES // 2:
+            keep = keep[::2]
+        self._times = [self._times[i] for i in keep]
+        metrics: dict[str, dict[Labels, array[float]]] = {}
+        for name, known in self._metrics.items():
+            for labels, column in known.items():
+                kept = array("d", (column[i] for i in keep))
+                if any(not math.isnan(v) for v in kept):  # a series gone for the whole reach goes
+                    metrics.setdefault(name, {})[labels] = kept
+        self._metrics = metrics
+
+    def view(self) -> Columns:
+        """What a query reads: consistent as of now, whatever later scrapes append."""
         with self._lock:
-            return list(self._scrapes)
+            return Columns(list(self._times), {name: dict(known) for name, known in self._metrics.items()})
 
     def covered_s(self) -> float:
         """How many seconds of history there are."""
         with self._lock:
-            return self._scrapes[-1][0] - self._scrapes[0][0] if len(self._scrapes) > 1 else 0.0
+            return self._times[-1] - self._times[0] if len(self._times) > 1 else 0.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ferryman.top import quantile
@@ -23,6 +23,26 @@ Labels = tuple[tuple[str, str], ...]
 Vector = dict[Labels, float]
 Scrape = tuple[float, dict[str, dict[Labels, float]]]
 """(unix time, metric name -> each of its series' value then)."""
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Scrapes by series: ``metrics[name][labels][i]`` is that series' value at ``times[i]``
+    (NaN where a scrape lacked it). Columns of floats keep a day of history small."""
+
+    times: Sequence[float]
+    metrics: Mapping[str, Mapping[Labels, Sequence[float]]]
+
+    @staticmethod
+    def from_scrapes(scrapes: Sequence[Scrape]) -> Columns:
+        metrics: dict[str, dict[Labels, list[float]]] = {}
+        for i, (_, found) in enumerate(scrapes):
+            for name, series in found.items():
+                for labels, value in series.items():
+                    column = metrics.setdefault(name, {}).setdefault(labels, [math.nan] * len(scrapes))
+                    column[i] = value
+        return Columns([t for t, _ in scrapes], metrics)
+
 
 LOOKBACK_S = 300.0
 """How far back an instant selector looks for a sample (Prometheus' default)."""
@@ -246,23 +266,34 @@ def _extrapolated(points: Sequence[tuple[float, float]], start: float, end: floa
 
 
 class Evaluator:
-    """Evaluates parsed expressions at given times over scrapes sorted by time."""
+    """Evaluates parsed expressions at given times over columns of scrapes."""
 
-    def __init__(self, scrapes: Sequence[Scrape]) -> None:
-        self.scrapes = scrapes
-        self.times = [t for t, _ in scrapes]
+    def __init__(self, columns: Columns) -> None:
+        self.columns = columns
+        self._matched: dict[Selector, list[tuple[Labels, Sequence[float]]]] = {}
+
+    def _series(self, selector: Selector) -> list[tuple[Labels, Sequence[float]]]:
+        """The selector's series, matched once per evaluation (not once per instant)."""
+        if selector not in self._matched:
+            name, rest = selector.matchers[0].value, selector.matchers[1:]
+            found = self.columns.metrics.get(name, {})
+            self._matched[selector] = [
+                (labels, column)
+                for labels, column in found.items()
+                if all(m.matches(dict(labels)) for m in rest)
+            ]
+        return self._matched[selector]
 
     def _select(
         self, selector: Selector, since: float, until: float
     ) -> dict[Labels, list[tuple[float, float]]]:
+        times = self.columns.times
+        lo, hi = bisect.bisect_right(times, since), bisect.bisect_right(times, until)
         out: dict[Labels, list[tuple[float, float]]] = {}
-        lo, hi = bisect.bisect_right(self.times, since), bisect.bisect_right(self.times, until)
-        name, rest = selector.matchers[0].value, selector.matchers[1:]
-        for t, metrics in self.scrapes[lo:hi]:
-            for labels, value in metrics.get(name, {}).items():
-                fields = dict(labels)
-                if all(m.matches(fields) for m in rest):
-                    out.setdefault(labels, []).append((t, value))
+        for labels, column in self._series(selector):
+            points = [(times[i], column[i]) for i in range(lo, hi) if not math.isnan(column[i])]
+            if points:
+                out[labels] = points
         return out
 
     def vector(self, node: Node, t: float) -> Vector | float:
@@ -345,11 +376,11 @@ class Evaluator:
 
 
 def evaluate(
-    expression: str, scrapes: Sequence[Scrape], times: Sequence[float]
+    expression: str, data: Columns | Sequence[Scrape], times: Sequence[float]
 ) -> dict[Labels, list[tuple[float, float]]]:
     """Each series of ``expression`` at each of ``times``: what a range query returns."""
     node = parse(expression)
-    evaluator = Evaluator(scrapes)
+    evaluator = Evaluator(data if isinstance(data, Columns) else Columns.from_scrapes(data))
     out: dict[Labels, list[tuple[float, float]]] = {}
     for t in times:
         result = evaluator.vector(node, t)

@@ -73,7 +73,7 @@ class LocalSource:
 
     def query_range(self, expression: str, start: float, end: float, step: float) -> Series:
         count = int((end - start) // step) + 1
-        return evaluate(expression, self.history.scrapes(), [start + i * step for i in range(count)])
+        return evaluate(expression, self.history.view(), [start + i * step for i in range(count)])
 
     def query(self, expression: str, at: float) -> dict[Labels, float]:
         return {labels: points[-1][1] for labels, points in self.query_range(expression, at, at, 1.0).items()}

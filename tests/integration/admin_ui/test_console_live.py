@@ -59,8 +59,9 @@ PAGES = [
 DATA_WITHIN_MS = 30_000
 """The issue's bar: charts show data this soon after login, with no reload."""
 TRAFFIC_INTERVAL_S = 0.08
-USERS = 40
-"""Distinct sticky users: enough that a 10 % canary gets some of them."""
+USERS = 200
+"""Distinct sticky users: enough that a 10 % canary surely gets some (0.9^200 misses)."""
+READY_TIMEOUT_S = 60.0
 
 
 class Traffic:
@@ -155,6 +156,11 @@ def test_the_console_an_operator_keeps_open(
         expect(page.get_by_text(re.compile(r"^The last 1 h from"))).to_be_visible(timeout=15_000)
         expect(requests).to_contain_text(re.compile(r"mlp [1-9]"), timeout=15_000)
 
+        reader = RegistryReader(make_engine(f"sqlite:///{info['data_dir']}/registry.db"))
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while "mlp:2" not in reader.ready_versions(heartbeat_timeout_s=READY_TIMEOUT_S):
+            assert time.monotonic() < deadline, "mlp v2 never became ready on the node"
+            time.sleep(0.5)
         writer.set_route("mlp", {"1": 90, "2": 10}, sticky="user")
         sidebar.get_by_text("Routing", exact=True).click()
         expect(page.get_by_role("heading", name="Canary view")).to_be_visible(timeout=30_000)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 
 from admin_ui.series.charts import RANGES, Window, board, expression
-from admin_ui.series.history import MAX_SCRAPES, ScrapeHistory
+from admin_ui.series.history import COARSE_STEP_S, FULL_RESOLUTION_S, MAX_SCRAPES, ScrapeHistory
 from admin_ui.series.promql import Labels, PromQLError, Scrape, evaluate, parse
 
 STEP_S = 5.0
@@ -125,16 +126,39 @@ def test_every_panel_of_every_shipped_dashboard_is_in_the_subset() -> None:
     )  # Grafana's $__rate_interval: 30 s step + one scrape
 
 
-def test_history_stays_bounded_and_keeps_recent_resolution() -> None:
-    history = ScrapeHistory([], interval_s=1.0, reach_s=10 * MAX_SCRAPES)
-    for i in range(3 * MAX_SCRAPES):
-        history.add(float(i), {"x": {series("x"): float(i)}})
-    kept = [t for t, _ in history.scrapes()]
-    assert len(kept) <= MAX_SCRAPES + 1 and kept[-50:] == [
-        float(i) for i in range(3 * MAX_SCRAPES - 50, 3 * MAX_SCRAPES)
-    ]
-    assert kept[0] == 0.0  # thinned, not cut: the range still reaches back
-    short = ScrapeHistory([], interval_s=1.0, reach_s=100.0)
-    for i in range(500):
-        short.add(float(i), {})
-    assert short.scrapes()[0][0] == 399.0 and short.covered_s() == 100.0
+def test_a_days_history_stays_bounded_and_keeps_the_last_hour_whole() -> None:
+    day, interval = 86400.0, 5.0
+    history = ScrapeHistory([], interval_s=interval, reach_s=day)
+    count = int(2 * day / interval)
+    for i in range(count):
+        history.add(i * interval, {"x": {series("x"): float(i)}})
+    view = history.view()
+    now = (count - 1) * interval
+    assert len(view.times) <= MAX_SCRAPES
+    recent = [t for t in view.times if t >= now - FULL_RESOLUTION_S]
+    assert len(recent) == FULL_RESOLUTION_S / interval + 1  # every scrape of the last hour
+    older = [t for t in view.times if t < now - FULL_RESOLUTION_S]
+    # Thinned to a minute apart when last rebuilt (what came since waits for the next one).
+    assert (
+        sum(1 for a, b in itertools.pairwise(older) if b - a >= COARSE_STEP_S)
+        > day / COARSE_STEP_S / 2
+    )
+    assert now - day - FULL_RESOLUTION_S <= older[0] <= now - day + COARSE_STEP_S
+    (column,) = view.metrics["x"].values()
+    assert [column[i] for i in (0, -1)] == [view.times[0] / interval, float(count - 1)]
+    rate = evaluate("sum(rate(x[10m]))", view, [now - day / 2])[()][0][1]
+    assert rate == pytest.approx(1 / interval)  # thinned, the counter's slope is still there
+
+
+def test_a_series_that_comes_late_or_goes_is_a_gap_not_a_zero() -> None:
+    history = ScrapeHistory([], interval_s=1.0, reach_s=3600.0)
+    for i in range(10):
+        found = {"y": {series("y", n="late"): float(i)}} if i >= 5 else {}
+        if i < 3:
+            found["y"] = {**found.get("y", {}), series("y", n="gone"): 1.0}
+        history.add(float(i), found)
+    columns = history.view().metrics["y"]
+    assert math.isnan(columns[series("y", n="late")][4]) and columns[series("y", n="late")][5] == 5.0
+    assert math.isnan(columns[series("y", n="gone")][3])
+    got = evaluate("y", history.view(), [9.0])
+    assert set(got) == {(("__name__", "y"), ("n", "late")), (("__name__", "y"), ("n", "gone"))}
