@@ -85,7 +85,7 @@ def set_pending_cookie() -> None:
     if pending is not None:
         value, ttl = pending
         cookie = f"{COOKIE}={value}; Max-Age={int(ttl)}; Path=/; SameSite=Strict"
-        _script(f"document.cookie = {json.dumps(cookie)};")
+        _script(f"document.cookie = {json.dumps(cookie)} + (location.protocol === 'https:' ? '; Secure' : '');")
 
 
 def sso_email() -> str | None:
