@@ -85,7 +85,8 @@ def set_pending_cookie() -> None:
     if pending is not None:
         value, ttl = pending
         cookie = f"{COOKIE}={value}; Max-Age={int(ttl)}; Path=/; SameSite=Strict"
-        _script(f"document.cookie = {json.dumps(cookie)} + (location.protocol === 'https:' ? '; Secure' : '');")
+        secure = "(location.protocol === 'https:' ? '; Secure' : '')"
+        _script(f"document.cookie = {json.dumps(cookie)} + {secure};")
 
 
 def sso_email() -> str | None:
