@@ -150,7 +150,6 @@ def test_the_console_an_operator_keeps_open(
         assert time.monotonic() - logged_in_at < DATA_WITHIN_MS / 1000 + 10
         expect(caption(page, "Latency p50 / p99")).to_contain_text(re.compile(r"p99 mlp \d"))
         expect(page.get_by_text("Nothing wrong right now.")).to_be_visible()
-        page.screenshot(path=str(shots / "overview.png"), full_page=True)
 
         page.get_by_text("1 h", exact=True).click()
         expect(page.get_by_text(re.compile(r"^The last 1 h from"))).to_be_visible(timeout=15_000)
@@ -181,6 +180,29 @@ def test_the_console_an_operator_keeps_open(
             assert page.get_by_test_id("stException").count() == 0, f"{name} shows an exception"
             assert page.get_by_text("could not be shown").count() == 0, name
             page.screenshot(path=str(shots / f"{name.lower().replace(' ', '-')}.png"), full_page=True)
+
+        # An admin adds an operator in the browser; the operator logs in elsewhere.
+        sidebar.get_by_text("People", exact=True).click()
+        page.get_by_label("Name").fill("olivia")
+        page.get_by_test_id("stSelectbox").first.click()  # the role
+        page.get_by_role("option", name="operator", exact=True).click()
+        page.get_by_label("Password", exact=True).fill("operator password")
+        page.get_by_role("button", name="Save").click()
+        expect(page.get_by_text("olivia saved as operator")).to_be_visible(timeout=15_000)
+        other = browser.new_page(viewport={"width": 1400, "height": 900})
+        other.goto(info["console_url"])
+        other.get_by_label("Name").fill("olivia")
+        other.get_by_label("Password", exact=True).fill("operator password")
+        other.get_by_role("button", name="Log in").click()
+        others = other.get_by_test_id("stSidebar")
+        expect(others.get_by_text("olivia (operator)")).to_be_visible(timeout=30_000)
+        assert others.get_by_text("People", exact=True).count() == 0
+        other.close()
+
+        sidebar.get_by_text("Overview", exact=True).click()  # a minute and more of traffic now
+        expect(requests).to_contain_text(re.compile(r"mlp [1-9]"), timeout=15_000)
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(shots / "overview.png"), full_page=True)
 
         sidebar.get_by_role("button", name="Log out").click()
         expect(page.get_by_label("Password", exact=True)).to_be_visible(timeout=15_000)
