@@ -139,10 +139,7 @@ def test_a_days_history_stays_bounded_and_keeps_the_last_hour_whole() -> None:
     assert len(recent) == FULL_RESOLUTION_S / interval + 1  # every scrape of the last hour
     older = [t for t in view.times if t < now - FULL_RESOLUTION_S]
     # Thinned to a minute apart when last rebuilt (what came since waits for the next one).
-    assert (
-        sum(1 for a, b in itertools.pairwise(older) if b - a >= COARSE_STEP_S)
-        > day / COARSE_STEP_S / 2
-    )
+    assert sum(1 for a, b in itertools.pairwise(older) if b - a >= COARSE_STEP_S) > day / COARSE_STEP_S / 2
     assert now - day - FULL_RESOLUTION_S <= older[0] <= now - day + COARSE_STEP_S
     (column,) = view.metrics["x"].values()
     assert [column[i] for i in (0, -1)] == [view.times[0] / interval, float(count - 1)]
