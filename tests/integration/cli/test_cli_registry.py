@@ -60,7 +60,7 @@ def test_commands_refuse_unmigrated_registry(cli: CliRunner) -> None:
 
 
 def test_tenant_key_quota_flow(cli: CliRunner) -> None:
-    assert run_json(cli, "db", "upgrade")["revision"] == "0009"
+    assert run_json(cli, "db", "upgrade")["revision"] == "0010"
     created = run_json(cli, "tenant", "create", "acme", "--priority", "3", "--weight", "2")
     assert created["key"].startswith(f"fm_{created['prefix']}_")
     listed = run_json(cli, "tenant", "list")
