@@ -19,6 +19,28 @@ from registry.writer import RegistryWriter, VersionSpec
 APP = str(Path(admin_ui.__file__).resolve().parent / "app.py")
 PASSWORD = "correct horse battery"
 TIMEOUT_S = 30
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+"""Debian's Chromium, headless as root, on a machine with no network beyond loopback."""
+EVERYONE_SEES = [
+    "Overview",
+    "Tenants",
+    "Quotas",
+    "Models",
+    "Routing",
+    "Nodes",
+    "Jobs",
+    "Dead letters",
+    "Audit log",
+]
+"""The pages of every role, in the sidebar's order; admins also see People."""
 SCHEMA = {
     "inputs": [{"name": "input", "dtype": "FP32", "shape": [4]}],
     "outputs": [{"name": "output", "dtype": "FP32", "shape": [4]}],

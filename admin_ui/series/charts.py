@@ -6,8 +6,9 @@ from __future__ import annotations
 import functools
 import json
 import re
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -92,6 +93,10 @@ class Window:
     def start(self) -> float:
         return self.end - self.range_s
 
+    @staticmethod
+    def ending_now(range_s: float, scrape_s: float) -> Window:
+        return Window(time.time(), range_s, scrape_s)
+
 
 def expression(expr: str, variables: Mapping[str, str], window: Window) -> str:
     """The dashboard's PromQL with its variables filled: a variable left out means all."""
@@ -173,6 +178,37 @@ def draw(
     chart = alt.layer(*layers).properties(title=chosen.title, height=CHART_HEIGHT)
     st.altair_chart(chart, use_container_width=True, key=key or None)
     st.caption(f"{chosen.title}, latest: {now}")
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A dashboard panel to draw, with the limits to draw beside it."""
+
+    board: str
+    title: str
+    limits: Mapping[str, float] = field(default_factory=dict)
+
+
+def grid(
+    source: SeriesSource,
+    shown: Sequence[Shown],
+    window: Window,
+    variables: Mapping[str, str],
+    *,
+    key: str,
+    columns: int = 2,
+    marks: Sequence[Mark] = (),
+) -> None:
+    """Panels side by side, ``columns`` a row; a source that fails says so under its title."""
+    cells = st.columns(columns)
+    for i, item in enumerate(shown):
+        chosen = panel(item.board, item.title)
+        with cells[i % columns]:
+            try:
+                data = frame(source, chosen, window, variables)
+                draw(chosen, data, window, marks, item.limits, key=f"{key}_{i}")
+            except OSError as exc:
+                st.warning(f"{item.title}: {exc}")
 
 
 def latest(data: pd.DataFrame, unit: str) -> str:

@@ -3,16 +3,19 @@ time, with the route's changes and the rollout's steps marked where they happene
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from typing import Any
 
 import streamlit as st
 
 from admin_ui.context import Console
-from admin_ui.series.charts import Mark, Window, draw, frame, panel, range_picker
+from admin_ui.series.charts import Mark, Shown, Window, grid, range_picker
 
-CHARTS = ["Traffic share by version", "Error rate by version", "p99 latency by version"]
+CHARTS = [
+    Shown("canary", "Traffic share by version"),
+    Shown("canary", "Error rate by version"),
+    Shown("canary", "p99 latency by version"),
+]
 
 
 def describe(action: str, actor: str, detail: dict[str, Any]) -> str:
@@ -33,7 +36,7 @@ def render(ctx: Console, model: str) -> None:
 
 def charts(ctx: Console, model: str, range_s: float) -> None:
     assert ctx.source is not None
-    window = Window(end=time.time(), range_s=range_s, scrape_s=ctx.settings.scrape_interval_s)
+    window = Window.ending_now(range_s, ctx.settings.scrape_interval_s)
     since = datetime.fromtimestamp(window.start, UTC)
     marks = [
         Mark(
@@ -42,19 +45,6 @@ def charts(ctx: Console, model: str, range_s: float) -> None:
         )
         for e in ctx.reader.route_changes(model, since)
     ]
-    columns = st.columns(len(CHARTS))
-    for i, title in enumerate(CHARTS):
-        chosen = panel("canary", title)
-        with columns[i]:
-            try:
-                draw(
-                    chosen,
-                    frame(ctx.source, chosen, window, {"model": model}),
-                    window,
-                    marks,
-                    key=f"canary_{i}",
-                )
-            except OSError as exc:
-                st.warning(f"{title}: {exc}")
+    grid(ctx.source, CHARTS, window, {"model": model}, key="canary", columns=len(CHARTS), marks=marks)
     if marks:
         st.caption("Dashed lines: " + "; ".join(f"{m.at:%H:%M:%S} {m.text}" for m in marks[:5]))

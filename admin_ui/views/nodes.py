@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 
 import grpc
 import streamlit as st
 
 from admin_ui.context import Console
-from admin_ui.series.charts import Window, draw, frame, panel, range_picker
+from admin_ui.series.charts import Shown, Window, grid, range_picker
 from ferryman.kernel.security import Security, sync_channel
 from ferryman.v1 import node_pb2, node_pb2_grpc
 from registry.accounts import Permission
@@ -32,25 +31,18 @@ def in_flight(address: str, security: Security) -> int | None:
 
 
 CHARTS = [
-    ("batching", "Node batches per second by version"),
-    ("batching", "Node compute p99"),
-    ("overview", "Nodes up"),
-    ("overview", "Breakers open"),
+    Shown("batching", "Node batches per second by version"),
+    Shown("batching", "Node compute p99"),
+    Shown("overview", "Nodes up"),
+    Shown("overview", "Breakers open"),
 ]
 
 
 def history(ctx: Console, range_s: float) -> None:
     """Work and health over time: batches, compute time, nodes up, breakers open."""
     assert ctx.source is not None
-    window = Window(end=time.time(), range_s=range_s, scrape_s=ctx.settings.scrape_interval_s)
-    columns = st.columns(2)
-    for i, (board, title) in enumerate(CHARTS):
-        chosen = panel(board, title)
-        with columns[i % 2]:
-            try:
-                draw(chosen, frame(ctx.source, chosen, window, {}), window, key=f"node_chart_{i}")
-            except OSError as exc:
-                st.warning(f"{title}: {exc}")
+    window = Window.ending_now(range_s, ctx.settings.scrape_interval_s)
+    grid(ctx.source, CHARTS, window, {}, key="node_chart")
 
 
 def render(ctx: Console) -> None:

@@ -3,25 +3,23 @@ wait and coalescing per model over time (redrawn in place); tokens and spend per
 
 from __future__ import annotations
 
-import time
-
 import pandas as pd
 import streamlit as st
 
 from admin_ui.context import Console
-from admin_ui.series.charts import Window, draw, frame, label, panel, range_picker
+from admin_ui.series.charts import Shown, Window, grid, label, range_picker
 from admin_ui.views import wrong
 from ferryman.top import scrape, tenant_usage
 
 CHARTS = [
-    ("overview", "Requests per second by model"),
-    ("overview", "Error rate by model"),
-    ("overview", "Latency p50 / p99"),
-    ("overview", "Batch fill ratio (mean) by model"),
-    ("batching", "Mean batch size by version"),
-    ("batching", "Queue wait p50 / p99"),
-    ("batching", "Coalesced and cache hits"),
-    ("overview", "Shed requests by reason"),
+    Shown("overview", "Requests per second by model"),
+    Shown("overview", "Error rate by model"),
+    Shown("overview", "Latency p50 / p99"),
+    Shown("overview", "Batch fill ratio (mean) by model"),
+    Shown("batching", "Mean batch size by version"),
+    Shown("batching", "Queue wait p50 / p99"),
+    Shown("batching", "Coalesced and cache hits"),
+    Shown("overview", "Shed requests by reason"),
 ]
 
 
@@ -61,18 +59,11 @@ def live(ctx: Console) -> None:
 
 def charts(ctx: Console, range_s: float) -> None:
     assert ctx.source is not None
-    window = Window(end=time.time(), range_s=range_s, scrape_s=ctx.settings.scrape_interval_s)
+    window = Window.ending_now(range_s, ctx.settings.scrape_interval_s)
     st.caption(
         f"The last {label(range_s)} from {ctx.source.name}; redrawn every {ctx.settings.refresh_s:g} s."
     )
-    columns = st.columns(2)
-    for i, (board, title) in enumerate(CHARTS):
-        chosen = panel(board, title)
-        with columns[i % 2]:
-            try:
-                draw(chosen, frame(ctx.source, chosen, window, {}), window, key=f"overview_{i}")
-            except OSError as exc:
-                st.warning(f"{title}: {exc}")
+    grid(ctx.source, CHARTS, window, {}, key="overview")
 
 
 def usage(ctx: Console) -> None:

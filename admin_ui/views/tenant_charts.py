@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from admin_ui.context import Console
-from admin_ui.series.charts import Window, draw, expression, frame, panel, range_picker
+from admin_ui.series.charts import Shown, Window, expression, grid, panel, range_picker
 from registry.tables import QuotaPolicy
 
 DAYS = 7
@@ -29,23 +29,25 @@ def render(ctx: Console, tenant: str, policy: QuotaPolicy | None) -> None:
 
 def charts(ctx: Console, tenant: str, policy: QuotaPolicy | None, range_s: float) -> None:
     assert ctx.source is not None
-    window = Window(end=time.time(), range_s=range_s, scrape_s=ctx.settings.scrape_interval_s)
+    window = Window.ending_now(range_s, ctx.settings.scrape_interval_s)
     rpm, tpm, cost = (policy.rpm, policy.tpm, policy.cost_per_day_usd) if policy else (None, None, None)
     shown = [
-        ("Requests per second by tenant", {"limit (rpm / 60)": rpm / SECONDS_PER_MINUTE} if rpm else {}),
-        ("Tokens per minute by tenant (quota tpm)", {"limit (tpm)": float(tpm)} if tpm else {}),
-        ("Spend today by tenant (quota cost per day)", {"limit (cost per day)": cost} if cost else {}),
-        ("Refusals by tenant", {}),
+        Shown(
+            "tenants",
+            "Requests per second by tenant",
+            {"limit (rpm / 60)": rpm / SECONDS_PER_MINUTE} if rpm else {},
+        ),
+        Shown(
+            "tenants", "Tokens per minute by tenant (quota tpm)", {"limit (tpm)": float(tpm)} if tpm else {}
+        ),
+        Shown(
+            "tenants",
+            "Spend today by tenant (quota cost per day)",
+            {"limit (cost per day)": cost} if cost else {},
+        ),
+        Shown("tenants", "Refusals by tenant"),
     ]
-    columns = st.columns(2)
-    for i, (title, limits) in enumerate(shown):
-        chosen = panel("tenants", title)
-        with columns[i % 2]:
-            try:
-                data = frame(ctx.source, chosen, window, {"tenant": tenant})
-                draw(chosen, data, window, limits=limits, key=f"tenant_chart_{i}")
-            except OSError as exc:
-                st.warning(f"{title}: {exc}")
+    grid(ctx.source, shown, window, {"tenant": tenant}, key="tenant_chart")
 
 
 def spend_per_day(ctx: Console, tenant: str) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from console_app import CHROMIUM_ARGS
 from services import unavailable
 
 from ferryman.canary import Gates
@@ -25,15 +26,6 @@ from registry.writer import QuotaLimits, RegistryWriter, VersionSpec
 PASSWORD = "browser-test-password"
 START_TIMEOUT_S = 60.0
 SETTLE_TIMEOUT_S = 15.0
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCHEMA = {
     "inputs": [{"name": "input", "dtype": "FP32", "shape": [512]}],
     "outputs": [{"name": "output", "dtype": "FP32", "shape": [10]}],

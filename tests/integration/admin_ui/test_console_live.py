@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 import streamlit as st
-from console_app import logged_in
+from console_app import CHROMIUM_ARGS, logged_in
 from prometheus_server import SCRAPE_INTERVAL_S, run_prometheus
 from services import unavailable
 
@@ -35,15 +35,6 @@ from registry.db import make_engine
 from registry.reader import RegistryReader
 from registry.writer import QuotaLimits, RegistryWriter, VersionSpec
 
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 PAGES = [
     "Overview",
     "Tenants",

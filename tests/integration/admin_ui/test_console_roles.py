@@ -7,7 +7,7 @@ import time
 
 import pytest
 import streamlit as st
-from console_app import APP, TIMEOUT_S, logged_in, open_page
+from console_app import APP, EVERYONE_SEES, TIMEOUT_S, logged_in, open_page
 from streamlit.testing.v1 import AppTest
 
 from admin_ui.auth import hash_password
@@ -20,17 +20,6 @@ from registry.writer import RegistryWriter
 
 Registry = tuple[RegistryWriter, RegistryReader]
 PEOPLE_PASSWORD = "a long enough one"
-EVERYONE_SEES = [
-    "Overview",
-    "Tenants",
-    "Quotas",
-    "Models",
-    "Routing",
-    "Nodes",
-    "Jobs",
-    "Dead letters",
-    "Audit log",
-]
 WRITE_WIDGETS = [
     "route_apply",
     "promote",
