@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 import streamlit as st
-from console_app import CHROMIUM_ARGS, logged_in
+from console_app import CHROMIUM_ARGS, EVERYONE_SEES, logged_in
 from prometheus_server import SCRAPE_INTERVAL_S, run_prometheus
 from services import unavailable
 
