@@ -39,6 +39,7 @@ class ScrapeHistory:
         self._lock = threading.Lock()
         self._times: list[float] = []
         self._metrics: dict[str, dict[Labels, array[float]]] = {}
+        self._generation = 0
         self.last_error = ""
         self._stop = threading.Event()
 
@@ -106,11 +107,13 @@ class ScrapeHistory:
                 if any(not math.isnan(v) for v in kept):  # a series gone for the whole reach goes
                     metrics.setdefault(name, {})[labels] = kept
         self._metrics = metrics
+        self._generation += 1
 
     def view(self) -> Columns:
         """What a query reads: consistent as of now, whatever later scrapes append."""
         with self._lock:
-            return Columns(list(self._times), {name: dict(known) for name, known in self._metrics.items()})
+            metrics = {name: dict(known) for name, known in self._metrics.items()}
+            return Columns(list(self._times), metrics, self._generation)
 
     def covered_s(self) -> float:
         """How many seconds of history there are."""

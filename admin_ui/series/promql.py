@@ -32,6 +32,8 @@ class Columns:
 
     times: Sequence[float]
     metrics: Mapping[str, Mapping[Labels, Sequence[float]]]
+    generation: int = 0
+    """Moves when past columns were rewritten (thinned): results for past instants change."""
 
     @staticmethod
     def from_scrapes(scrapes: Sequence[Scrape]) -> Columns:
@@ -375,6 +377,14 @@ class Evaluator:
         return out
 
 
+def instant(evaluator: Evaluator, node: Node, t: float) -> dict[Labels, float]:
+    """The expression's series at ``t``, NaN left out (a gap, as in Prometheus)."""
+    result = evaluator.vector(node, t)
+    if isinstance(result, float):
+        result = {(): result}
+    return {labels: value for labels, value in result.items() if not math.isnan(value)}
+
+
 def evaluate(
     expression: str, data: Columns | Sequence[Scrape], times: Sequence[float]
 ) -> dict[Labels, list[tuple[float, float]]]:
@@ -383,10 +393,6 @@ def evaluate(
     evaluator = Evaluator(data if isinstance(data, Columns) else Columns.from_scrapes(data))
     out: dict[Labels, list[tuple[float, float]]] = {}
     for t in times:
-        result = evaluator.vector(node, t)
-        if isinstance(result, float):
-            result = {(): result}
-        for labels, value in result.items():
-            if not math.isnan(value):
-                out.setdefault(labels, []).append((t, value))
+        for labels, value in instant(evaluator, node, t).items():
+            out.setdefault(labels, []).append((t, value))
     return out

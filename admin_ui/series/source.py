@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import urllib.parse
 import urllib.request
+from collections import OrderedDict
 from typing import Protocol
 
 from admin_ui.series.history import ScrapeHistory
-from admin_ui.series.promql import Labels, evaluate
+from admin_ui.series.promql import Evaluator, Labels, instant, parse
 
 Series = dict[Labels, list[tuple[float, float]]]
 PROMETHEUS_TIMEOUT_S = 5.0
+CACHED_INSTANTS = 20_000
+"""Evaluated instants a console keeps (each a handful of series): every chart of every page
+at every range, and then some."""
 
 
 class SeriesSource(Protocol):
@@ -64,16 +69,42 @@ class PrometheusSource:
 
 
 class LocalSource:
-    """The console's own scrapes (``FERRYMAN_CONSOLE_METRICS_URLS``), kept by ``ScrapeHistory``."""
+    """The console's own scrapes (``FERRYMAN_CONSOLE_METRICS_URLS``), kept by ``ScrapeHistory``.
+
+    Charts redraw every few seconds over the same range: instants on the step's grid that a
+    later scrape has passed are final, so each is evaluated once and kept (bounded), and a
+    redraw evaluates only the newest ones."""
 
     name = "the console's own scrapes"
 
     def __init__(self, history: ScrapeHistory) -> None:
         self.history = history
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[tuple[str, float, int], dict[Labels, float]] = OrderedDict()
 
     def query_range(self, expression: str, start: float, end: float, step: float) -> Series:
-        count = int((end - start) // step) + 1
-        return evaluate(expression, self.history.view(), [start + i * step for i in range(count)])
+        view = self.history.view()
+        node, evaluator = parse(expression), Evaluator(view)
+        settled = view.times[-1] if view.times else -math.inf
+        first, last = math.ceil(start / step), math.floor(end / step)
+        times = [k * step for k in range(first, last + 1)]  # the same floats at every redraw
+        if not times or times[-1] < end:
+            times.append(end)  # the newest value, off the grid
+        out: Series = {}
+        for t in times:
+            key = (expression, t, view.generation)
+            with self._lock:
+                found = self._cache.get(key)
+            if found is None:
+                found = instant(evaluator, node, t)
+                if t < settled:
+                    with self._lock:
+                        self._cache[key] = found
+                        while len(self._cache) > CACHED_INSTANTS:
+                            self._cache.popitem(last=False)
+            for labels, value in found.items():
+                out.setdefault(labels, []).append((t, value))
+        return out
 
     def query(self, expression: str, at: float) -> dict[Labels, float]:
-        return {labels: points[-1][1] for labels, points in self.query_range(expression, at, at, 1.0).items()}
+        return instant(Evaluator(self.history.view()), parse(expression), at)

@@ -10,6 +10,7 @@ import pytest
 from admin_ui.series.charts import RANGES, Window, board, expression
 from admin_ui.series.history import COARSE_STEP_S, FULL_RESOLUTION_S, MAX_SCRAPES, ScrapeHistory
 from admin_ui.series.promql import Labels, PromQLError, Scrape, evaluate, parse
+from admin_ui.series.source import LocalSource
 
 STEP_S = 5.0
 
@@ -159,3 +160,21 @@ def test_a_series_that_comes_late_or_goes_is_a_gap_not_a_zero() -> None:
     assert math.isnan(columns[series("y", n="gone")][3])
     got = evaluate("y", history.view(), [9.0])
     assert set(got) == {(("__name__", "y"), ("n", "late")), (("__name__", "y"), ("n", "gone"))}
+
+
+def test_a_redraw_reuses_settled_instants_and_recomputes_only_new_ones() -> None:
+    history = ScrapeHistory([], interval_s=STEP_S, reach_s=3600.0)
+    for t, found in requests(40):
+        history.add(t, found)
+    source = LocalSource(history)
+    expr = "sum by (model) (rate(ferryman_requests_total[20s]))"
+    end = 1000.0 + 39 * STEP_S
+    first = source.query_range(expr, end - 100, end, 10.0)
+    assert first == evaluate(expr, history.view(), [t for t, _ in first[(("model", "a"),)]])
+    for t, found in requests(45)[40:]:  # five more scrapes, model a now at 4 req/s
+        found["ferryman_requests_total"] = {k: v * 2 for k, v in found["ferryman_requests_total"].items()}
+        history.add(t, found)
+    again = source.query_range(expr, end - 80, end + 20, 10.0)
+    fresh = evaluate(expr, history.view(), [t for t, _ in again[(("model", "a"),)]])
+    assert again == fresh  # the cache never serves a stale instant
+    assert again[(("model", "a"),)][-1][1] > 2.0  # the newest instant saw the new scrapes
