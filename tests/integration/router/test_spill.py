@@ -11,6 +11,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+import grpc
 import numpy as np
 import pytest
 from job_helpers import Jobs, all_results, wait_job, worker
@@ -27,6 +28,7 @@ CAPACITY_PER_S = 2 * 2 * 4 / (SLOW_MS / 1000)
 OVERLOAD = 3.0
 SECONDS = 2.0
 TIMEOUT_S = 2.0
+RETRY_TIMEOUT_S = 10.0
 SNAPSHOT_S = 1.5
 """Long enough for the jobs router to read a registry change (tenants, policies)."""
 
@@ -38,6 +40,10 @@ class Outcome:
     jobs: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
     """job id -> (request id, the request's input)."""
     refused: list[str] = field(default_factory=list)
+    timed_out: dict[str, np.ndarray] = field(default_factory=dict)
+    """request id -> input, for calls whose own deadline passed with neither an answer nor a
+    job found (the router had not read them in time): the client is told, nothing was
+    accepted, and a retry under the same id must be answered or become a job."""
 
 
 async def send(client: AsyncClient, tenant: str, rate: float, spill: bool, seed: int) -> Outcome:
@@ -59,7 +65,10 @@ async def send(client: AsyncClient, tenant: str, rate: float, spill: bool, seed:
             assert accepted.reason == Reason.ACCEPTED_AS_JOB, accepted
             outcome.jobs[accepted.job_id] = (request_id, row)
         except FerrymanError as refused:
-            outcome.refused.append(refused.reason)
+            if refused.code == grpc.StatusCode.DEADLINE_EXCEEDED and not refused.reason:
+                outcome.timed_out[request_id] = row
+            else:
+                outcome.refused.append(refused.reason)
         else:
             np.testing.assert_allclose(np.asarray(answer.outputs["output"], np.float32), row * 2)
             late = time.monotonic() - started > TIMEOUT_S
@@ -90,6 +99,28 @@ async def overload(router: str, keys: dict[str, str]) -> dict[str, Outcome]:
             await client.close()
 
 
+async def retry_timed_out(jobs: Jobs, keys: dict[str, str], outcomes: dict[str, Outcome]) -> None:
+    for name in ("per-request", "by-policy"):
+        async with AsyncClient(jobs.router, keys[name], retries=0) as client:
+            for request_id, row in outcomes[name].timed_out.items():
+                try:
+                    answer = await client.predict(
+                        "echo",
+                        row,
+                        version="slow",
+                        timeout=RETRY_TIMEOUT_S,
+                        request_id=request_id,
+                        spill_to_job=True,
+                    )
+                except AcceptedAsJob as accepted:
+                    done = await asyncio.to_thread(
+                        wait_job, jobs, accepted.job_id, {jobs_pb2.JOB_STATE_COMPLETED}, key=keys[name]
+                    )
+                    assert done.succeeded == 1, done
+                else:
+                    np.testing.assert_allclose(np.asarray(answer.outputs["output"], np.float32), row * 2)
+
+
 @pytest.mark.timeout(300)
 def test_spilled_requests_are_all_answered_and_the_others_refused(jobs: Jobs) -> None:
     e2e = jobs.e2e
@@ -103,7 +134,9 @@ def test_spilled_requests_are_all_answered_and_the_others_refused(jobs: Jobs) ->
         outcome = outcomes[name]
         # Nothing lost: every request answered in time, or a job.
         assert outcome.refused == [] and outcome.late == 0, (name, outcome.refused, outcome.late)
-        assert outcome.answered + len(outcome.jobs) == sent, name
+        # A loaded machine can stall the router past a few calls' deadlines before it reads them.
+        assert len(outcome.timed_out) <= max(1, sent // 50), (name, len(outcome.timed_out), sent)
+        assert outcome.answered + len(outcome.jobs) + len(outcome.timed_out) == sent, name
         assert outcome.jobs, f"{name}: at {OVERLOAD}x capacity nothing spilled"
     refused = outcomes["refused"]
     assert not refused.jobs and refused.refused, "a tenant that did not opt in must be refused as before"
@@ -117,6 +150,8 @@ def test_spilled_requests_are_all_answered_and_the_others_refused(jobs: Jobs) ->
                 (result,) = all_results(jobs, job_id, 1, key=keys[name])
                 assert result.custom_id == request_id
                 np.testing.assert_allclose(decode(result.outputs[0].tensor), row * 2)
+        # A call that timed out on the client's side, retried under its id: answered, or a job.
+        asyncio.run(retry_timed_out(jobs, keys, outcomes))
     finally:
         proc.kill()
         proc.wait()
