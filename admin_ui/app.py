@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from admin_ui import session
-from admin_ui.auth import LoginThrottle, authenticate
+from admin_ui.auth import MAX_NAME_CHARS, MAX_PASSWORD_CHARS, LoginThrottle, authenticate
 from admin_ui.context import Console, NotAllowed, build_console
 from admin_ui.views import PAGES
 
@@ -35,8 +35,8 @@ def login(ctx: Console) -> None:
             else:
                 st.login(provider)
     with st.form("login"):
-        name = st.text_input("Name", key="login_name")
-        password = st.text_input("Password", type="password", key="password")
+        name = st.text_input("Name", key="login_name", max_chars=MAX_NAME_CHARS)
+        password = st.text_input("Password", type="password", key="password", max_chars=MAX_PASSWORD_CHARS)
         if st.form_submit_button("Log in", key="login_submit"):
             if (wait := throttle().wait_s()) > 0:
                 st.error(f"Too many wrong passwords: logins are locked for {wait:.0f} s more.")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -50,9 +51,22 @@ def check_login(password: str, stored_hash: str | None) -> bool:
     return bool(expected) and hmac.compare_digest(password.encode(), expected.encode())
 
 
+MAX_NAME_CHARS = 64
+MAX_PASSWORD_CHARS = 256
+"""What a login form takes at most (the server refuses longer, whatever the browser sent)."""
+
+
+@functools.cache
+def _decoy_hash() -> str:
+    return hash_password(secrets.token_urlsafe(SALT_BYTES))
+
+
 def authenticate(reader: RegistryReader, name: str, password: str) -> Person | None:
     """The person whose name and password these are. ``admin`` without an account of that
-    name logs in with the platform's admin password, so a fresh platform has a way in."""
+    name logs in with the platform's admin password, so a fresh platform has a way in.
+    An unknown name costs the same scrypt as a known one: timing tells no names."""
+    if len(name) > MAX_NAME_CHARS or len(password) > MAX_PASSWORD_CHARS:
+        return None
     account = reader.account(name)
     if account is not None:
         return (
@@ -62,6 +76,7 @@ def authenticate(reader: RegistryReader, name: str, password: str) -> Person | N
         )
     if name == BOOTSTRAP_ACCOUNT and check_login(password, reader.admin_password_hash()):
         return Person(BOOTSTRAP_ACCOUNT, Role.ADMIN)
+    verify_password(password, _decoy_hash())
     return None
 
 

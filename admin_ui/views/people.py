@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from admin_ui.auth import hash_password
+from admin_ui.auth import MAX_NAME_CHARS, MAX_PASSWORD_CHARS, hash_password
 from admin_ui.context import Console
 from registry.accounts import Permission, Role
 from registry.validation import RegistryError
@@ -32,9 +32,11 @@ def render(ctx: Console) -> None:
     left, right = st.columns(2)
     with left, st.form("person_form", clear_on_submit=True):
         st.subheader("Add a person, or set a new password")
-        name = st.text_input("Name", key="person_name")
+        name = st.text_input("Name", key="person_name", max_chars=MAX_NAME_CHARS)
         role = st.selectbox("Role", ROLES, key="person_role")
-        password = st.text_input("Password", type="password", key="person_password")
+        password = st.text_input(
+            "Password", type="password", key="person_password", max_chars=MAX_PASSWORD_CHARS
+        )
         if st.form_submit_button("Save", key="person_submit"):
             if len(password) < MIN_PASSWORD_LENGTH:
                 st.error(f"a password needs at least {MIN_PASSWORD_LENGTH} characters")

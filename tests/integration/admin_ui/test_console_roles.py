@@ -10,7 +10,7 @@ import streamlit as st
 from console_app import APP, EVERYONE_SEES, TIMEOUT_S, logged_in, open_page
 from streamlit.testing.v1 import AppTest
 
-from admin_ui.auth import hash_password
+from admin_ui.auth import MAX_NAME_CHARS, MAX_PASSWORD_CHARS, authenticate, hash_password
 from admin_ui.context import NotAllowed, Person, build_console
 from admin_ui.session import sign, unsign
 from registry.accounts import MAX_SESSIONS_PER_ACCOUNT, Permission, Role
@@ -205,3 +205,12 @@ def test_account_names_are_short_names_or_e_mail_addresses(registry: Registry) -
     for bad in ("Ada", "a" * 65, "x@y", "<script>", "ada@ex..com", ""):
         with pytest.raises(RegistryError, match="invalid account name"):
             writer.save_account(bad, "viewer", hash_password(PEOPLE_PASSWORD))
+
+
+def test_oversized_or_unknown_logins_are_refused_alike(registry: Registry) -> None:
+    writer, reader = registry
+    people(writer)
+    assert authenticate(reader, "vera", PEOPLE_PASSWORD) == Person("vera", Role.VIEWER)
+    assert authenticate(reader, "vera", "x" * (MAX_PASSWORD_CHARS + 1)) is None
+    assert authenticate(reader, "v" * (MAX_NAME_CHARS + 1), PEOPLE_PASSWORD) is None
+    assert authenticate(reader, "nobody", PEOPLE_PASSWORD) is None  # after the same scrypt as a real name
