@@ -245,6 +245,12 @@ class RegistryReader:
             )
             return list(s.exec(query))
 
+    def dead_letter_count(self, since: datetime) -> int:
+        """Dead letters recorded since ``since`` (one COUNT on the indexed timestamp)."""
+        with Session(self._engine) as s:
+            query = select(func.count()).select_from(DeadLetter).where(DeadLetter.created_at >= since)
+            return int(s.exec(query).one())
+
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         with Session(self._engine) as s:
             return list(s.exec(select(DeadLetter).order_by(col(DeadLetter.id).desc()).limit(limit)))

@@ -16,8 +16,6 @@ RECENT_S = 300.0
 DEAD_LETTER_HOUR = timedelta(hours=1)
 RECENT_GONE_S = 3600.0
 """A node gone for less than this is reported (it may have died); one gone longer is not."""
-DEAD_LETTER_SCAN = 500
-"""Newest dead letters read to count the last hour's (more than that: 'at least')."""
 
 
 @dataclass(frozen=True)
@@ -71,13 +69,7 @@ def gather(ctx: Console) -> Findings:
         elif node.lifecycle == "GONE" and age < RECENT_GONE_S:
             # One that left long ago is history (the Nodes page lists it), not a problem now.
             not_ready.append((node.name, f"gone, last heard {age / 60:.0f} min ago"))
-    hour_ago = now - DEAD_LETTER_HOUR
-    letters = sum(
-        1
-        for letter in ctx.reader.dead_letters(limit=DEAD_LETTER_SCAN)
-        if (letter.created_at if letter.created_at.tzinfo else letter.created_at.replace(tzinfo=UTC))
-        >= hour_ago
-    )
+    letters = ctx.reader.dead_letter_count(now - DEAD_LETTER_HOUR)
     alerts: list[tuple[str, str]] = []
     breakers: list[str] = []
     refused: dict[str, float] = {}

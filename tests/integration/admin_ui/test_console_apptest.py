@@ -6,6 +6,7 @@ import asyncio
 import os
 import time
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from admin_ui.auth import FREE_ATTEMPTS
 from ferryman.jobs.sql_store import SqlJobStore
 from ferryman.jobs.store import JobRecord, State
 from registry.reader import RegistryReader
+from registry.tables import DeadLetter
 from registry.writer import RegistryWriter, VersionSpec
 
 
@@ -216,3 +218,18 @@ def test_a_tenants_jobs_show_their_progress_and_one_is_cancelled(
         return [job.state if job else None for job in jobs]
 
     assert asyncio.run(states()) == [State.CANCELLED, State.QUEUED]  # only the one chosen
+
+
+def test_the_overview_counts_the_last_hours_dead_letters(
+    registry: tuple[RegistryWriter, RegistryReader],
+) -> None:
+    writer, reader = registry
+    at = logged_in()
+    assert at.success and "Nothing wrong right now" in at.success[0].value
+    letter = DeadLetter(
+        model="mlp", version="1", request_id="r-1", tenant="acme", input_sha256="ab" * 32, error="ValueError"
+    )
+    writer.record_dead_letter(letter)
+    at.run()
+    assert "1 dead letters in the last hour" in at.error[0].value
+    assert reader.dead_letter_count(datetime.now(UTC) + timedelta(seconds=1)) == 0
