@@ -24,6 +24,7 @@ from router.quota.settings import QuotaSettings
 
 LIMIT = 4
 FLOOD = 16
+HOLD_MS = 3000
 
 
 def slow_request() -> inference_pb2.PredictRequest:
@@ -91,7 +92,13 @@ def test_the_sdk_stops_sending_most_of_what_the_platform_keeps_refusing(e2e: E2E
     async def scenario() -> tuple[int, int]:
         async with ferryman.AsyncClient(router, key, retries=0) as client:
             inputs = np.ones((1, echo.WIDTH), np.float32)
-            running = asyncio.create_task(client.predict("echo", inputs, version="slow"))
+            # The one admitted request holds the only slot for the whole flood, however slow
+            # the machine: with SLOW_MS alone, a loaded CI runner outlasted it (seen: 11 of
+            # 300 then admitted and answered).
+            hold = {"delay_ms": str(HOLD_MS)}
+            running = asyncio.create_task(
+                client.predict("echo", inputs, version="slow", parameters=hold, timeout=HOLD_MS / 100)
+            )
             await asyncio.sleep(SLOW_MS / 3000)
             local = server = 0
             for _ in range(300):
@@ -100,6 +107,7 @@ def test_the_sdk_stops_sending_most_of_what_the_platform_keeps_refusing(e2e: E2E
                 except ferryman.FerrymanError as exc:
                     local += exc.reason == THROTTLED
                     server += exc.reason == Reason.OVERLOADED
+            assert not running.done(), "the flood outlasted the request holding the slot"
             await running
             return local, server
 
