@@ -4,8 +4,9 @@ so synchronous tests can talk to it over real gRPC on a free port."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 ServiceMain = Callable[[asyncio.Event, Callable[[str], None]], Awaitable[int]]
 
@@ -58,3 +59,15 @@ class ServiceThread:
         self._thread.join(timeout)
         if self._thread.is_alive():
             raise TimeoutError("service did not stop")
+
+
+@contextlib.contextmanager
+def own_threads(threads: list[ServiceThread]) -> Iterator[None]:
+    """Services appended to ``threads`` inside the block (a test's own routers on a session's
+    platform) are stopped, newest first, and removed when it ends."""
+    first = len(threads)
+    try:
+        yield
+    finally:
+        while len(threads) > first:
+            threads.pop().stop()
