@@ -24,14 +24,17 @@ from router.quota.settings import QuotaSettings
 
 LIMIT = 4
 FLOOD = 16
-HOLD_MS = 3000
+HOLD = {"delay_ms": "3000"}
+"""Parameters of a request to echo:slow that runs 3 s, not SLOW_MS."""
 
 
-def slow_request() -> inference_pb2.PredictRequest:
+def slow_request(hold: bool = False) -> inference_pb2.PredictRequest:
+    """A request to echo:slow; ``hold``: with HOLD."""
     return inference_pb2.PredictRequest(
         model="echo",
         version="slow",
         inputs=[common_pb2.NamedTensor(name="input", tensor=encode(np.ones((1, echo.WIDTH), np.float32)))],
+        parameters=HOLD if hold else {},
     )
 
 
@@ -43,16 +46,19 @@ async def flood(router: str, flood_key: str, light_key: str) -> list[Outcome]:
     async with grpc.aio.insecure_channel(router) as channel:
         stub = inference_pb2_grpc.InferenceStub(channel)
 
-        async def one(key: str) -> Outcome:
+        async def one(key: str, hold: bool) -> Outcome:
+            request = slow_request(hold)
             try:
-                await stub.Predict(slow_request(), metadata=[("authorization", f"Bearer {key}")], timeout=10)
+                await stub.Predict(request, metadata=[("authorization", f"Bearer {key}")], timeout=10)
             except grpc.aio.AioRpcError as exc:
                 return exc
             return None
 
-        flooding = [asyncio.create_task(one(flood_key)) for _ in range(FLOOD)]
+        # The admitted ones hold their slots until every call of the flood has arrived,
+        # however slow the machine.
+        flooding = [asyncio.create_task(one(flood_key, hold=True)) for _ in range(FLOOD)]
         await asyncio.sleep(SLOW_MS / 3000)  # the admitted ones are running
-        light = await one(light_key)
+        light = await one(light_key, hold=False)
         assert light is None, f"the light tenant was refused beside the flood: {light}"
         return list(await asyncio.gather(*flooding))
 
@@ -95,9 +101,8 @@ def test_the_sdk_stops_sending_most_of_what_the_platform_keeps_refusing(e2e: E2E
             # The one admitted request holds the only slot for the whole flood, however slow
             # the machine: with SLOW_MS alone, a loaded CI runner outlasted it (seen: 11 of
             # 300 then admitted and answered).
-            hold = {"delay_ms": str(HOLD_MS)}
             running = asyncio.create_task(
-                client.predict("echo", inputs, version="slow", parameters=hold, timeout=HOLD_MS / 100)
+                client.predict("echo", inputs, version="slow", parameters=HOLD, timeout=10)
             )
             await asyncio.sleep(SLOW_MS / 3000)
             local = server = 0
