@@ -10,12 +10,14 @@ Anything else is refused by name, never guessed at.
 
 from __future__ import annotations
 
-import bisect
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from admin_ui.series import windows
 from ferryman.top import quantile
 
 Labels = tuple[tuple[str, str], ...]
@@ -246,57 +248,56 @@ def _without_name(labels: Labels) -> Labels:
     return tuple(p for p in labels if p[0] != "__name__")
 
 
-def _extrapolated(points: Sequence[tuple[float, float]], start: float, end: float, per_second: bool) -> float:
-    """Prometheus' extrapolatedRate for a counter: resets added back, edges extrapolated."""
-    (first_t, first_v), (last_t, last_v) = points[0], points[-1]
-    delta, previous = last_v - first_v, first_v
-    for _, value in points[1:]:
-        if value < previous:
-            delta += previous
-        previous = value
-    sampled = last_t - first_t
-    average = sampled / (len(points) - 1)
-    to_start, to_end = first_t - start, end - last_t
-    if to_start >= average * 1.1:
-        to_start = average / 2
-    if delta > 0 and first_v >= 0:
-        to_start = min(to_start, sampled * (first_v / delta))
-    if to_end >= average * 1.1:
-        to_end = average / 2
-    factor = (sampled + to_start + to_end) / sampled
-    return delta * factor / ((end - start) if per_second else 1.0)
-
-
 class Evaluator:
-    """Evaluates parsed expressions at given times over columns of scrapes."""
+    """Evaluates parsed expressions at given times over columns of scrapes. Selectors are
+    evaluated for all of ``instants`` (a range query's) at their first use, one pass per
+    series (``windows``); an instant outside them is evaluated alone."""
 
-    def __init__(self, columns: Columns) -> None:
+    def __init__(self, columns: Columns, instants: Sequence[float] = ()) -> None:
         self.columns = columns
-        self._matched: dict[Selector, list[tuple[Labels, Sequence[float]]]] = {}
+        self._instants = list(instants)
+        self._planned = set(self._instants)
+        self._times = np.asarray(columns.times, dtype=np.float64)
+        self._by_instant: dict[Selector | Call, dict[float, Vector]] = {}
+        self._groups: dict[Aggregate, dict[Labels, Labels]] = {}
 
-    def _series(self, selector: Selector) -> list[tuple[Labels, Sequence[float]]]:
-        """The selector's series, matched once per evaluation (not once per instant)."""
-        if selector not in self._matched:
-            name, rest = selector.matchers[0].value, selector.matchers[1:]
-            found = self.columns.metrics.get(name, {})
-            self._matched[selector] = [
-                (labels, column)
-                for labels, column in found.items()
-                if all(m.matches(dict(labels)) for m in rest)
-            ]
-        return self._matched[selector]
+    def _series(self, selector: Selector) -> tuple[list[Labels], list[Sequence[float]]]:
+        """The selector's series: their labels and their columns."""
+        name, rest = selector.matchers[0].value, selector.matchers[1:]
+        matched = [
+            (labels, column)
+            for labels, column in self.columns.metrics.get(name, {}).items()
+            if all(m.matches(dict(labels)) for m in rest)
+        ]
+        return [labels for labels, _ in matched], [column for _, column in matched]
 
-    def _select(
-        self, selector: Selector, since: float, until: float
-    ) -> dict[Labels, list[tuple[float, float]]]:
-        times = self.columns.times
-        lo, hi = bisect.bisect_right(times, since), bisect.bisect_right(times, until)
-        out: dict[Labels, list[tuple[float, float]]] = {}
-        for labels, column in self._series(selector):
-            points = [(times[i], column[i]) for i in range(lo, hi) if not math.isnan(column[i])]
-            if points:
-                out[labels] = points
-        return out
+    def _at(self, node: Selector | Call, t: float) -> Vector:
+        """``node`` (a selector, or rate/increase of one) at ``t``."""
+        known = self._by_instant.setdefault(node, {})
+        if t in known:
+            return known[t]
+        instants = self._instants if t in self._planned else [t]
+        found: dict[float, Vector] = {at: {} for at in instants}
+        selector = node if isinstance(node, Selector) else node.args[0]
+        assert isinstance(selector, Selector)  # the caller checked
+        reach = LOOKBACK_S if selector.range_s is None else selector.range_s
+        # Only the scrapes the instants' windows reach: a redraw reads a few, not a day.
+        lo, hi = np.searchsorted(self._times, (min(instants) - reach, max(instants)), side="right").tolist()
+        labels, columns = self._series(selector)
+        if not isinstance(node, Selector):
+            labels = [_without_name(one) for one in labels]
+        when, times, first_row = np.asarray(instants, dtype=np.float64), self._times[lo:hi], 0
+        for block in windows.blocks(columns, lo, hi) if hi > lo else []:
+            if isinstance(node, Selector):
+                has, got = windows.latest(times, block, when, reach)
+            else:
+                has, got = windows.extrapolated(times, block, when, reach, node.function == "rate")
+            rows, ats = np.nonzero(has)
+            for row, k, value in zip(rows.tolist(), ats.tolist(), got[has].tolist(), strict=True):
+                found[instants[k]][labels[first_row + row]] = value
+            first_row += len(block)
+        known.update(found)
+        return known[t]
 
     def vector(self, node: Node, t: float) -> Vector | float:
         if isinstance(node, float):
@@ -304,7 +305,7 @@ class Evaluator:
         if isinstance(node, Selector):
             if node.range_s is not None:
                 raise PromQLError("a range selector needs rate() or increase()")
-            return {labels: points[-1][1] for labels, points in self._select(node, t - LOOKBACK_S, t).items()}
+            return self._at(node, t)
         if isinstance(node, Call):
             return self._call(node, t)
         if isinstance(node, Aggregate):
@@ -326,23 +327,22 @@ class Evaluator:
         (arg,) = node.args
         if not isinstance(arg, Selector) or arg.range_s is None:
             raise PromQLError(f"{node.function}() takes a range selector")
-        start = t - arg.range_s
-        return {
-            _without_name(labels): _extrapolated(points, start, t, node.function == "rate")
-            for labels, points in self._select(arg, start, t).items()
-            if len(points) >= 2
-        }
+        return self._at(node, t)
 
     def _aggregate(self, node: Aggregate, t: float) -> Vector:
         inner = self.vector(node.inner, t)
         if isinstance(inner, float):
             raise PromQLError(f"{node.op} takes a vector")
+        keys = self._groups.setdefault(node, {})  # the same series at every instant
         groups: dict[Labels, list[float]] = {}
         for labels, value in inner.items():
-            if node.without:
-                key = tuple(p for p in _without_name(labels) if p[0] not in node.labels)
-            else:
-                key = tuple(p for p in labels if p[0] in node.labels)
+            key = keys.get(labels)
+            if key is None:
+                if node.without:
+                    key = tuple(p for p in _without_name(labels) if p[0] not in node.labels)
+                else:
+                    key = tuple(p for p in labels if p[0] in node.labels)
+                keys[labels] = key
             groups.setdefault(key, []).append(value)
         return {key: AGGREGATIONS[node.op](values) for key, values in groups.items()}
 
@@ -390,7 +390,7 @@ def evaluate(
 ) -> dict[Labels, list[tuple[float, float]]]:
     """Each series of ``expression`` at each of ``times``: what a range query returns."""
     node = parse(expression)
-    evaluator = Evaluator(data if isinstance(data, Columns) else Columns.from_scrapes(data))
+    evaluator = Evaluator(data if isinstance(data, Columns) else Columns.from_scrapes(data), times)
     out: dict[Labels, list[tuple[float, float]]] = {}
     for t in times:
         for labels, value in instant(evaluator, node, t).items():

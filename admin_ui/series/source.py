@@ -84,22 +84,23 @@ class LocalSource:
 
     def query_range(self, expression: str, start: float, end: float, step: float) -> Series:
         view = self.history.view()
-        node, evaluator = parse(expression), Evaluator(view)
         settled = view.times[-1] if view.times else -math.inf
         first, last = math.ceil(start / step), math.floor(end / step)
         times = [k * step for k in range(first, last + 1)]  # the same floats at every redraw
         if not times or times[-1] < end:
             times.append(end)  # the newest value, off the grid
+        with self._lock:
+            cached = {t: self._cache.get((expression, t, view.generation)) for t in times}
+        missing = [t for t, found in cached.items() if found is None]
+        node, evaluator = parse(expression), Evaluator(view, missing)
         out: Series = {}
         for t in times:
-            key = (expression, t, view.generation)
-            with self._lock:
-                found = self._cache.get(key)
+            found = cached[t]
             if found is None:
                 found = instant(evaluator, node, t)
                 if t < settled:
                     with self._lock:
-                        self._cache[key] = found
+                        self._cache[(expression, t, view.generation)] = found
                         while len(self._cache) > CACHED_INSTANTS:
                             self._cache.popitem(last=False)
             for labels, value in found.items():

@@ -11,6 +11,7 @@ from admin_ui.series.charts import RANGES, Window, board, expression
 from admin_ui.series.history import COARSE_STEP_S, FULL_RESOLUTION_S, MAX_SCRAPES, ScrapeHistory
 from admin_ui.series.promql import Labels, PromQLError, Scrape, evaluate, parse
 from admin_ui.series.source import LocalSource
+from admin_ui.series.windows import ROWS_PER_BLOCK
 
 STEP_S = 5.0
 
@@ -79,6 +80,40 @@ def test_a_counter_reset_is_not_a_negative_rate() -> None:
     # In (1000, 1020]: 20 -> 30, then 0 -> 5 after the restart, then 5 -> 15: 25 over 15 s,
     # extrapolated to the 20 s window as Prometheus does.
     assert got[()] == pytest.approx(25 / 15)
+
+
+def test_a_reset_across_a_missed_scrape_counts_from_the_last_sample_before_it() -> None:
+    name = series("c")
+    values = [10.0, 20.0, None, 5.0, 15.0]  # the scrape at 1010 lacked the series
+    scrapes = [scrape(1000.0 + i * STEP_S, {} if v is None else {name: v}) for i, v in enumerate(values)]
+    # In (1000, 1020]: 20 at 1005, 5 at 1015 (a reset: 20 lost), 15 at 1020: 15 over 15 s,
+    # the start extrapolated by 5 s (under 1.1 average gaps of 7.5 s): 15 * 20 / 15.
+    assert at_end("increase(c[20s])", scrapes) == {(): pytest.approx(20.0)}
+    assert at_end("rate(c[20s])", scrapes) == {(): pytest.approx(1.0)}
+
+
+def test_many_series_at_many_instants_equal_each_instant_alone() -> None:
+    # More series than one block of the matrix evaluation, each with its own slope.
+    names = [series("c", i=str(i)) for i in range(2 * ROWS_PER_BLOCK + 3)]
+
+    def present(i: int, k: int) -> bool:  # gaps in every series, none in the last 50 s
+        return k >= 30 or (i + k) % 7 != 0
+
+    scrapes = [
+        scrape(1000.0 + k * STEP_S, {n: (i + 1) * k * STEP_S for i, n in enumerate(names) if present(i, k)})
+        for k in range(40)
+    ]
+    times = [1000.0 + k * 3.0 for k in range(70)]
+    for expr in ("rate(c[20s])", "c", "sum(rate(c[1m]))"):
+        together = evaluate(expr, scrapes, times)
+        alone: dict[Labels, list[tuple[float, float]]] = {}
+        for t in times:
+            for labels, points in evaluate(expr, scrapes, [t]).items():
+                alone.setdefault(labels, []).extend(points)
+        assert together == alone, expr
+    last = at_end("rate(c[20s])", scrapes)
+    assert len(last) == len(names)
+    assert all(v == pytest.approx(float(dict(k)["i"]) + 1) for k, v in last.items())
 
 
 def test_histogram_quantile_over_rates() -> None:
