@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ferryman.bench.neighbors import LightLoad, ferryman_up, flood, goodput, until_served
 from ferryman.kernel.net import free_port
-from ferryman.sdk.client import AsyncClient
+from ferryman.sdk.aio import AsyncClient
 from registry.db import make_engine
 from registry.writer import RegistryWriter
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ferryman.kernel.net import free_port
-from ferryman.sdk.client import AsyncClient
+from ferryman.sdk.aio import AsyncClient
 from ferryman.sdk.errors import FerrymanError
 
 HEAVY_MODEL = "minilm"

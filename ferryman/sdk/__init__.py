@@ -1,6 +1,7 @@
 """The Ferryman Python SDK."""
 
-from ferryman.sdk.client import AsyncClient, Client
+from ferryman.sdk.aio import AsyncClient
+from ferryman.sdk.client import Client
 from ferryman.sdk.errors import (
     AcceptedAsJob,
     ClientClosed,

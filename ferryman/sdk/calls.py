@@ -1,4 +1,4 @@
-"""What both clients share: request building, the endpoint and key, retry delays,
+"""What both clients share: request building, the endpoint and key, retry delays, stream answers,
 credentials and channel options."""
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ from typing import Any
 import grpc
 
 from ferryman.sdk.convert import to_inputs
-from ferryman.sdk.errors import DeadlineExceeded, FerrymanError, QuotaExceeded, RetryableError
+from ferryman.sdk.errors import DeadlineExceeded, FerrymanError, QuotaExceeded, RetryableError, from_status
+from ferryman.sdk.prediction import Prediction
 from ferryman.v1 import common_pb2, inference_pb2
 
 DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_MAX_TOKENS = 256
+"""What ``generate`` and ``chat`` ask for when the caller names no ``max_tokens``."""
 DEFAULT_TARGET = "127.0.0.1:7001"
 TARGET_ENV = "FERRYMAN_TARGET"
 API_KEY_ENV = "FERRYMAN_API_KEY"
@@ -160,4 +163,29 @@ def needs_schema(inputs: Any) -> bool:
         return True
     return any(
         isinstance(v, list | tuple) and not all(isinstance(x, str) for x in v) for v in inputs.values()
+    )
+
+
+def stream_answer(reply: inference_pb2.PredictStreamResponse) -> Prediction | FerrymanError:
+    """One answer of a PredictStream: its prediction, or its error tagged with its id."""
+    if reply.WhichOneof("result") == "response":
+        return Prediction.from_proto(reply.response)
+    return tagged(from_status(reply.error), reply.request_id)
+
+
+STREAM_OPTIONS = frozenset({"user", "priority", "version", "parameters"})
+
+
+def stream_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``predict_many``'s per-request options, each of STREAM_OPTIONS (unknown ones refused)."""
+    unknown = set(options) - STREAM_OPTIONS
+    if unknown:
+        raise TypeError(f"unknown options {sorted(unknown)}: one of {sorted(STREAM_OPTIONS)}")
+    return {name: options.get(name) for name in STREAM_OPTIONS}
+
+
+def missing_answer(request_id: str) -> FerrymanError:
+    """What a request the stream closed without answering gets."""
+    return tagged(
+        FerrymanError(grpc.StatusCode.INTERNAL, "the stream ended without an answer", "NO_ANSWER"), request_id
     )

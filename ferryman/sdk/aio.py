@@ -1,0 +1,217 @@
+"""The Python SDK for asyncio: ``AsyncClient``, ``Client``'s API awaited (retries, errors,
+streams and jobs as ``ferryman.sdk.client`` describes).
+
+    async with ferryman.AsyncClient("127.0.0.1:7001", api_key="fm_...") as client:
+        prediction = await client.predict("mlp", numpy.zeros((1, 512), "float32"))
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import grpc
+
+from ferryman.sdk.calls import (
+    DEFAULT_MAX_TOKENS,
+    Metadata,
+    build_request,
+    call_metadata,
+    call_timeout,
+    channel_options,
+    needs_schema,
+    out_of_time,
+    retry_or_raise,
+    stream_answer,
+    stream_options,
+    tagged,
+)
+from ferryman.sdk.endpoint import Endpoint
+from ferryman.sdk.errors import DeadlineExceeded, FerrymanError, from_rpc_error
+from ferryman.sdk.generation import Chunk, Message, build_generate, stream_async
+from ferryman.sdk.prediction import Prediction
+from ferryman.sdk.spill import spilled_late_async
+from ferryman.sdk.throttle import throttled
+from ferryman.v1 import inference_pb2
+
+__all__ = ["AsyncClient"]
+
+
+class AsyncClient(Endpoint):
+    """An asyncio client for one Ferryman endpoint (same API as Client, awaited)."""
+
+    def _open_channel(self) -> grpc.aio.Channel:
+        self._channel = (
+            grpc.aio.secure_channel(self._target, self._credentials, channel_options())
+            if self._credentials
+            else grpc.aio.insecure_channel(self._target, channel_options())
+        )
+        return self._channel
+
+    async def get_model(self, model: str, *, metadata: Metadata | None = None) -> inference_pb2.ModelInfo:
+        self._check_open()
+        if model not in self._models:
+            try:
+                self._models[model] = await self._stub.GetModel(
+                    inference_pb2.GetModelRequest(model=model),
+                    metadata=call_metadata(self._metadata, metadata),
+                    timeout=self._timeout,
+                )
+            except grpc.RpcError as exc:
+                raise from_rpc_error(exc) from None
+        return self._models[model]
+
+    async def list_models(self, *, metadata: Metadata | None = None) -> list[inference_pb2.ModelInfo]:
+        self._check_open()
+        try:
+            response = await self._stub.ListModels(
+                inference_pb2.ListModelsRequest(),
+                metadata=call_metadata(self._metadata, metadata),
+                timeout=self._timeout,
+            )
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return list(response.models)
+
+    async def feedback(
+        self, request_id: str, metric: str, value: float = 1.0, *, metadata: Metadata | None = None
+    ) -> inference_pb2.FeedbackResponse:
+        """Report an outcome (a click, a conversion, a rating) of an answered request, recorded
+        against the version that served it; once per metric and request."""
+        self._check_open()
+        try:
+            response: inference_pb2.FeedbackResponse = await self._stub.Feedback(
+                inference_pb2.FeedbackRequest(request_id=request_id, metric=metric, value=value),
+                metadata=call_metadata(self._metadata, metadata),
+                timeout=self._timeout,
+            )
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        return response
+
+    async def predict(
+        self,
+        model: str,
+        inputs: Any,
+        *,
+        user: str | None = None,
+        priority: str | int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (the SDK's documented API, as Client.predict)
+        version: str | None = None,
+        parameters: Mapping[str, str] | None = None,
+        request_id: str | None = None,
+        metadata: Metadata | None = None,
+        spill_to_job: bool = False,
+    ) -> Prediction:
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + call_timeout(timeout, self._timeout)
+        info = await self.get_model(model, metadata=metadata) if needs_schema(inputs) else None
+        request = build_request(
+            model,
+            inputs,
+            info,
+            user=user,
+            priority=priority,
+            version=version,
+            parameters=parameters,
+            request_id=request_id,
+            spill_to_job=spill_to_job,
+        )
+        call = call_metadata(self._metadata, metadata)
+        try:
+            for attempt in range(self._retries + 1):
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise tagged(out_of_time(), request.request_id)
+                if self._throttle.admit():
+                    try:
+                        response = await self._stub.Predict(request, metadata=call, timeout=remaining)
+                        self._throttle.answered(grpc.StatusCode.OK)
+                        return Prediction.from_proto(response)
+                    except grpc.RpcError as exc:
+                        error = tagged(from_rpc_error(exc), request.request_id)
+                        self._throttle.answered(error.code, error.reason)
+                else:
+                    error = tagged(throttled(), request.request_id)
+                await asyncio.sleep(retry_or_raise(error, attempt, self._retries, loop.time(), deadline))
+        except DeadlineExceeded as late:
+            raise await spilled_late_async(self._channel, request, late, tuple(call)) from None
+        raise AssertionError("unreachable")
+
+    async def predict_many(
+        self,
+        model: str,
+        inputs: Sequence[Any],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (as Client.predict_many)
+        metadata: Metadata | None = None,
+        **options: Any,
+    ) -> AsyncIterator[Prediction | FerrymanError]:
+        """As ``Client.predict_many``, but yields each answer (or error) as it arrives,
+        in the order the server answers."""
+        self._check_open()
+        info = await self.get_model(model, metadata=metadata) if any(map(needs_schema, inputs)) else None
+        requests = [
+            build_request(model, one, info, request_id=None, **stream_options(options)) for one in inputs
+        ]
+        call = self._stub.PredictStream(
+            iter(requests),
+            metadata=call_metadata(self._metadata, metadata),
+            timeout=call_timeout(timeout, self._timeout),
+        )
+        try:
+            async for reply in call:
+                yield stream_answer(reply)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    def generate(
+        self,
+        model: str,
+        prompt: str,
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+        **options: Any,
+    ) -> AsyncIterator[Chunk]:
+        """``Client.generate`` as an async iterator."""
+        return self._stream(
+            build_generate(model, prompt=prompt, max_tokens=max_tokens, **options), timeout, metadata
+        )
+
+    def chat(
+        self,
+        model: str,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+        **options: Any,
+    ) -> AsyncIterator[Chunk]:
+        """``Client.chat`` as an async iterator."""
+        return self._stream(
+            build_generate(model, messages=messages, max_tokens=max_tokens, **options), timeout, metadata
+        )
+
+    def _stream(
+        self, request: inference_pb2.GenerateRequest, timeout: float | None, metadata: Metadata | None
+    ) -> AsyncIterator[Chunk]:
+        self._check_open()
+        deadline = asyncio.get_running_loop().time() + call_timeout(timeout, self._timeout)
+        return stream_async(
+            self._stub, request, call_metadata(self._metadata, metadata), deadline, self._retries
+        )
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._channel.close(grace=None)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
