@@ -40,7 +40,6 @@ class Samples:
 
     def __init__(self, values: Floats) -> None:
         rows, width = values.shape
-        self.values = values
         present = ~np.isnan(values)
         index = np.arange(width)
         # Column 0 stands for "before the first scrape", so an empty window reads -1.
