@@ -10,6 +10,11 @@ RUN useradd --uid 10001 --create-home --shell /usr/sbin/nologin ferryman
 WORKDIR /app
 COPY pyproject.toml constraints.txt README.md ./
 COPY ferryman ferryman
+COPY ferryman_kernel ferryman_kernel
+COPY ferryman_jobs ferryman_jobs
+COPY ferryman_quota ferryman_quota
+COPY ferryman_rollouts ferryman_rollouts
+COPY ferryman_cli ferryman_cli
 COPY registry registry
 COPY router router
 COPY batcher batcher

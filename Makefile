@@ -44,13 +44,13 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
-	$(BIN)/python -m ferryman.protogen --check
+	$(BIN)/python -m ferryman_cli.protogen --check
 
 test: lint $(CLIENTS_STAMP) $(BUF_STAMP)
 	$(BIN)/python -m pytest tests
 
 protos: install
-	$(BIN)/python -m ferryman.protogen
+	$(BIN)/python -m ferryman_cli.protogen
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

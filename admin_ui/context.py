@@ -10,8 +10,8 @@ from sqlalchemy import Engine
 
 from admin_ui.series.history import ScrapeHistory
 from admin_ui.series.source import LocalSource, PrometheusSource, SeriesSource
-from ferryman.kernel.config import CommonSettings
-from ferryman.kernel.security import Security
+from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.security import Security
 from registry.accounts import Permission, Role, allows
 from registry.db import make_engine
 from registry.reader import RegistryReader

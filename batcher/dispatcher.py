@@ -28,8 +28,8 @@ from batcher.predictor import LatencyPredictor
 from batcher.replicas import Replica, ReplicaDirectory
 from batcher.settings import BatcherSettings
 from ferryman.errors import Reason, make_status, reason_of
-from ferryman.kernel.telemetry import links, traceparent, tracer
 from ferryman.v1 import batcher_pb2, node_pb2
+from ferryman_kernel.telemetry import links, traceparent, tracer
 from registry.tables import DeadLetter
 
 log = logging.getLogger("ferryman.batcher")

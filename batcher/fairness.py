@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ferryman.scopes import is_background
+from ferryman_kernel.scopes import is_background
 
 DEFAULT_WEIGHT = 1.0
 

@@ -16,8 +16,8 @@ from batcher.metrics import BatcherMetrics
 from batcher.replicas import ReplicaDirectory
 from batcher.service import BatcherService
 from batcher.settings import BatcherSettings
-from ferryman.jobs.port import open_job_queue
-from ferryman.kernel.config import CommonSettings
+from ferryman_jobs.port import open_job_queue
+from ferryman_kernel.config import CommonSettings
 from registry.db import make_engine
 from registry.reader import RegistryReader
 from registry.writer import RegistryWriter

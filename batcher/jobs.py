@@ -1,4 +1,4 @@
-"""The batcher's job worker: takes job items from the durable queue (``ferryman.jobs``) and
+"""The batcher's job worker: takes job items from the durable queue (``ferryman_jobs``) and
 runs them through this batcher's own queues under the tenant's background scope, so they
 use only the capacity real-time traffic leaves, then records each result once.
 
@@ -27,10 +27,10 @@ from batcher.metrics import BatcherMetrics
 from batcher.service import item_rows
 from batcher.settings import BatcherSettings
 from ferryman.errors import NO_CAPACITY
-from ferryman.jobs.port import JobQueue
-from ferryman.jobs.store import FINISHED, Claimed, JobRecord, State
-from ferryman.scopes import job_scope
 from ferryman.v1 import batcher_pb2, common_pb2, jobs_pb2
+from ferryman_jobs.port import JobQueue
+from ferryman_jobs.store import FINISHED, Claimed, JobRecord, State
+from ferryman_kernel.scopes import job_scope
 
 log = logging.getLogger("ferryman.batcher.jobs")
 RETRY_LATER = NO_CAPACITY | {grpc.StatusCode.NOT_FOUND.value[0]}

@@ -12,9 +12,9 @@ from typing import Protocol
 
 import grpc
 
-from ferryman.kernel.security import Security, aio_channel
-from ferryman.kernel.serving import channel_options
 from ferryman.v1 import node_pb2, node_pb2_grpc
+from ferryman_kernel.security import Security, aio_channel
+from ferryman_kernel.serving import channel_options
 
 
 class NodeCallError(Exception):

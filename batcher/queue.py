@@ -19,8 +19,8 @@ from batcher.replicas import ReplicaDirectory
 from batcher.scheduler import DispatchReason, Load, SchedulerConfig, decide, row_cost
 from batcher.settings import BatcherSettings
 from ferryman.errors import Reason, make_status
-from ferryman.scopes import is_background
 from ferryman.v1 import batcher_pb2
+from ferryman_kernel.scopes import is_background
 
 
 class VersionQueue:

@@ -23,7 +23,7 @@ from batcher.metrics import BatcherMetrics
 from batcher.node_client import GrpcNodeClient, NodeCallError, NodeClient, NodeConnector
 from batcher.scheduler import Capacity
 from batcher.settings import BatcherSettings
-from ferryman.kernel.security import Security
+from ferryman_kernel.security import Security
 from registry.tables import ModelVersion
 
 log = logging.getLogger("ferryman.batcher.replicas")

@@ -9,9 +9,9 @@ from batcher.host import BatcherHost
 from batcher.metrics import BatcherMetrics
 from batcher.servicer import BatcherServicer
 from batcher.settings import BatcherSettings
-from ferryman.kernel.config import CommonSettings
-from ferryman.kernel.runtime import ServiceSpec, run_service
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
+from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.runtime import ServiceSpec, run_service
 
 BATCHER_SERVICE = batcher_pb2.DESCRIPTOR.services_by_name["Batcher"].full_name
 

@@ -23,9 +23,9 @@ from batcher.replicas import ReplicaDirectory, VersionConfig
 from batcher.scheduler import SchedulerConfig
 from batcher.settings import BatcherSettings
 from ferryman.errors import EXPECTED_MS, Reason, make_status
-from ferryman.kernel.telemetry import parent_context, tracer
-from ferryman.scopes import is_background
 from ferryman.v1 import batcher_pb2, common_pb2
+from ferryman_kernel.scopes import is_background
+from ferryman_kernel.telemetry import parent_context, tracer
 
 DEADLINE_CODE = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
 DEFAULT_PRIORITY = common_pb2.PRIORITY_NORMAL

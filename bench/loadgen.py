@@ -17,10 +17,10 @@ from datetime import timedelta
 import grpc
 import numpy as np
 
-from ferryman.kernel.config import CommonSettings
-from ferryman.kernel.security import aio_channel
 from ferryman.tensors import encode
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, common_pb2
+from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.security import aio_channel
 
 STREAMS = 4
 CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}

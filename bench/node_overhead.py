@@ -23,13 +23,13 @@ import grpc
 import numpy as np
 import torch
 
-from ferryman.artifacts import artifact_sha256
-from ferryman.kernel.config import CommonSettings
-from ferryman.kernel.net import free_port
-from ferryman.kernel.serving import channel_options
-from ferryman.schema import IOSchema
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, node_pb2, node_pb2_grpc
+from ferryman_kernel.artifacts import artifact_sha256
+from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.net import free_port
+from ferryman_kernel.schema import IOSchema
+from ferryman_kernel.serving import channel_options
 from gpu_node.demo import mlp
 
 BATCHES = (1, 8, 32, 128)

@@ -1,8 +1,7 @@
-"""Ferryman: a gRPC-native, multi-tenant inference platform for PyTorch models.
+"""Ferryman's client SDK and wire contract (``ferryman.v1`` stubs, errors, tensors).
 
-Tenant apps use the SDK from here (``ferryman.Client``, ``ferryman.AsyncClient``);
-services build on its kernel (``ferryman.kernel``: settings, serving lifecycle, security,
-telemetry); the CLI (``ferryman.cli``) composes them.
+Tenant apps use ``ferryman.Client`` and ``ferryman.AsyncClient``. The platform (services,
+registry, console, the ``ferryman`` command) is a separate distribution built on top.
 """
 
 __version__ = "0.1.0"

@@ -17,10 +17,10 @@ import torch
 from google.rpc import status_pb2
 
 from ferryman.errors import Reason, make_status
-from ferryman.schema import IOSchema
-from ferryman.schema_check import check_inputs
 from ferryman.tensors import DataType
 from ferryman.v1 import common_pb2, node_pb2
+from ferryman_kernel.schema import IOSchema
+from ferryman_kernel.schema_check import check_inputs
 from gpu_node.runtimes.base import BatchInput
 
 TORCH_BY_DTYPE: dict[DataType, torch.dtype] = {

@@ -10,8 +10,8 @@ import grpc
 import torch
 
 from ferryman.errors import Reason, make_status, ok_status
-from ferryman.schema import IOSchema
 from ferryman.v1 import common_pb2, node_pb2
+from ferryman_kernel.schema import IOSchema
 from gpu_node.batch import build_inputs, plan, slice_inputs, split_outputs
 from gpu_node.runtimes.base import BatchInput, Runtime, RuntimeOutput
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import torch
 from pydantic import ValidationError
 
-from ferryman.artifacts import artifact_path, artifact_sha256
-from ferryman.schema import IOSchema
 from ferryman.tensors import DTYPE_BY_NAME
 from ferryman.v1 import node_pb2
+from ferryman_kernel.artifacts import artifact_path, artifact_sha256
+from ferryman_kernel.schema import IOSchema
 from gpu_node.batch import TORCH_BY_DTYPE, split_outputs
 from gpu_node.executor import predict_splitting
 from gpu_node.runtimes import Runtime, load_runtime

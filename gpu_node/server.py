@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 import torch
 
-from ferryman.kernel.config import CommonSettings
-from ferryman.kernel.logs import Throttled
-from ferryman.kernel.runtime import ServiceSpec, run_service
 from ferryman.v1 import node_pb2, node_pb2_grpc
+from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.logs import Throttled
+from ferryman_kernel.runtime import ServiceSpec, run_service
 from gpu_node.loader import resolve_device
 from gpu_node.metrics import NodeMetrics
 from gpu_node.service import NodeService

@@ -17,9 +17,9 @@ from google.rpc import code_pb2
 from grpc_health.v1._async import HealthServicer
 from opentelemetry.trace import SpanKind
 
-from ferryman.kernel.serving import NOT_SERVING, SERVING
-from ferryman.kernel.telemetry import links, parent_context, tracer
 from ferryman.v1 import node_pb2
+from ferryman_kernel.serving import NOT_SERVING, SERVING
+from ferryman_kernel.telemetry import links, parent_context, tracer
 from gpu_node.executor import run_batch
 from gpu_node.generation.limits import OverBudget
 from gpu_node.loader import LoadError, load_version, locate, parse_schema

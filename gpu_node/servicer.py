@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from ferryman.kernel.serving import ServicerContext
 from ferryman.v1 import node_pb2, node_pb2_grpc
+from ferryman_kernel.serving import ServicerContext
 from gpu_node.service import NodeRefusal, NodeService
 
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from ferryman.schema import IOSchema
 from ferryman.v1 import node_pb2
+from ferryman_kernel.schema import IOSchema
 from gpu_node.runtimes.base import Runtime
 
 if TYPE_CHECKING:

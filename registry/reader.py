@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
 
-from ferryman.canary import Moments
+from ferryman_kernel.canary import Moments
 from registry.accounts import token_digest
 from registry.keys import matches, parse_prefix
 from registry.snapshot import ready_versions

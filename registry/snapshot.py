@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Engine
 from sqlmodel import Session, select
 
-from ferryman.schema import IOSchema
+from ferryman_kernel.schema import IOSchema
 from registry.tables import ApiKey, ConfigRevision, Model, ModelVersion, Node, QuotaPolicy, Route, Tenant
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ferryman.schema import IOSchema
 from ferryman.v1 import node_pb2
+from ferryman_kernel.schema import IOSchema
 from registry.tables import ModelVersion
 
 

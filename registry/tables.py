@@ -199,7 +199,7 @@ class Rollout(SQLModel, table=True):
     dwell_s: float
     """Least time a step runs before a passing verdict may advance it."""
     gates: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    """The analysis' thresholds (``ferryman.canary.Gates`` fields)."""
+    """The analysis' thresholds (``ferryman_kernel.canary.Gates`` fields)."""
     nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     """Nodes serving the candidate when it got weight: one that stops pauses the rollout."""
     step_started_at: datetime | None = None
@@ -254,13 +254,13 @@ class AdminCredential(SQLModel, table=True):
 
 
 class JobRow(SQLModel, table=True):
-    """A durable job, when jobs live in the registry database (``ferryman.jobs.sql_store``:
+    """A durable job, when jobs live in the registry database (``ferryman_jobs.sql_store``:
     no Redis, the embedded platform)."""
 
     __tablename__ = "jobs"
 
     key: str = Field(primary_key=True, max_length=64)
-    """sha256 of tenant and job id (``ferryman.jobs.store.job_key``'s digest)."""
+    """sha256 of tenant and job id (``ferryman_jobs.store.job_key``'s digest)."""
     tenant: str = Field(max_length=64, index=True)
     job_id: str = Field(max_length=128)
     model: str = Field(max_length=64)

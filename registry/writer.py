@@ -19,8 +19,8 @@ from sqlalchemy import func
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from ferryman.artifacts import artifact_path, artifact_sha256
-from ferryman.schema import IOSchema
+from ferryman_kernel.artifacts import artifact_path, artifact_sha256
+from ferryman_kernel.schema import IOSchema
 from registry import rows
 from registry import validation as v
 from registry.accounts import AccountWrites

@@ -17,9 +17,9 @@ from typing import Any, Protocol
 import grpc
 
 from ferryman.errors import CallFailed, Reason, make_status, status_of
-from ferryman.kernel.security import Security, aio_channel
-from ferryman.kernel.serving import channel_options
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, node_pb2
+from ferryman_kernel.security import Security, aio_channel
+from ferryman_kernel.serving import channel_options
 from router.discovery import Member, Resolver, flatten, resolve, split, system_resolver
 
 log = logging.getLogger("ferryman.router.batchers")

@@ -19,9 +19,9 @@ from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ferryman.errors import Reason, make_status, status_code
-from ferryman.kernel.logs import log_request
-from ferryman.kernel.telemetry import current_span, tracer
 from ferryman.v1 import common_pb2, inference_pb2
+from ferryman_kernel.logs import log_request
+from ferryman_kernel.telemetry import current_span, tracer
 from registry.cache import SnapshotCache
 from registry.snapshot import RouteRecord, TenantRecord
 from router.auth import authenticate

@@ -20,12 +20,12 @@ import grpc
 
 from ferryman.errors import CallFailed, Reason, status_code
 from ferryman.v1 import common_pb2, inference_pb2, node_pb2
+from ferryman_quota.policy import Ask, Decision
 from registry.snapshot import TenantRecord, VersionRecord
 from router.batchers import BatcherPort
 from router.bounds import Violation, check_names, clip
 from router.fingerprint import DIGEST_BYTES
 from router.metrics import RouterMetrics
-from router.quota.policy import Ask, Decision
 from router.service import CAUSAL_LM, RequestFailed, RouterService, fail
 from router.settings import RouterSettings
 from router.validation import price

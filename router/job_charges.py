@@ -1,4 +1,4 @@
-"""Jobs in the tenant's daily spend: what a job's items cost (``ferryman.jobs``, recorded by
+"""Jobs in the tenant's daily spend: what a job's items cost (``ferryman_jobs``, recorded by
 the batchers' workers) is charged to the tenant's quota, so a daily cost limit holds for
 jobs (and requests spilled into them) as for real-time requests.
 
@@ -17,10 +17,10 @@ import logging
 
 import redis.asyncio as aioredis
 
-from ferryman.jobs.port import JobQueue
-from ferryman.jobs.store import FINISHED, State
-from router.quota.client import QuotaClient
-from router.quota.service import QuotaUnavailable
+from ferryman_jobs.port import JobQueue
+from ferryman_jobs.store import FINISHED, State
+from ferryman_quota.client import QuotaClient
+from ferryman_quota.service import QuotaUnavailable
 from router.settings import RouterSettings
 
 log = logging.getLogger("ferryman.router.jobs")

@@ -1,6 +1,6 @@
 """The Jobs API at the router: checks a job like the requests it holds (the tenant's key,
 the model's access, every item against the version's schema, bounds on ids, counts and
-sizes), prices it at the job rate, and queues it durably (``ferryman.jobs``). Results are
+sizes), prices it at the job rate, and queues it durably (``ferryman_jobs``). Results are
 the tenant's alone: a job is keyed by the tenant and its own id, so another tenant's id
 finds nothing."""
 
@@ -16,15 +16,15 @@ import redis.asyncio as aioredis
 from google.protobuf import timestamp_pb2
 
 from ferryman.errors import Reason
-from ferryman.jobs.port import JobQueue
-from ferryman.jobs.store import FINISHED, JobRecord, LimitReached, State, StoredFile
-from ferryman.schema_check import check_inputs
 from ferryman.v1 import jobs_pb2
+from ferryman_jobs.port import JobQueue
+from ferryman_jobs.store import FINISHED, JobRecord, LimitReached, State, StoredFile
+from ferryman_kernel.schema_check import check_inputs
+from ferryman_quota.service import QuotaUnavailable
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord, VersionRecord
 from router.bounds import MAX_REQUEST_ID_CHARS, clip
 from router.job_charges import JobCharges
-from router.quota.service import QuotaUnavailable
 from router.service import CAUSAL_LM, RequestFailed, RouterService, fail
 from router.settings import RouterSettings
 

@@ -9,32 +9,32 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from ferryman.jobs.port import jobs_enabled, open_job_queue
-from ferryman.kernel.config import CommonSettings
-from ferryman.kernel.runtime import ServiceRuntime, ServiceSpec, run_service
-from ferryman.kernel.security import aio_channel
 from ferryman.v1 import inference_pb2, jobs_pb2, jobs_pb2_grpc, quota_pb2, quota_pb2_grpc
+from ferryman_jobs.port import jobs_enabled, open_job_queue
+from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.runtime import ServiceRuntime, ServiceSpec, run_service
+from ferryman_kernel.security import aio_channel
+from ferryman_quota.client import LocalQuota, QuotaClient, RemoteQuota
+from ferryman_quota.service import QuotaService, make_backend
+from ferryman_quota.servicer import QuotaServicer
+from ferryman_quota.settings import QuotaSettings
 from registry.cache import SnapshotCache
 from registry.db import make_engine
 from registry.writer import RegistryWriter
 from router.batchers import BatcherPool, BatcherPort
+from router.doors.http.server import HttpDoor
+from router.doors.native.jobs_servicer import JobsServicer
+from router.doors.native.servicer import InferenceServicer
+from router.doors.oip.servicer import SERVICE as OIP_SERVICE
+from router.doors.oip.servicer import OipServicer, add_oip_servicer
 from router.feedback import FeedbackDesk, MemoryServedLog, RedisServedLog, ServedLog
 from router.gateway import Gateway
 from router.generation import Generator
 from router.handlers import add_inference_servicer
-from router.http.server import HttpDoor
 from router.job_charges import JobCharges
 from router.jobs import JobDesk
-from router.jobs_servicer import JobsServicer
 from router.metrics import RouterMetrics
-from router.oip.servicer import SERVICE as OIP_SERVICE
-from router.oip.servicer import OipServicer, add_oip_servicer
-from router.quota.client import LocalQuota, QuotaClient, RemoteQuota
-from router.quota.service import QuotaService, make_backend
-from router.quota.servicer import QuotaServicer
-from router.quota.settings import QuotaSettings
 from router.service import RouterService
-from router.servicer import InferenceServicer
 from router.settings import RouterSettings
 from router.shadow import Shadower
 from router.spill import Spill

@@ -15,18 +15,18 @@ import grpc
 from google.rpc import status_pb2
 
 from ferryman.errors import Reason, expected_wait_s, make_status
-from ferryman.kernel.telemetry import current_span, traceparent, tracer
-from ferryman.schema_check import check_inputs
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
+from ferryman_kernel.schema_check import check_inputs
+from ferryman_kernel.telemetry import current_span, traceparent, tracer
+from ferryman_quota.client import QuotaClient
+from ferryman_quota.policy import Ask, Decision, Verdict
+from ferryman_quota.service import MAX_RENEW_IDS, QuotaUnavailable
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord, VersionRecord
 from router.batchers import BatcherPort, set_deadline
 from router.bounds import check_request, clip
 from router.fingerprint import fingerprint
 from router.metrics import RouterMetrics
-from router.quota.client import QuotaClient
-from router.quota.policy import Ask, Decision, Verdict
-from router.quota.service import MAX_RENEW_IDS, QuotaUnavailable
 from router.routing import Choice, resolve
 from router.settings import RouterSettings
 from router.shedding import Shedder

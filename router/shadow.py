@@ -3,7 +3,7 @@ version, whose answer goes to nobody and is compared with the live one
 (``ferryman_shadow_compared_total``, what rollouts' ``max_diff_rate`` gate reads).
 
 A shadow is never charged (no quota call), never coalesced with or cached for real items,
-and runs in the batcher under its own background scope (``ferryman.scopes``): only in
+and runs in the batcher under its own background scope (``ferryman_kernel.scopes``): only in
 capacity tenants leave, with a short deadline, and at most ``shadow_max_inflight`` at once
 per router. Past that bound, or when no capacity came in time, it is skipped (counted), so
 mirroring sheds before it could slow real traffic.
@@ -20,11 +20,11 @@ from collections.abc import Callable
 import grpc
 import numpy as np
 
-from ferryman.canary import SHADOW_SAME
 from ferryman.errors import NO_CAPACITY
-from ferryman.scopes import SHADOW_SCOPE
 from ferryman.tensors import decode
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
+from ferryman_kernel.canary import SHADOW_SAME
+from ferryman_kernel.scopes import SHADOW_SCOPE
 from registry.snapshot import RouteRecord, TenantRecord
 from router.batchers import BatcherPort, set_deadline
 from router.metrics import RouterMetrics

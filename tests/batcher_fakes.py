@@ -17,8 +17,8 @@ from batcher.node_client import NodeCallError, NodeClient
 from batcher.replicas import PowerOfTwoChoices, ReplicaDirectory
 from batcher.settings import BatcherSettings
 from ferryman.errors import Reason, make_status, ok_status
-from ferryman.kernel.security import Security
 from ferryman.v1 import batcher_pb2, node_pb2
+from ferryman_kernel.security import Security
 from registry.tables import DeadLetter, ModelVersion
 
 KEY = "m:1"

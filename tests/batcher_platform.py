@@ -14,8 +14,8 @@ from node_helpers import POISON, node_settings
 
 from batcher.server import serve_batcher
 from batcher.settings import BatcherSettings
-from ferryman.kernel.config import CommonSettings
-from ferryman.kernel.net import free_port
+from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.net import free_port
 from gpu_node.demo import echo, mlp
 from gpu_node.server import serve_node
 from registry.db import make_engine

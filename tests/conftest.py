@@ -28,7 +28,7 @@ from services import (
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
-from ferryman.kernel.net import free_port
+from ferryman_kernel.net import free_port
 from registry.db import make_engine, normalize_url
 from registry.migrate import upgrade
 

@@ -17,15 +17,15 @@ from router_platform import wait_known
 
 from batcher.server import serve_batcher
 from batcher.settings import BatcherSettings
-from ferryman.kernel.config import CommonSettings
-from ferryman.kernel.net import free_port
+from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.net import free_port
+from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import smollm2
 from gpu_node.server import serve_node
 from registry.db import make_engine
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
 from registry.writer import QuotaLimits, RegistryWriter
-from router.quota.settings import QuotaSettings
 from router.server import serve_router
 from router.settings import RouterSettings
 

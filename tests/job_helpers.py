@@ -13,9 +13,9 @@ import grpc
 import numpy as np
 from router_platform import E2E
 
-from ferryman.kernel.net import free_port
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
+from ferryman_kernel.net import free_port
 from gpu_node.demo import echo
 
 JOBS_REDIS_DB = 5
@@ -59,7 +59,15 @@ def worker(jobs: Jobs) -> subprocess.Popen[bytes]:
         "FERRYMAN_REGISTRY_REFRESH_S": "0.2",
         "FERRYMAN_LOG_LEVEL": "WARNING",
     }
-    command = [sys.executable, "-m", "ferryman", "serve", "batcher", "--listen", f"127.0.0.1:{free_port()}"]
+    command = [
+        sys.executable,
+        "-m",
+        "ferryman_cli",
+        "serve",
+        "batcher",
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+    ]
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ferryman.artifacts import artifact_sha256
-from ferryman.schema import IOSchema
 from ferryman.v1 import node_pb2
+from ferryman_kernel.artifacts import artifact_sha256
+from ferryman_kernel.schema import IOSchema
 from gpu_node.demo import echo, minilm, mlp
 from gpu_node.settings import NodeSettings
 
@@ -88,5 +88,5 @@ def node_subprocess(
     }
     args = ["serve", "node", "--listen", address, "--name", name, "--device", "cpu"]
     return subprocess.Popen(
-        [sys.executable, "-m", "ferryman", *args], env=env, stdout=subprocess.DEVNULL, stderr=stderr
+        [sys.executable, "-m", "ferryman_cli", *args], env=env, stdout=subprocess.DEVNULL, stderr=stderr
     )

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from router.quota.policy import Decision, Limits, Verdict
-from router.quota.service import QuotaBackend
+from ferryman_quota.policy import Decision, Limits, Verdict
+from ferryman_quota.service import QuotaBackend
 
 LONG_LEASE_S = 300.0
 BUDGET_S = 5.0

@@ -132,7 +132,7 @@ def cli(e2e: E2E, *args: str) -> subprocess.CompletedProcess[str]:
         "FERRYMAN_DATABASE_URL": e2e.registry_url,
         "FERRYMAN_DATA_DIR": str(e2e.common.data_dir),
     }
-    command = [sys.executable, "-m", "ferryman", *args]
+    command = [sys.executable, "-m", "ferryman_cli", *args]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
 
 

@@ -16,15 +16,15 @@ from harness import ServiceThread
 
 from batcher.server import serve_batcher
 from batcher.settings import BatcherSettings
-from ferryman.kernel.config import CommonSettings
-from ferryman.kernel.net import free_port
 from ferryman.v1 import inference_pb2, inference_pb2_grpc
+from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.net import free_port
+from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo, minilm, mlp
 from registry.db import make_engine
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
 from registry.writer import QuotaLimits, RegistryWriter
-from router.quota.settings import QuotaSettings
 from router.server import serve_router
 from router.settings import RouterSettings
 

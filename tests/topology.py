@@ -16,9 +16,9 @@ from pathlib import Path
 from batcher_platform import REGISTRY_REFRESH_S, wait_for_replicas
 from router_platform import E2E, EMBED, EMBED_VERSIONS, seed, wait_known
 
-from ferryman.cli.up import is_serving
-from ferryman.kernel.config import CommonSettings
-from ferryman.kernel.net import free_port
+from ferryman_cli.up import is_serving
+from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.net import free_port
 from registry.db import make_engine
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
@@ -88,7 +88,7 @@ def _start(
 ) -> None:
     out = stack.enter_context(log.open("wb"))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ferryman", "serve", *args], env=env, stdout=out, stderr=subprocess.STDOUT
+        [sys.executable, "-m", "ferryman_cli", "serve", *args], env=env, stdout=out, stderr=subprocess.STDOUT
     )
     topology.procs[role] = proc
 

@@ -11,7 +11,7 @@ from array import array
 from collections.abc import Callable
 
 from admin_ui.series.promql import Columns, Labels
-from ferryman.top import scrape
+from ferryman_kernel.scrape import scrape
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from admin_ui.series import windows
-from ferryman.top import quantile
+from ferryman_kernel.scrape import quantile
 
 Labels = tuple[tuple[str, str], ...]
 """Sorted (name, value) pairs; ``__name__`` included while a series still has its name."""

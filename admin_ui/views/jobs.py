@@ -11,8 +11,8 @@ from typing import TypeVar
 import streamlit as st
 
 from admin_ui.context import Console
-from ferryman.jobs.port import JobQueue, open_job_queue
-from ferryman.jobs.store import FINISHED, JobRecord, State
+from ferryman_jobs.port import JobQueue, open_job_queue
+from ferryman_jobs.store import FINISHED, JobRecord, State
 from registry.accounts import Permission
 
 T = TypeVar("T")

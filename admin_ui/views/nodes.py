@@ -9,8 +9,8 @@ import streamlit as st
 
 from admin_ui.context import Console
 from admin_ui.series.charts import Shown, Window, grid, range_picker
-from ferryman.kernel.security import Security, sync_channel
 from ferryman.v1 import node_pb2, node_pb2_grpc
+from ferryman_kernel.security import Security, sync_channel
 from registry.accounts import Permission
 from registry.snapshot import heartbeat_age_s
 from registry.validation import RegistryError

@@ -9,7 +9,7 @@ import streamlit as st
 from admin_ui.context import Console
 from admin_ui.series.charts import Shown, Window, grid, label, range_picker
 from admin_ui.views import wrong
-from ferryman.top import scrape, tenant_usage
+from ferryman_kernel.scrape import scrape, tenant_usage
 
 CHARTS = [
     Shown("overview", "Requests per second by model"),

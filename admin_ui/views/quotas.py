@@ -7,8 +7,8 @@ import streamlit as st
 
 from admin_ui.context import Console
 from admin_ui.views import tenant_charts
-from ferryman.kernel.security import sync_channel
 from ferryman.v1 import quota_pb2, quota_pb2_grpc
+from ferryman_kernel.security import sync_channel
 from registry.accounts import Permission
 from registry.tables import QuotaPolicy
 from registry.validation import RegistryError

@@ -9,7 +9,7 @@ from typing import Any
 import streamlit as st
 
 from admin_ui.context import Console
-from ferryman.canary import Gates
+from ferryman_kernel.canary import Gates
 from registry.accounts import Permission
 from registry.reader import RouteView
 from registry.rollout.status import status

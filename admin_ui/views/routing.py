@@ -9,7 +9,7 @@ import streamlit as st
 
 from admin_ui.context import Console
 from admin_ui.views import canary, rollouts
-from ferryman.top import latency_buckets, quantile, scrape, totals
+from ferryman_kernel.scrape import latency_buckets, quantile, scrape, totals
 from registry.accounts import Permission
 from registry.reader import RouteView
 from registry.validation import RegistryError

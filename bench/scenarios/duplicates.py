@@ -13,9 +13,9 @@ import numpy as np
 
 from bench.scenarios.measure import Point, closed_sweep, scenario_options, table, write_json
 from bench.scenarios.platform import PlatformSpec, ferryman
-from ferryman.bench.loadgen import InputsFactory
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2
+from ferryman_cli.bench.loadgen import InputsFactory
 from gpu_node.demo.mlp import IN_FEATURES
 
 DUPLICATE_SHARE = 0.9

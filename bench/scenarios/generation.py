@@ -29,8 +29,8 @@ from typing import Any
 import torch
 
 from bench.scenarios.measure import machine
-from ferryman.bench.stats import percentile
-from ferryman.kernel.config import default_data_dir
+from ferryman_cli.bench.stats import percentile
+from ferryman_kernel.config import default_data_dir
 from gpu_node.demo import smollm2
 from gpu_node.generation.engine import GenerationEngine
 from gpu_node.generation.llama import SlotLlama

@@ -37,10 +37,10 @@ from bench.scenarios.limit_ref import limit_reference
 from bench.scenarios.measure import cpu_seconds, machine, tree_pids
 from bench.scenarios.platform import PlatformSpec
 from bench.scenarios.platform import ferryman as ferryman_platform
-from ferryman.kernel.net import free_port, free_ports
 from ferryman.tensors import encode
-from ferryman.top import Samples, scrape
 from ferryman.v1 import common_pb2, inference_pb2
+from ferryman_kernel.net import free_port, free_ports
+from ferryman_kernel.scrape import Samples, scrape
 
 CLOSED_CLIENTS, CLOSED_STREAMS = 4, 16
 """Capacity: 64 requests in flight (4 connections x 16 streams), as the closed-loop scenarios."""

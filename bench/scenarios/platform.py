@@ -15,10 +15,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ferryman.cli.supervisor import Platform
-from ferryman.cli.up import is_serving
-from ferryman.kernel.host import node_torch_threads, usable_cores
-from ferryman.kernel.net import free_port
+from ferryman_cli.supervisor import Platform
+from ferryman_cli.up import is_serving
+from ferryman_kernel.host import node_torch_threads, usable_cores
+from ferryman_kernel.net import free_port
 from gpu_node.demo import echo
 from gpu_node.demo.build import build_demo_artifacts
 from registry.db import make_engine
@@ -41,7 +41,7 @@ class PlatformSpec:
 
     nodes: int = 1
     torch_threads: int = 0
-    """0: sized to the host, as ``ferryman up`` does (``ferryman.kernel.host``)."""
+    """0: sized to the host, as ``ferryman up`` does (``ferryman_kernel.host``)."""
     node_capacity: int = 0
     """Batches computing at once per node; 0: the node's default."""
     max_batch: Mapping[str, int] = field(default_factory=lambda: {"mlp": 64})

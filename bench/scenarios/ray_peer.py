@@ -1,7 +1,7 @@
 """The peer: the same ``mlp`` (same seeded weights, same torch threads) behind Ray Serve.
 
 One replica with ``@serve.batch``, reached through Ray Serve's gRPC proxy with Ferryman's own
-``Inference`` service, so ``ferryman.bench.loadgen`` drives it exactly as it drives a router.
+``Inference`` service, so ``ferryman_cli.bench.loadgen`` drives it exactly as it drives a router.
 Run as a module it serves until SIGTERM; ``ray_serve()`` starts it in its own session and
 stops the whole process tree by PID. Ray is the optional ``bench`` extra, never a runtime need.
 """

@@ -27,9 +27,9 @@ from bench.scenarios.measure import (
     write_json,
 )
 from bench.scenarios.platform import PlatformSpec, Running, ferryman
-from ferryman.bench.loadgen import LoadSpec
-from ferryman.kernel.net import free_port
-from ferryman.top import Samples, scrape
+from ferryman_cli.bench.loadgen import LoadSpec
+from ferryman_kernel.net import free_port
+from ferryman_kernel.scrape import Samples, scrape
 from registry.db import make_engine
 from registry.reader import RegistryReader
 from registry.writer import RegistryWriter, VersionSpec

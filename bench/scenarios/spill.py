@@ -27,9 +27,9 @@ from bench.scenarios.measure import CLOSED_DEADLINE_S, Point, load_spec, measure
 from bench.scenarios.minilm import sentences
 from bench.scenarios.platform import PlatformSpec, Running, ferryman
 from bench.scenarios.quotas import private_redis
-from ferryman.bench.stats import percentile
 from ferryman.sdk import AcceptedAsJob, AsyncClient, FerrymanError
 from ferryman.v1 import jobs_pb2, jobs_pb2_grpc
+from ferryman_cli.bench.stats import percentile
 
 CAPACITY_CONCURRENCY = 32
 DRAIN_TIMEOUT_S = 600.0

@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 
 from bench.loadgen import RunResult, make_inputs_factory, open_loop
-from ferryman.kernel.net import free_port
+from ferryman_kernel.net import free_port
 from gpu_node.demo import mlp
 from registry.db import make_engine
 from registry.migrate import upgrade
@@ -38,7 +38,7 @@ READY_TIMEOUT_S = 60.0
 
 def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "ferryman", *args],
+        [sys.executable, "-m", "ferryman_cli", *args],
         env={**os.environ, **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

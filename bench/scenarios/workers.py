@@ -21,10 +21,10 @@ import numpy as np
 from bench.scenarios.measure import machine
 from bench.scenarios.overload_native import delta, drive, grpc_body, h2load_args
 from bench.scenarios.platform import PlatformSpec, ferryman
-from ferryman.kernel.net import free_ports
 from ferryman.tensors import encode
-from ferryman.top import scrape
 from ferryman.v1 import common_pb2, inference_pb2
+from ferryman_kernel.net import free_ports
+from ferryman_kernel.scrape import scrape
 from gpu_node.demo import echo
 
 CONNECTIONS = 8

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from ferryman.schema import IOSchema
+from ferryman_kernel.schema import IOSchema
 from gpu_node.runtimes.base import Runtime
 from gpu_node.runtimes.python_handler import load_python
 from gpu_node.runtimes.torch_module import load_torch_export, load_torchscript

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlmodel import Session
 
-from ferryman.canary import Gates
+from ferryman_kernel.canary import Gates
 from registry import rows
 from registry import validation as v
 from registry.change import Change, WriterBase

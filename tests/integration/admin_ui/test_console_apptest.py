@@ -15,8 +15,8 @@ from console_app import APP, PASSWORD, SCHEMA, TIMEOUT_S, logged_in, open_page
 from streamlit.testing.v1 import AppTest
 
 from admin_ui.auth import FREE_ATTEMPTS
-from ferryman.jobs.sql_store import SqlJobStore
-from ferryman.jobs.store import JobRecord, State
+from ferryman_jobs.sql_store import SqlJobStore
+from ferryman_jobs.store import JobRecord, State
 from registry.reader import RegistryReader
 from registry.tables import DeadLetter
 from registry.writer import RegistryWriter, VersionSpec

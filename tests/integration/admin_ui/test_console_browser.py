@@ -16,8 +16,8 @@ import pytest
 from console_app import CHROMIUM_ARGS
 from services import unavailable
 
-from ferryman.canary import Gates
-from ferryman.kernel.net import free_port
+from ferryman_kernel.canary import Gates
+from ferryman_kernel.net import free_port
 from registry.db import make_engine
 from registry.migrate import upgrade
 from registry.tables import DeadLetter
@@ -98,7 +98,7 @@ def console_url(tmp_path: Path) -> Iterator[str]:
         "FERRYMAN_DATA_DIR": str(tmp_path),
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ferryman", "admin", "--port", str(port)],
+        [sys.executable, "-m", "ferryman_cli", "admin", "--port", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

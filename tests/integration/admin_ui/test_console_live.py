@@ -29,8 +29,8 @@ import ferryman
 from admin_ui.series.charts import UNITS, Window, frame, panel
 from admin_ui.series.history import ScrapeHistory
 from admin_ui.series.source import LocalSource, PrometheusSource
-from ferryman.bench.neighbors import ferryman_up
-from ferryman.kernel.net import free_port
+from ferryman_cli.bench.neighbors import ferryman_up
+from ferryman_kernel.net import free_port
 from registry.db import make_engine
 from registry.reader import RegistryReader
 from registry.writer import QuotaLimits, RegistryWriter, VersionSpec

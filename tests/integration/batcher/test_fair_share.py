@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from ferryman.bench.neighbors import LightLoad, ferryman_up, flood, goodput, until_served
-from ferryman.kernel.net import free_port
 from ferryman.sdk.aio import AsyncClient
+from ferryman_cli.bench.neighbors import LightLoad, ferryman_up, flood, goodput, until_served
+from ferryman_kernel.net import free_port
 from registry.db import make_engine
 from registry.writer import RegistryWriter
 

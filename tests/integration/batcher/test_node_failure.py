@@ -15,9 +15,9 @@ from batcher_platform import Platform, wait_for_replicas
 from internal import internal_channel
 from node_helpers import node_subprocess
 
-from ferryman.kernel.net import free_port
 from ferryman.tensors import decode
 from ferryman.v1 import node_pb2, node_pb2_grpc
+from ferryman_kernel.net import free_port
 from gpu_node.demo import echo
 from registry.db import make_engine
 from registry.reader import RegistryReader

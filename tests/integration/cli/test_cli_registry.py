@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from ferryman.cli import context
-from ferryman.cli.main import app
-from ferryman.kernel.net import free_port
+from ferryman_cli import context
+from ferryman_cli.main import app
+from ferryman_kernel.net import free_port
 
 SCHEMA = json.dumps(
     {
@@ -259,7 +259,7 @@ def test_an_unreachable_registry_is_one_line_not_a_traceback(tmp_path: Path) -> 
         "FERRYMAN_DATABASE_URL": f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/ferryman",
     }
     done = subprocess.run(
-        [sys.executable, "-m", "ferryman", "tenant", "create", "acme"],
+        [sys.executable, "-m", "ferryman_cli", "tenant", "create", "acme"],
         env=env,
         capture_output=True,
         text=True,
@@ -276,7 +276,7 @@ def test_a_batcher_address_without_a_port_is_one_line_not_a_traceback(tmp_path: 
     env.pop("FERRYMAN_DATABASE_URL", None)
 
     def ferryman(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "ferryman", *args]
+        command = [sys.executable, "-m", "ferryman_cli", *args]
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
 
     assert ferryman("db", "upgrade").returncode == 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
-from ferryman.cli.up import DEMO_TENANT, demo_key
+from ferryman_cli.up import DEMO_TENANT, demo_key
 from registry.reader import RegistryReader
 from registry.writer import RegistryWriter
 

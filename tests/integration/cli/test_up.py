@@ -15,8 +15,8 @@ from pathlib import Path
 import grpc
 from metrics_scrape import scrape
 
-from ferryman.bench.neighbors import ferryman_up
-from ferryman.kernel.net import free_port
+from ferryman_cli.bench.neighbors import ferryman_up
+from ferryman_kernel.net import free_port
 
 
 def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path, smollm2_artifact: Path) -> None:
@@ -106,7 +106,7 @@ def test_a_port_in_use_is_a_one_line_error(tmp_path: Path) -> None:
         taken = f"127.0.0.1:{holder.getsockname()[1]}"
         for command in (["up", "--nodes", "1", "--listen", taken], ["serve", "router", "--listen", taken]):
             ran = subprocess.run(
-                [sys.executable, "-m", "ferryman", *command],
+                [sys.executable, "-m", "ferryman_cli", *command],
                 capture_output=True,
                 text=True,
                 timeout=120,

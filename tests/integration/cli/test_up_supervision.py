@@ -20,10 +20,10 @@ import pytest
 from figures import report
 from sdk_load import SdkLoad
 
-from ferryman.bench.neighbors import ferryman_up, start_up
-from ferryman.kernel.net import free_port
 from ferryman.sdk.client import Client
 from ferryman.sdk.errors import FerrymanError
+from ferryman_cli.bench.neighbors import ferryman_up, start_up
+from ferryman_kernel.net import free_port
 
 RECOVER_S = 90.0
 """A restarted node reloads its models; the rest come back in a few seconds."""

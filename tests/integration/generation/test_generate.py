@@ -17,8 +17,8 @@ from metrics_scrape import sample
 
 from ferryman.errors import Reason, unpack_details
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from ferryman_quota.settings import QuotaSettings
 from registry.writer import QuotaLimits
-from router.quota.settings import QuotaSettings
 
 CALL_S = 120.0
 FRANCE = common_pb2.ChatMessage(role="user", content="What is the capital of France?")

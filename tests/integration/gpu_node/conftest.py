@@ -9,8 +9,8 @@ from harness import ServiceThread
 from internal import internal_channel
 from node_helpers import Artifacts, build_artifacts, node_settings, spec
 
-from ferryman.kernel.config import CommonSettings
 from ferryman.v1 import node_pb2, node_pb2_grpc
+from ferryman_kernel.config import CommonSettings
 from gpu_node.demo import echo, minilm, mlp
 from gpu_node.server import serve_node
 

@@ -16,10 +16,10 @@ from internal import internal_channel
 from metrics_scrape import sample
 from node_helpers import node_settings, spec
 
-from ferryman.kernel.config import CommonSettings
-from ferryman.kernel.net import free_port
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, node_pb2, node_pb2_grpc
+from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.net import free_port
 from gpu_node.demo import echo
 from gpu_node.server import serve_node
 

@@ -17,9 +17,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from internal import internal_channel
 from node_helpers import node_subprocess
 
-from ferryman.kernel.net import free_port
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, node_pb2, node_pb2_grpc
+from ferryman_kernel.net import free_port
 from gpu_node.demo import echo
 from registry.db import make_engine
 from registry.migrate import upgrade

@@ -12,8 +12,8 @@ from harness import ServiceThread
 from internal import internal_channel, service_metadata
 from node_helpers import node_settings
 
-from ferryman.kernel.config import CommonSettings
 from ferryman.v1 import node_pb2, node_pb2_grpc
+from ferryman_kernel.config import CommonSettings
 from gpu_node.demo import echo
 from gpu_node.server import serve_node
 from registry.db import make_engine

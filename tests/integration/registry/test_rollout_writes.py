@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from ferryman.canary import Gates
+from ferryman_kernel.canary import Gates
 from registry.reader import RegistryReader
 from registry.tables import AuditEvent
 from registry.validation import RegistryError

@@ -22,16 +22,16 @@ from node_helpers import node_subprocess
 
 from batcher.server import serve_batcher
 from batcher.settings import BatcherSettings
-from ferryman.kernel.config import CommonSettings
-from ferryman.kernel.net import free_port
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.net import free_port
+from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo
 from registry.db import make_engine
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
 from registry.writer import RegistryWriter, VersionSpec
-from router.quota.settings import QuotaSettings
 from router.server import serve_router
 from router.settings import RouterSettings
 

@@ -16,12 +16,12 @@ from router_platform import E2E, run_e2e
 from services import create_postgres_database, drop_postgres_database
 from topology import Topology, run_topology
 
-from ferryman.kernel.config import CommonSettings
-from ferryman.kernel.net import free_port
+from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.net import free_port
+from ferryman_quota.settings import QuotaSettings
+from ferryman_rollouts.server import serve_rollouts
+from ferryman_rollouts.settings import RolloutSettings
 from registry.reader import RegistryReader
-from registry.rollout.server import serve_rollouts
-from registry.rollout.settings import RolloutSettings
-from router.quota.settings import QuotaSettings
 from router.server import serve_router
 from router.settings import RouterSettings
 

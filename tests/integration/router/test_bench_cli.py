@@ -9,7 +9,7 @@ import pytest
 from router_platform import E2E
 from typer.testing import CliRunner
 
-from ferryman.cli.main import app
+from ferryman_cli.main import app
 
 
 def bench(e2e: E2E, *options: str) -> str:

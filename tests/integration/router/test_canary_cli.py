@@ -52,7 +52,7 @@ def judged(e2e: E2E, model: str, baseline: str, canary: str, width: int) -> tupl
     stop = threading.Event()
     senders = traffic(e2e, model, (baseline, canary), width, stop)
     try:
-        command = [sys.executable, "-m", "ferryman", "canary", model, "--baseline", baseline]
+        command = [sys.executable, "-m", "ferryman_cli", "canary", model, "--baseline", baseline]
         command += ["--canary", canary, "--metrics", e2e.router_metrics, "--window", str(WINDOW_S)]
         command += ["--min-requests", "20", "--json"]
         ran = subprocess.run(command, capture_output=True, text=True, timeout=60)

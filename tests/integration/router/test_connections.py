@@ -10,7 +10,7 @@ import time
 from harness import ServiceThread
 from router_platform import E2E
 
-from router.quota.settings import QuotaSettings
+from ferryman_quota.settings import QuotaSettings
 from router.server import serve_router
 from router.settings import RouterSettings
 

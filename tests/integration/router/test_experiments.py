@@ -22,14 +22,14 @@ from prometheus_server import SCRAPE_INTERVAL_S, run_prometheus
 from rollout_helpers import FAIL_SHARE, LIVE_OFFSET, Traffic, cli, near_share, start, wait_done
 from router_platform import E2E, ECHO_HANDLER
 
-from ferryman.canary import version_window
 from ferryman.sdk import Client, FerrymanError
-from ferryman.top import scrape
 from ferryman.v1 import inference_pb2, inference_pb2_grpc
+from ferryman_kernel.canary import version_window
+from ferryman_kernel.scrape import scrape
+from ferryman_quota.settings import QuotaSettings
+from ferryman_rollouts.sources import prometheus, router_metrics
 from gpu_node.demo import echo
 from registry.reader import RegistryReader
-from registry.rollout.sources import prometheus, router_metrics
-from router.quota.settings import QuotaSettings
 
 RATES = {"a": 0.1, "b": 0.5}
 """Conversion rate a user sees on each version: b is better."""

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 from router_platform import E2E
 
-from ferryman.kernel.net import free_port
+from ferryman_kernel.net import free_port
+from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo
 from registry.writer import QuotaLimits
-from router.quota.settings import QuotaSettings
 
 SLOW_MS = 1500
 HANG_UP_AFTER_S = 0.3

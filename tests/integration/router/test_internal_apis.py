@@ -14,11 +14,11 @@ from internal import internal_channel
 from router_platform import E2E
 
 from batcher.server import BATCHER_SERVICE
-from ferryman.kernel.net import free_port
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, node_pb2, node_pb2_grpc, quota_pb2, quota_pb2_grpc
+from ferryman_kernel.net import free_port
+from ferryman_quota.settings import QuotaSettings
 from registry.db import make_engine
 from registry.reader import RegistryReader
-from router.quota.settings import QuotaSettings
 from router.server import INFERENCE, QUOTA, serve_router
 from router.settings import RouterSettings
 

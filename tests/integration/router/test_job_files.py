@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ferryman.jobs.port import JobQueue
-from ferryman.jobs.sql_store import SqlJobStore
-from ferryman.jobs.store import JobStore, LimitReached
+from ferryman_jobs.port import JobQueue
+from ferryman_jobs.sql_store import SqlJobStore
+from ferryman_jobs.store import JobStore, LimitReached
 from registry.db import make_engine
 from registry.migrate import upgrade
 

@@ -26,12 +26,12 @@ from job_helpers import DONE_S, STARTED_S, Jobs, all_results, echo_items, wait_j
 from router_platform import E2E, MINILM_PRICE_PER_1K_TOKENS
 from services import start_redis, wait_for_redis
 
-from ferryman.kernel.net import free_port
 from ferryman.tensors import decode
 from ferryman.v1 import jobs_pb2
+from ferryman_kernel.net import free_port
+from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo
 from registry.writer import QuotaLimits
-from router.quota.settings import QuotaSettings
 from router.server import serve_router
 from router.settings import RouterSettings
 
@@ -195,7 +195,7 @@ def test_an_openai_batch_file_runs_from_the_cli_at_half_the_price(jobs: Jobs, tm
     env = {**os.environ, "FERRYMAN_TARGET": jobs.router, "FERRYMAN_API_KEY": jobs.e2e.keys["acme"]}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "ferryman", "job", *args]
+        command = [sys.executable, "-m", "ferryman_cli", "job", *args]
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
 
     proc = worker(jobs)

@@ -14,9 +14,9 @@ from router_platform import E2E, SLOW_MS
 
 import ferryman
 from batcher.settings import BatcherSettings
-from ferryman.cli.cohost import serve_router_with_batcher
+from ferryman_cli.cohost import serve_router_with_batcher
+from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo, mlp
-from router.quota.settings import QuotaSettings
 from router.settings import RouterSettings
 
 RNG = np.random.default_rng(3)

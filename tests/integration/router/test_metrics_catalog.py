@@ -10,10 +10,10 @@ import numpy as np
 from metrics_scrape import scrape, total
 from router_platform import E2E
 
-from ferryman.kernel.metrics_catalog import CATALOG, family
 from ferryman.tensors import encode
-from ferryman.top import Samples
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from ferryman_kernel.metrics_catalog import CATALOG, family
+from ferryman_kernel.scrape import Samples
 from gpu_node.demo import echo
 
 REQUESTS = 12

@@ -25,7 +25,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 import ferryman
 from bench.scenarios.platform import PlatformSpec
 from bench.scenarios.platform import ferryman as platform
-from ferryman.kernel.net import free_port
+from ferryman_kernel.net import free_port
 
 EXPORT_WAIT_S = 20.0
 FAST_EXPORT_MS = "100"

@@ -16,16 +16,16 @@ import redis.asyncio as aioredis
 from router_platform import E2E
 from services import start_redis, wait_for_redis
 
-from ferryman.kernel.net import free_port
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from ferryman_kernel.net import free_port
+from ferryman_quota.policy import Decision
+from ferryman_quota.redis_backend import RedisQuota
+from ferryman_quota.service import QuotaService, QuotaUnavailable
+from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo
 from registry.snapshot import ConfigSnapshot, PolicyRecord
 from registry.writer import QuotaLimits
-from router.quota.policy import Decision
-from router.quota.redis_backend import RedisQuota
-from router.quota.service import QuotaService, QuotaUnavailable
-from router.quota.settings import QuotaSettings
 
 LIMIT = 40
 CLIENTS = 64

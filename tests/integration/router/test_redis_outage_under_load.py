@@ -15,12 +15,12 @@ from figures import report
 from router_platform import E2E
 from services import start_redis, wait_for_redis
 
-from ferryman.kernel.net import free_port
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from ferryman_kernel.net import free_port
+from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo
 from registry.writer import QuotaLimits
-from router.quota.settings import QuotaSettings
 
 CLIENTS = 4
 BEFORE_S = 1.0

@@ -27,7 +27,7 @@ from rollout_helpers import (
 )
 from router_platform import E2E, ECHO_HANDLER
 
-from ferryman.kernel.net import free_port
+from ferryman_kernel.net import free_port
 from gpu_node.demo import echo, mlp
 from registry.reader import RegistryReader
 from router.routing import bucket

@@ -12,9 +12,9 @@ from figures import report
 from router_platform import E2E
 
 import ferryman
-from ferryman.kernel.net import free_port
+from ferryman_kernel.net import free_port
+from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo
-from router.quota.settings import QuotaSettings
 
 OUTAGE_S = 4.5
 CLIENTS = 4

@@ -21,17 +21,17 @@ import redis.asyncio as aioredis
 from router_platform import E2E, MINILM_PRICE_PER_1K_TOKENS, wait_known
 from services import start_redis, wait_for_redis
 
-from ferryman.cli.up import is_serving
-from ferryman.kernel.net import free_port
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from ferryman_cli.up import is_serving
+from ferryman_kernel.net import free_port
+from ferryman_quota.policy import Decision
+from ferryman_quota.redis_backend import RedisQuota
+from ferryman_quota.service import QuotaService, QuotaUnavailable
+from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo
 from registry.snapshot import ConfigSnapshot, PolicyRecord
 from registry.writer import QuotaLimits
-from router.quota.policy import Decision
-from router.quota.redis_backend import RedisQuota
-from router.quota.service import QuotaService, QuotaUnavailable
-from router.quota.settings import QuotaSettings
 
 RUN_TIMEOUT_S = 30
 SLOW = {"delay_ms": "300"}
@@ -299,7 +299,7 @@ def test_a_killed_routers_reservations_end_within_a_lease(e2e: E2E, redis_url: s
         "FERRYMAN_QUOTA_LEASE_S": str(lease_s),
         "FERRYMAN_ROUTER_LEASE_RENEW_S": str(lease_s / 6),
     }
-    command = [sys.executable, "-m", "ferryman", "serve", "router", "--listen", f"127.0.0.1:{port}"]
+    command = [sys.executable, "-m", "ferryman_cli", "serve", "router", "--listen", f"127.0.0.1:{port}"]
     command += ["--batchers", e2e.batcher, "--redis-url", redis_url]
     doomed = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

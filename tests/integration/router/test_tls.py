@@ -13,15 +13,15 @@ from harness import ServiceThread
 from node_helpers import node_settings
 
 import ferryman
-from ferryman.cli.certs import LocalPki, local_pki
-from ferryman.kernel.config import CommonSettings
-from ferryman.kernel.security import sync_channel
 from ferryman.v1 import node_pb2, node_pb2_grpc
+from ferryman_cli.certs import LocalPki, local_pki
+from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.security import sync_channel
+from ferryman_quota.settings import QuotaSettings
 from gpu_node.server import serve_node
 from registry.db import make_engine
 from registry.migrate import upgrade
 from registry.writer import RegistryWriter
-from router.quota.settings import QuotaSettings
 from router.server import serve_router
 from router.settings import RouterSettings
 

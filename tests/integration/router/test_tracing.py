@@ -16,9 +16,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from router_platform import E2E
 
-from ferryman.kernel.telemetry import traceparent
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from ferryman_kernel.telemetry import traceparent
 from gpu_node.demo import echo
 from registry.writer import QuotaLimits
 

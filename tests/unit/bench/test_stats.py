@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ferryman.bench.stats import Window, percentile, stable, summarize
+from ferryman_cli.bench.stats import Window, percentile, stable, summarize
 
 
 def window(answers: int, seconds: float = 1.0) -> Window:

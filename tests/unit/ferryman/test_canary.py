@@ -1,11 +1,11 @@
-"""Canary analysis over histograms (``ferryman.canary``): pure, with made-up windows."""
+"""Canary analysis over histograms (``ferryman_kernel.canary``): pure, with made-up windows."""
 
 from __future__ import annotations
 
 import math
 import random
 
-from ferryman.canary import Gates, Outcome, VersionWindow, judge, latency_test
+from ferryman_kernel.canary import Gates, Outcome, VersionWindow, judge, latency_test
 
 BOUNDS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, math.inf)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ferryman.canary import Gates, Moments, Outcome, Verdict, combine, judge_feedback, judge_shadow
+from ferryman_kernel.canary import Gates, Moments, Outcome, Verdict, combine, judge_feedback, judge_shadow
 
 GATES = Gates(min_requests=50, max_diff_rate=0.05, feedback_metric="conversion", alpha=0.05)
 

@@ -1,8 +1,8 @@
-"""Defaults sized to the host (``ferryman.kernel.host``) and a node's settings sized with them."""
+"""Defaults sized to the host (``ferryman_kernel.host``) and a node's settings sized with them."""
 
 from __future__ import annotations
 
-from ferryman.kernel.host import node_torch_threads, service_cores
+from ferryman_kernel.host import node_torch_threads, service_cores
 from gpu_node.settings import NodeSettings
 
 

@@ -24,7 +24,7 @@ SDK_ALLOWED = (
 )
 SERVICES = ("router", "batcher", "gpu_node", "admin_ui")
 STDLIB = frozenset(sys.stdlib_module_names) | {"__future__"}
-PLATFORM = (*SERVICES, "registry", "ferryman.cli", "ferryman.bench")
+PLATFORM = (*SERVICES, "registry", "ferryman_cli", "ferryman_cli.bench")
 
 
 def imports(path: Path) -> set[str]:
@@ -53,7 +53,7 @@ def test_the_sdk_imports_only_the_contract_and_its_dependencies(path: Path) -> N
     assert all(within(n, SDK_ALLOWED) for n in third_party), sorted(third_party)
 
 
-@pytest.mark.parametrize("path", modules("ferryman/kernel"), ids=str)
+@pytest.mark.parametrize("path", modules("ferryman_kernel"), ids=str)
 def test_the_kernel_imports_no_service(path: Path) -> None:
     assert not [n for n in imports(path) if within(n, PLATFORM)]
 
@@ -62,7 +62,7 @@ def test_the_kernel_imports_no_service(path: Path) -> None:
 def test_services_never_import_each_other(service: str) -> None:
     others = tuple(s for s in SERVICES if s != service)
     for path in modules(service):
-        assert not [n for n in imports(path) if within(n, (*others, "ferryman.cli"))], path
+        assert not [n for n in imports(path) if within(n, (*others, "ferryman_cli"))], path
 
 
 def test_the_sdk_never_loads_the_oip_protos() -> None:

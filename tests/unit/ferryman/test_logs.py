@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from ferryman.kernel.logs import Throttled
+from ferryman_kernel.logs import Throttled
 
 
 class Clock:

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client import Gauge as PromGauge
 from prometheus_client import Histogram as PromHistogram
 
-from ferryman.kernel.metrics_otlp import (
+from ferryman_kernel.metrics_otlp import (
     FINAL_PUSH_S,
     NS_PER_S,
     OtlpMetricsPusher,

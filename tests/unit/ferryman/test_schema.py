@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from ferryman.schema import IOSchema
 from ferryman.v1 import common_pb2
+from ferryman_kernel.schema import IOSchema
 
 MLP = {
     "inputs": [{"name": "input", "dtype": "FP32", "shape": [512]}],

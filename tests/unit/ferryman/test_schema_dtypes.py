@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from ferryman.schema import DTYPES, IOSchema, TensorSpec
 from ferryman.tensors import DTYPE_BY_NAME
 from ferryman.v1 import common_pb2
+from ferryman_kernel.schema import DTYPES, IOSchema, TensorSpec
 
 
 def test_dtypes_are_the_wire_enum_without_unspecified() -> None:

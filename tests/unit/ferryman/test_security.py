@@ -8,7 +8,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from ferryman.kernel.security import TOKEN_FILE, shared_token
+from ferryman_kernel.security import TOKEN_FILE, shared_token
 
 PROCESSES = 16
 WORKERS = 8

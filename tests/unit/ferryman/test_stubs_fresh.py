@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ferryman.protogen import PACKAGES, REPO_ROOT, generate, stub_files
+from ferryman_cli.protogen import PACKAGES, REPO_ROOT, generate, stub_files
 
 
 def test_committed_stubs_match_protos(tmp_path: Path) -> None:

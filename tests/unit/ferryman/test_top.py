@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ferryman.top import Samples, quantile, rows, tenant_usage
+from ferryman_kernel.scrape import Samples, quantile, rows, tenant_usage
 
 
 def latency(model: str, counts: dict[str, float], code: str = "OK") -> Samples:

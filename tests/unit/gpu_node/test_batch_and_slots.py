@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from ferryman.schema import IOSchema
 from ferryman.tensors import decode, encode
 from ferryman.v1 import common_pb2, node_pb2
+from ferryman_kernel.schema import IOSchema
 from gpu_node.batch import build_inputs, plan, split_outputs
 from gpu_node.executor import predict_splitting
 from gpu_node.loader import warmup_sizes

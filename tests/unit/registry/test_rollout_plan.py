@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ferryman.canary import Outcome, Verdict
-from registry.rollout.plan import Action, Situation, decide
+from ferryman_kernel.canary import Outcome, Verdict
+from ferryman_rollouts.plan import Action, Situation, decide
 from registry.rollout.writes import check_steps
 from registry.snapshot import RouteRecord
 from registry.states import InvalidTransition, RolloutState, next_rollout_state

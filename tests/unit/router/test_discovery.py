@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ferryman.kernel.security import Security
+from ferryman_kernel.security import Security
 from router.batchers import BatcherPool, rendezvous
 from router.discovery import Member, flatten, resolve, split
 

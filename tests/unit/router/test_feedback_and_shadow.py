@@ -7,9 +7,9 @@ import asyncio
 
 import numpy as np
 
-from ferryman.scopes import SHADOW_SCOPE
 from ferryman.tensors import encode
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
+from ferryman_kernel.scopes import SHADOW_SCOPE
 from registry.snapshot import RouteRecord, TenantRecord
 from router.feedback import MemoryServedLog, Served, check
 from router.metrics import RouterMetrics

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from ferryman.oip.v2 import grpc_predict_v2_pb2 as oip
-from ferryman.schema import IOSchema
 from ferryman.v1 import inference_pb2
+from ferryman_kernel.schema import IOSchema
 from registry.snapshot import VersionRecord
-from router.oip.convert import check_outputs, config, grpc_parameters, metadata, predict_request
+from router.doors.oip.convert import check_outputs, config, grpc_parameters, metadata, predict_request
 from router.service import RequestFailed
 
 SCHEMA = IOSchema.model_validate(

@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable
 import pytest
 from quota_scenarios import SCENARIOS, Clock, Harness
 
-from router.quota.memory import MemoryQuota
-from router.quota.policy import Limits
-from router.quota.service import InvalidQuotaCall, check_call
+from ferryman_quota.memory import MemoryQuota
+from ferryman_quota.policy import Limits
+from ferryman_quota.service import InvalidQuotaCall, check_call
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ferryman_quota.memory import MemoryQuota
+from ferryman_quota.policy import Limits
+from ferryman_quota.service import QuotaService
+from ferryman_quota.settings import QuotaSettings
 from registry.snapshot import ConfigSnapshot
-from router.quota.memory import MemoryQuota
-from router.quota.policy import Limits
-from router.quota.service import QuotaService
-from router.quota.settings import QuotaSettings
 
 LIMITS = [Limits(scope="t", tpm=100)]
 NOW = 1_000_000.0

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ferryman.schema import IOSchema
-from ferryman.schema_check import check_inputs
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2
+from ferryman_kernel.schema import IOSchema
+from ferryman_kernel.schema_check import check_inputs
 from registry.snapshot import RouteRecord
 from router.routing import Choice, bucket, choose, resolve
 from router.validation import price, token_bound

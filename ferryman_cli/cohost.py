@@ -1,0 +1,44 @@
+"""Router and batcher in one process: the router hands items to the batcher through the
+in-process port (no Submit stream, no encoding). The composition root may import both."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from batcher.host import BatcherHost
+from batcher.local import LocalBatcher
+from batcher.metrics import BatcherMetrics
+from batcher.settings import BatcherSettings
+from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.metrics_http import serve_metrics
+from ferryman_kernel.metrics_otlp import otlp_metrics
+from ferryman_quota.settings import QuotaSettings
+from router.server import serve_router
+from router.settings import RouterSettings
+
+
+async def serve_router_with_batcher(
+    router: RouterSettings,
+    quota: QuotaSettings,
+    batcher: BatcherSettings,
+    common: CommonSettings,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[str], None] | None = None,
+) -> int:
+    """Run a router whose batcher lives in the same process, until SIGTERM/SIGINT (or
+    ``stop``); the batcher drains after the router stops taking requests."""
+    metrics = BatcherMetrics()
+    metrics_server = serve_metrics(batcher.metrics_listen, metrics.registry)
+    host = BatcherHost(batcher, common, metrics)
+    await host.start()
+    with otlp_metrics(metrics.registry, "batcher"):
+        try:
+            return await serve_router(
+                router, quota, common, stop, on_ready, batcher=LocalBatcher(host.service, host.generation)
+            )
+        finally:
+            await host.drain()
+            await host.stop()
+            if metrics_server is not None:
+                metrics_server.shutdown()

@@ -1,0 +1,28 @@
+"""``ferryman models demo``: build the demo models locally and register them."""
+
+from __future__ import annotations
+
+import typer
+
+from ferryman_cli.context import migrated_engine, settings
+from ferryman_cli.output import JsonFlag, console, emit, refusals
+
+models_app = typer.Typer(help="Demo models.", no_args_is_help=True)
+
+
+@models_app.command("demo")
+def models_demo(as_json: JsonFlag = False) -> None:
+    """Build mlp and minilm under the data dir, register, route and place them."""
+    from gpu_node.demo.build import build_demo_artifacts, register_demo
+    from registry.reader import RegistryReader
+    from registry.writer import RegistryWriter
+
+    engine = migrated_engine()
+    specs = build_demo_artifacts(settings().data_dir / "models")
+    with refusals():
+        added = register_demo(RegistryWriter(engine, actor="cli"), RegistryReader(engine), specs)
+    emit(
+        {"built": [f"{s.model}:{s.version}" for s in specs], "registered": added},
+        as_json,
+        lambda: console.print(f"demo models ready; newly registered: {', '.join(added) or 'none'}"),
+    )

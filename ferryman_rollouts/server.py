@@ -1,0 +1,56 @@
+"""The rollout controller process: ``ferryman serve rollouts`` (and a child of ``ferryman up``).
+It serves only health; its work is the check loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.runtime import ServiceSpec, run_service
+from ferryman_rollouts.controller import RolloutController
+from ferryman_rollouts.metrics import RolloutMetrics
+from ferryman_rollouts.settings import RolloutSettings
+from ferryman_rollouts.sources import prometheus, router_metrics
+from registry.db import make_engine
+from registry.reader import RegistryReader
+from registry.writer import RegistryWriter
+
+MAX_MESSAGE_BYTES = 64 * 1024
+
+
+async def serve_rollouts(
+    settings: RolloutSettings,
+    common: CommonSettings,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[str], None] | None = None,
+) -> int:
+    """Run the controller until SIGTERM/SIGINT (or, when given, until ``stop`` is set)."""
+    if not settings.router_metrics and not settings.prometheus_url:
+        raise ValueError("the rollout controller reads --router-metrics URLs or a --prometheus-url")
+    metrics = RolloutMetrics()
+    spec = ServiceSpec(
+        name="rollouts",
+        listen=settings.listen,
+        services=[],
+        max_message_bytes=MAX_MESSAGE_BYTES,
+        internal=True,
+        metrics_listen=settings.metrics_listen,
+        metrics=metrics.registry,
+    )
+    async with run_service(spec, common, stop) as rt:
+        engine = make_engine(common.resolved_database_url())
+        rt.on_close(engine.dispose)
+        controller = RolloutController(
+            RegistryWriter(engine, actor="rollout-controller"),
+            RegistryReader(engine),
+            prometheus(settings.prometheus_url)
+            if settings.prometheus_url
+            else router_metrics(settings.router_metrics),
+            metrics,
+            heartbeat_timeout_s=common.heartbeat_timeout_s,
+        )
+        loop = asyncio.create_task(controller.run(rt.stop, settings.check_s))
+        await rt.serve(on_ready)
+        await loop
+    return 0

@@ -1,0 +1,1 @@
+"""The front doors: converter-only modules over the gateway, one folder per protocol."""

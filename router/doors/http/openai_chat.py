@@ -1,0 +1,262 @@
+"""OpenAI-compatible generation (``/v1/chat/completions``, ``/v1/completions``) over the
+gateway's ``generate``: whole answers, or server-sent events (``stream: true``) ending in
+``data: [DONE]``. A refusal before the first token is an HTTP error in OpenAI's shape; a
+client that disconnects mid-stream ends the generation and pays for what it was sent."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Annotated, Any, Literal
+
+import grpc
+import orjson
+from fastapi import APIRouter, Header, Response
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
+
+from ferryman.errors import Reason
+from ferryman.v1 import common_pb2, inference_pb2
+from router.bounds import MAX_NAME_CHARS, MAX_REQUEST_ID_CHARS, MAX_USER_CHARS
+from router.doors.http.caller import JSON, Authenticated, Caller, json_body, parse_json, read_body
+from router.generation import MAX_MESSAGES, MAX_STOPS, MAX_TEMPERATURE
+from router.service import fail
+from router.spans import Door, Protocol, http_door
+
+router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
+CHAT = http_door(Protocol.OPENAI, "POST", "/v1/chat/completions")
+COMPLETIONS = http_door(Protocol.OPENAI, "POST", "/v1/completions")
+DEFAULT_MAX_TOKENS = 256
+"""What OpenAI's ``max_tokens`` defaults to here (it has no default there but the context)."""
+OPENAI_FINISH = {"stop": "stop", "length": "length", "quota": "length"}
+"""Ferryman's finish reasons in OpenAI's words: a token budget cut is a length limit. The
+others (cancelled, deadline, error) keep their own names."""
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class ChatTurn(BaseModel):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class Sampled(BaseModel):
+    """What both endpoints take besides their prompt."""
+
+    model: str = Field(max_length=MAX_NAME_CHARS)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float = Field(default=1.0, ge=0, le=MAX_TEMPERATURE)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    seed: int | None = None
+    stop: str | list[str] | None = Field(default=None)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str = Field(default="", max_length=MAX_USER_CHARS)
+    n: Literal[1] = 1
+
+
+class ChatRequest(Sampled):
+    messages: list[ChatTurn] = Field(min_length=1, max_length=MAX_MESSAGES)
+
+
+class CompletionRequest(Sampled):
+    prompt: str = Field(min_length=1)
+
+
+def stops(value: str | list[str] | None) -> list[str]:
+    found = [value] if isinstance(value, str) else list(value or [])
+    if len(found) > MAX_STOPS:
+        raise fail(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"stop: at most {MAX_STOPS} strings",
+            Reason.INVALID_REQUEST,
+            violations=[("stop", f"more than {MAX_STOPS} strings")],
+        )
+    return found
+
+
+def neutral(request: ChatRequest | CompletionRequest, request_id: str) -> inference_pb2.GenerateRequest:
+    """The gateway's GenerateRequest for an OpenAI request (a developer turn is a system turn)."""
+    neutral = inference_pb2.GenerateRequest(
+        request_id=request_id,
+        model=request.model,
+        max_tokens=request.max_completion_tokens or request.max_tokens or DEFAULT_MAX_TOKENS,
+        sampling=common_pb2.SamplingParams(temperature=request.temperature, top_p=request.top_p),
+        stop=stops(request.stop),
+        user=request.user,
+    )
+    if request.seed is not None:
+        neutral.sampling.seed = request.seed
+    if isinstance(request, ChatRequest):
+        for turn in request.messages:
+            text = turn.content if isinstance(turn.content, str) else "".join(p.text for p in turn.content)
+            role = "system" if turn.role == "developer" else turn.role
+            neutral.messages.append(common_pb2.ChatMessage(role=role, content=text))
+    else:
+        neutral.prompt = request.prompt
+    return neutral
+
+
+def finish(answer: inference_pb2.GenerateResponse) -> str | None:
+    if not answer.finish_reason:
+        return None
+    name = common_pb2.FinishReason.Name(answer.finish_reason).removeprefix("FINISH_REASON_").lower()
+    return OPENAI_FINISH.get(name, name)
+
+
+def usage(answer: inference_pb2.GenerateResponse) -> dict[str, int]:
+    prompt, completion = answer.usage.input_tokens, answer.usage.output_tokens
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def headers(answer: inference_pb2.GenerateResponse) -> dict[str, str]:
+    return {
+        "x-request-id": answer.request_id,
+        "x-ferryman-model": answer.model,
+        "x-ferryman-version": answer.version,
+    }
+
+
+class Shape:
+    """How one endpoint words its answers: a chat's messages and deltas, or a completion's text."""
+
+    def __init__(self, chat: bool, request_id: str, model: str) -> None:
+        self.chat = chat
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{request_id}"
+        self.model = model
+        self.created = int(time.time())
+
+    def _envelope(self, kind: str, choice: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+        }
+
+    def whole(self, text: str, last: inference_pb2.GenerateResponse) -> dict[str, Any]:
+        if self.chat:
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": finish(last),
+            }
+            body = self._envelope("chat.completion", choice)
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": finish(last), "logprobs": None}
+            body = self._envelope("text_completion", choice)
+        return {**body, "usage": usage(last)}
+
+    def chunk(self, answer: inference_pb2.GenerateResponse, first: bool) -> dict[str, Any]:
+        if self.chat:
+            delta: dict[str, Any] = {"content": answer.text}
+            if first:
+                delta["role"] = "assistant"
+            return self._envelope(
+                "chat.completion.chunk", {"index": 0, "delta": delta, "finish_reason": finish(answer)}
+            )
+        return self._envelope(
+            "text_completion",
+            {"index": 0, "text": answer.text, "finish_reason": finish(answer), "logprobs": None},
+        )
+
+    def usage_chunk(self, last: inference_pb2.GenerateResponse) -> dict[str, Any]:
+        kind = "chat.completion.chunk" if self.chat else "text_completion"
+        return {
+            "id": self.id,
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": usage(last),
+        }
+
+
+def event(body: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+async def serve(
+    caller: Caller, request: ChatRequest | CompletionRequest, request_id: str, door: Door
+) -> Response:
+    gateway = caller.gateway
+    answers = gateway.generate(
+        neutral(request, request_id), caller.tenant, caller.deadline(), caller.parent, door
+    )
+    try:
+        first = await caller.unless_gone(anext(answers))
+    except BaseException:
+        await answers.aclose()
+        raise
+    shape = Shape(isinstance(request, ChatRequest), first.request_id, first.model)
+    if not request.stream:
+        try:
+            last, text = first, [first.text]
+            async for answer in answers:
+                last = answer
+                text.append(answer.text)
+        finally:
+            await answers.aclose()
+        return JSON(shape.whole("".join(text), last), headers=headers(first))
+    include_usage = bool(request.stream_options and request.stream_options.include_usage)
+    return StreamingResponse(
+        events(shape, first, answers, include_usage),
+        media_type="text/event-stream",
+        headers={**headers(first), **SSE_HEADERS},
+    )
+
+
+async def events(
+    shape: Shape,
+    first: inference_pb2.GenerateResponse,
+    rest: AsyncGenerator[inference_pb2.GenerateResponse],
+    include_usage: bool,
+) -> AsyncIterator[bytes]:
+    """The stream's events; a client that leaves closes this, which closes the generation."""
+    try:
+        yield event(shape.chunk(first, first=True))
+        last = first
+        async for answer in rest:
+            last = answer
+            yield event(shape.chunk(answer, first=False))
+        if include_usage:
+            yield event(shape.usage_chunk(last))
+        yield b"data: [DONE]\n\n"
+    finally:
+        await rest.aclose()
+
+
+@router.post(
+    "/chat/completions",
+    summary="Chat with a generative model (stream: true for server-sent events).",
+    openapi_extra=json_body("ChatRequest"),
+)
+async def chat_completions(
+    caller: Authenticated,
+    idempotency_key: Annotated[str, Header(max_length=MAX_REQUEST_ID_CHARS)] = "",
+) -> Response:
+    request = parse_json(ChatRequest, await read_body(caller.request, caller.gateway.max_message_bytes))
+    return await serve(caller, request, idempotency_key, CHAT)
+
+
+@router.post(
+    "/completions",
+    summary="Complete a prompt with a generative model (stream: true for server-sent events).",
+    openapi_extra=json_body("CompletionRequest"),
+)
+async def completions(
+    caller: Authenticated,
+    idempotency_key: Annotated[str, Header(max_length=MAX_REQUEST_ID_CHARS)] = "",
+) -> Response:
+    request = parse_json(CompletionRequest, await read_body(caller.request, caller.gateway.max_message_bytes))
+    return await serve(caller, request, idempotency_key, COMPLETIONS)

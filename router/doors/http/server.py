@@ -1,0 +1,155 @@
+"""The router's HTTP port: OIP v2 REST (``/v2``) and the OpenAI-compatible API (``/v1``),
+one FastAPI app under uvicorn in the router's own event loop, over the same gateway as
+the gRPC doors. Failures become each API's error body (router/doors/http/errors.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Generator
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+
+from ferryman_kernel.net import cannot_listen
+from router.doors.http import errors, oip_rest, openai, openai_batches, openai_chat
+from router.doors.http.caller import JSON, OPENAI_PREFIX, invalid_request
+from router.gateway import Gateway
+from router.jobs import JobDesk
+from router.service import RequestFailed
+
+BODIES = (
+    oip_rest.InferenceRequest,
+    openai.EmbeddingRequest,
+    openai_chat.ChatRequest,
+    openai_batches.BatchRequest,
+    openai_chat.CompletionRequest,
+)
+"""Bodies that routes read themselves (bounded, JSON whatever the Content-Type); the
+OpenAPI document gets their schemas here."""
+START_TIMEOUT_S = 10.0
+START_POLL_S = 0.01
+
+
+def failure_response(request: Request, status: Any) -> Response:
+    body = (
+        errors.openai_body(status) if request.url.path.startswith(OPENAI_PREFIX) else errors.oip_body(status)
+    )
+    return JSON(body, status_code=errors.http_status(status), headers=errors.headers(status))
+
+
+def build_app(gateway: Gateway, jobs: JobDesk | None = None) -> FastAPI:
+    """The HTTP doors' app: every route takes a ``Caller`` built by the ``caller`` dependency;
+    ``jobs``: the durable jobs OpenAI's Batch API runs on (None: no batches)."""
+    app = FastAPI(
+        title="Ferryman",
+        summary="Open Inference Protocol v2 REST and an OpenAI-compatible API over Ferryman's router.",
+        version="1",
+        docs_url=None,  # the Swagger UI loads its assets from a CDN; the document is enough
+        redoc_url=None,
+        default_response_class=JSON,
+        # The gateway makes each request's root span (one per request, whatever the door, by
+        # the conventions); FastAPI's own would be a second root beside it.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
+    app.state.gateway = gateway
+    app.state.jobs = jobs
+
+    @app.exception_handler(RequestFailed)
+    async def request_failed(request: Request, exc: RequestFailed) -> Response:
+        return failure_response(request, exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        return failure_response(request, invalid_request(exc.errors(), skip=1).status)
+
+    app.include_router(oip_rest.router)
+    app.include_router(openai.router)
+    app.include_router(openai_chat.router)
+    app.include_router(openai_batches.router)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(
+                title=app.title, version=app.version, summary=app.summary, routes=app.routes
+            )
+            schemas = document.setdefault("components", {}).setdefault("schemas", {})
+            for model in BODIES:
+                body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                schemas.update(body.pop("$defs", {}))
+                schemas[model.__name__] = body
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers: the router's runtime owns SIGTERM/SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None]:
+        yield
+
+
+class HttpDoor:
+    """The app served on ``listen`` until ``close``."""
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        listen: str,
+        max_connections: int,
+        certfile: str = "",
+        keyfile: str = "",
+        reuse_port: bool = False,
+        jobs: JobDesk | None = None,
+    ) -> None:
+        host, _, port = listen.rpartition(":")
+        self._socket = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET)
+        # One server per port unless this instance's workers share it (SO_REUSEPORT); a port
+        # in TIME_WAIT is free.
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            self._socket.bind((host.strip("[]"), int(port)))
+        except OSError as exc:
+            self._socket.close()
+            raise cannot_listen(listen, str(exc)) from None
+        self.port = int(self._socket.getsockname()[1])
+        self.address = f"{host}:{self.port}"
+        config = uvicorn.Config(
+            build_app(gateway, jobs),
+            lifespan="off",
+            access_log=False,
+            # uvicorn warns once per refused or malformed request: a flood would flood the log.
+            log_level="error",
+            http="httptools",
+            limit_concurrency=max_connections,
+            ssl_certfile=certfile or None,
+            ssl_keyfile=keyfile or None,
+            timeout_graceful_shutdown=2,
+        )
+        self._server = _Server(config)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._server.serve(sockets=[self._socket]))
+        # uvicorn sets a flag, not an event, once it accepts connections.
+        async with asyncio.timeout(START_TIMEOUT_S):
+            while not self._server.started and not self._task.done():  # noqa: ASYNC110
+                await asyncio.sleep(START_POLL_S)
+        if self._task.done():
+            self._task.result()  # uvicorn failed to start: say why
+
+    async def close(self) -> None:
+        self._server.should_exit = True
+        if self._task is not None:
+            await self._task
+        self._socket.close()
