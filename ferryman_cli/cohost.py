@@ -13,6 +13,7 @@ from batcher.settings import BatcherSettings
 from ferryman_kernel.config import CommonSettings
 from ferryman_kernel.metrics_http import serve_metrics
 from ferryman_kernel.metrics_otlp import otlp_metrics
+from ferryman_quota.cohost import CoHostedQuota
 from ferryman_quota.settings import QuotaSettings
 from router.server import serve_router
 from router.settings import RouterSettings
@@ -35,7 +36,12 @@ async def serve_router_with_batcher(
     with otlp_metrics(metrics.registry, "batcher"):
         try:
             return await serve_router(
-                router, quota, common, stop, on_ready, batcher=LocalBatcher(host.service, host.generation)
+                router,
+                CoHostedQuota(quota),
+                common,
+                stop,
+                on_ready,
+                batcher=LocalBatcher(host.service, host.generation),
             )
         finally:
             await host.drain()

@@ -104,6 +104,7 @@ def serve_router_cmd(
     on --http-listen (and quotas, unless --quota-address)."""
     from batcher.settings import BatcherSettings
     from ferryman_cli.cohost import serve_router_with_batcher
+    from ferryman_quota.cohost import CoHostedQuota
     from ferryman_quota.settings import QuotaSettings
     from router.server import serve_router
     from router.settings import RouterSettings
@@ -131,7 +132,7 @@ def serve_router_cmd(
         _serve(serve_router_workers(router_settings, quota_settings, settings()))
     if local_batcher:
         _serve(serve_router_with_batcher(router_settings, quota_settings, BatcherSettings(), settings()))
-    _serve(serve_router(router_settings, quota_settings, settings()))
+    _serve(serve_router(router_settings, CoHostedQuota(quota_settings), settings()))
 
 
 @serve_app.command("quota")
@@ -141,8 +142,8 @@ def serve_quota_cmd(
     metrics_listen: Annotated[str | None, typer.Option(help="host:port for /metrics.")] = None,
 ) -> None:
     """Run the Quota service on its own."""
+    from ferryman_quota.server import serve_quota
     from ferryman_quota.settings import QuotaSettings
-    from router.server import serve_quota
 
     _configure_logging()
     quota_settings = QuotaSettings(

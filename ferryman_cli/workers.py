@@ -21,6 +21,7 @@ from collections.abc import Callable
 from ferryman_cli.supervisor import Platform
 from ferryman_kernel.config import CommonSettings
 from ferryman_kernel.net import check_listenable, free_port
+from ferryman_quota.cohost import CoHostedQuota
 from ferryman_quota.settings import QuotaSettings
 from router.server import serve_router
 from router.settings import RouterSettings
@@ -96,7 +97,7 @@ async def serve_router_workers(
         log(f"{settings.workers} workers on {address}")
 
     try:
-        return await serve_router(first, quota, common, on_ready=started)
+        return await serve_router(first, CoHostedQuota(quota), common, on_ready=started)
     finally:
         if supervising is not None:
             supervising.cancel()

@@ -7,15 +7,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from ferryman_kernel.quota import Ask, Decision, Verdict
 from ferryman_quota.policy import (
     CHARGE_MEMORY_S,
     DAY_S,
     WINDOW_S,
-    Ask,
     Counters,
-    Decision,
     Limits,
-    Verdict,
     add_spend,
     charge,
     check,

@@ -18,20 +18,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from enum import StrEnum
+
+from ferryman_kernel.quota import Ask, Decision, Verdict, Violation
 
 WINDOW_S = 60.0
 DAY_S = 86400.0
 CONCURRENCY_RETRY_S = 0.1
 """When a request refused for max_concurrency may try again (a slot frees at any time)."""
-
-
-class Decision(StrEnum):
-    ADMIT = "admit"
-    DEGRADE = "degrade"
-    REJECT = "reject"
-    CONFLICT = "conflict"
-    """The request id was already used for a different request."""
 
 
 CHARGE_MEMORY_S = 8 * DAY_S
@@ -51,46 +44,6 @@ class Limits:
     cost_per_day_usd: float | None = None
     max_concurrency: int | None = None
     soft: bool = False
-
-
-@dataclass(frozen=True)
-class Violation:
-    limit: str
-    current: float
-    maximum: float
-
-
-@dataclass(frozen=True)
-class Verdict:
-    decision: Decision
-    violations: tuple[Violation, ...] = ()
-    retry_after_s: float = 0.0
-    held: bool = True
-    """A reservation was taken and must be committed or released (not when no limit applies)."""
-    tokens: int = 0
-    """Tokens reserved when fewer than asked were granted (``Ask.min_tokens``); 0: as asked."""
-    repeat: bool = False
-    """This answers a repeat of an earlier Reserve of the same request id."""
-
-
-@dataclass(frozen=True)
-class Ask:
-    """What a Reserve asks for: ``tokens`` and their ``cost``; with ``min_tokens`` (0 <
-    min_tokens < tokens), any amount down to it will do (a generation that can be cut
-    short), the cost falling by ``cost_per_token`` per token not granted."""
-
-    tokens: int
-    cost: float
-    min_tokens: int = 0
-    cost_per_token: float = 0.0
-
-    @property
-    def partial(self) -> bool:
-        return 0 < self.min_tokens < self.tokens
-
-    def cut(self, tokens: int) -> Ask:
-        """The same ask for ``tokens`` only."""
-        return Ask(tokens, max(0.0, self.cost - (self.tokens - tokens) * self.cost_per_token))
 
 
 @dataclass

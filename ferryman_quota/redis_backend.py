@@ -15,16 +15,8 @@ from collections.abc import Callable, Sequence
 
 import redis.asyncio as aioredis
 
-from ferryman_quota.policy import (
-    CHARGE_MEMORY_S,
-    CONCURRENCY_RETRY_S,
-    DAY_S,
-    WINDOW_S,
-    Decision,
-    Limits,
-    Verdict,
-    Violation,
-)
+from ferryman_kernel.quota import Decision, Verdict, Violation
+from ferryman_quota.policy import CHARGE_MEMORY_S, CONCURRENCY_RETRY_S, DAY_S, WINDOW_S, Limits
 
 KEY_PREFIX = "fm:q:"
 STALE = "stale"

@@ -13,25 +13,23 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from ferryman_kernel.logs import Throttled
+from ferryman_kernel.quota import (
+    MAX_COST_USD,
+    MAX_NAME_CHARS,
+    MAX_RENEW_IDS,
+    MAX_REQUEST_ID_CHARS,
+    MAX_TOKENS,
+    Decision,
+    QuotaUnavailable,
+    Verdict,
+)
 from ferryman_quota.memory import MemoryQuota
-from ferryman_quota.policy import Decision, Limits, Verdict
+from ferryman_quota.policy import Limits
 from ferryman_quota.redis_backend import RedisQuota
 from ferryman_quota.settings import QuotaSettings
 from registry.snapshot import ConfigSnapshot, PolicyRecord
 
 log = logging.getLogger("ferryman.quota")
-
-
-MAX_REQUEST_ID_CHARS = 256
-MAX_NAME_CHARS = 128
-MAX_TOKENS = 10**9
-MAX_COST_USD = 1e6
-MAX_RENEW_IDS = 10_000
-"""Bounds on what any caller may ask of the Quota service, whoever it is."""
-
-
-class QuotaUnavailable(Exception):
-    """The backend could not be reached and the fail mode is closed."""
 
 
 class InvalidQuotaCall(ValueError):

@@ -7,9 +7,9 @@ from datetime import timedelta
 import grpc
 
 from ferryman.v1 import quota_pb2, quota_pb2_grpc
+from ferryman_kernel.quota import Decision, QuotaUnavailable, Verdict
 from ferryman_kernel.serving import ServicerContext
-from ferryman_quota.policy import Decision, Verdict
-from ferryman_quota.service import InvalidQuotaCall, QuotaService, QuotaUnavailable
+from ferryman_quota.service import InvalidQuotaCall, QuotaService
 
 DECISIONS = {
     Decision.ADMIT: quota_pb2.QUOTA_DECISION_ADMIT,

@@ -20,7 +20,7 @@ import grpc
 
 from ferryman.errors import CallFailed, Reason, status_code
 from ferryman.v1 import common_pb2, inference_pb2, node_pb2
-from ferryman_quota.policy import Ask, Decision
+from ferryman_kernel.quota import Ask, Decision
 from registry.snapshot import TenantRecord, VersionRecord
 from router.batchers import BatcherPort
 from router.bounds import Violation, check_names, clip

@@ -19,8 +19,7 @@ import redis.asyncio as aioredis
 
 from ferryman_jobs.port import JobQueue
 from ferryman_jobs.store import FINISHED, State
-from ferryman_quota.client import QuotaClient
-from ferryman_quota.service import QuotaUnavailable
+from ferryman_kernel.quota import QuotaClient, QuotaUnavailable
 from router.settings import RouterSettings
 
 log = logging.getLogger("ferryman.router.jobs")

@@ -19,8 +19,8 @@ from ferryman.errors import Reason
 from ferryman.v1 import jobs_pb2
 from ferryman_jobs.port import JobQueue
 from ferryman_jobs.store import FINISHED, JobRecord, LimitReached, State, StoredFile
+from ferryman_kernel.quota import QuotaUnavailable
 from ferryman_kernel.schema_check import check_inputs
-from ferryman_quota.service import QuotaUnavailable
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord, VersionRecord
 from router.bounds import MAX_REQUEST_ID_CHARS, clip

@@ -1,25 +1,25 @@
-"""The router process: Inference on the public port; the Quota service in-process
-(served to other services on a separate internal port when asked) or remote."""
+"""The router process: Inference on the public port; quotas from a remote Quota service, or
+from one the composition root hands it to co-host (served to other services on a separate
+internal port when asked)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
-from prometheus_client import CollectorRegistry
+import grpc
 
-from ferryman.v1 import inference_pb2, jobs_pb2, jobs_pb2_grpc, quota_pb2, quota_pb2_grpc
+from ferryman.v1 import inference_pb2, jobs_pb2, jobs_pb2_grpc, quota_pb2
 from ferryman_jobs.port import jobs_enabled, open_job_queue
 from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.quota import QuotaClient, RemoteQuota
 from ferryman_kernel.runtime import ServiceRuntime, ServiceSpec, run_service
 from ferryman_kernel.security import aio_channel
-from ferryman_quota.client import LocalQuota, QuotaClient, RemoteQuota
-from ferryman_quota.service import QuotaService, make_backend
-from ferryman_quota.servicer import QuotaServicer
-from ferryman_quota.settings import QuotaSettings
 from registry.cache import SnapshotCache
 from registry.db import make_engine
+from registry.snapshot import ConfigSnapshot
 from registry.writer import RegistryWriter
 from router.batchers import BatcherPool, BatcherPort
 from router.doors.http.server import HttpDoor
@@ -43,12 +43,32 @@ log = logging.getLogger("ferryman.router")
 INFERENCE = inference_pb2.DESCRIPTOR.services_by_name["Inference"].full_name
 QUOTA = quota_pb2.DESCRIPTOR.services_by_name["Quota"].full_name
 JOBS = jobs_pb2.DESCRIPTOR.services_by_name["Jobs"].full_name
-CACHE_LOAD_TIMEOUT_S = 30.0
 
 
-def served_log(settings: RouterSettings, quota: QuotaSettings) -> ServedLog:
+class QuotaHost(Protocol):
+    """The Quota service a router co-hosts when it has no quota address (the composition
+    root builds it: ``ferryman_quota.cohost.CoHostedQuota``)."""
+
+    @property
+    def redis_url(self) -> str:
+        """The Redis its counters live on, '' when they are in memory."""
+        ...
+
+    @property
+    def max_message_bytes(self) -> int: ...
+
+    def client(self, snapshot: Callable[[], ConfigSnapshot]) -> QuotaClient:
+        """The in-process service deciding on ``snapshot``; called once."""
+        ...
+
+    def serve_internal(self, server: grpc.aio.Server) -> None:
+        """Serve it to other services on ``server`` (after ``client``)."""
+        ...
+
+
+def served_log(settings: RouterSettings, quota: QuotaHost) -> ServedLog:
     """Where answers wait for their Feedback: a Redis the routers share when there is one."""
-    url = settings.feedback_redis_url or (quota.redis_url if quota.backend == "redis" else "")
+    url = settings.feedback_redis_url or quota.redis_url
     if url:
         return RedisServedLog(url, settings.feedback_window_s)
     return MemoryServedLog(settings.feedback_window_s, settings.feedback_max_requests)
@@ -56,14 +76,14 @@ def served_log(settings: RouterSettings, quota: QuotaSettings) -> ServedLog:
 
 async def serve_router(
     settings: RouterSettings,
-    quota_settings: QuotaSettings,
+    quota_host: QuotaHost,
     common: CommonSettings,
     stop: asyncio.Event | None = None,
     on_ready: Callable[[str], None] | None = None,
     batcher: BatcherPort | None = None,
 ) -> int:
-    """Run a router until SIGTERM/SIGINT (or ``stop``). Without a quota address the
-    Quota service runs in this process (served to other services only on
+    """Run a router until SIGTERM/SIGINT (or ``stop``). Without a quota address
+    ``quota_host`` runs in this process (served to other services only on
     ``internal_listen``, never on the public port). Items go to ``batcher`` when given
     (one in this process), else over gRPC to the configured batchers."""
     metrics = RouterMetrics(settings.max_tenant_labels)
@@ -88,14 +108,13 @@ async def serve_router(
         refresher = asyncio.create_task(cache.run(refresher_stop))
         await asyncio.wait_for(cache.loaded.wait(), timeout=common.heartbeat_timeout_s)
         quota: QuotaClient
-        local_quota: QuotaService | None = None
-        if settings.quota_address:
+        co_hosted = not settings.quota_address
+        if co_hosted:
+            quota = quota_host.client(lambda: cache.snapshot)
+        else:
             quota_channel = aio_channel(settings.quota_address, rt.security)
             rt.on_close(lambda: quota_channel.close(grace=None))
             quota = RemoteQuota(quota_channel, rt.security.metadata())
-        else:
-            local_quota = QuotaService(quota_settings, make_backend(quota_settings), lambda: cache.snapshot)
-            quota = LocalQuota(local_quota)
         discovery: asyncio.Task[None] | None = None
         batchers: BatcherPort
         if batcher is not None:
@@ -112,7 +131,7 @@ async def serve_router(
             batchers = pool
         service = RouterService(settings, cache, quota, batchers, metrics)
         renewer = asyncio.create_task(service.renew_leases(refresher_stop))
-        served = served_log(settings, quota_settings)
+        served = served_log(settings, quota_host)
         if isinstance(served, RedisServedLog):
             flusher = asyncio.create_task(served.run(refresher_stop))
             rt.on_close(lambda: flusher)
@@ -154,16 +173,16 @@ async def serve_router(
             gateway.listening(http.address, http=True)
             rt.on_close(http.close)
             log.info("HTTP doors (OIP REST /v2, OpenAI /v1) listening on %s", http.address)
-        if local_quota is not None and settings.internal_listen:
+        if co_hosted and settings.internal_listen:
             internal = ServiceSpec(
                 name="quota",
                 listen=settings.internal_listen,
                 services=[QUOTA],
-                max_message_bytes=quota_settings.max_message_bytes,
+                max_message_bytes=quota_host.max_message_bytes,
                 internal=True,
             )
             internal_rt = ServiceRuntime(internal, rt.security, rt.stop, rt.options)
-            quota_pb2_grpc.add_QuotaServicer_to_server(QuotaServicer(local_quota), internal_rt.server)
+            quota_host.serve_internal(internal_rt.server)
             await internal_rt.start(serving=True)
             rt.on_close(internal_rt.close)
             log.info("in-process quota served to services on port %d", internal_rt.port)
@@ -178,37 +197,5 @@ async def serve_router(
         if discovery is not None:
             await discovery
         await batchers.close()
-        await refresher
-    return 0
-
-
-async def serve_quota(
-    settings: QuotaSettings,
-    common: CommonSettings,
-    stop: asyncio.Event | None = None,
-    on_ready: Callable[[str], None] | None = None,
-) -> int:
-    """Run the Quota service on its own."""
-    spec = ServiceSpec(
-        name="quota",
-        listen=settings.listen,
-        services=[QUOTA],
-        max_message_bytes=settings.max_message_bytes,
-        internal=True,
-        metrics_listen=settings.metrics_listen,
-        metrics=CollectorRegistry(),
-    )
-    async with run_service(spec, common, stop) as rt:
-        engine = make_engine(common.resolved_database_url())
-        rt.on_close(engine.dispose)
-        cache = SnapshotCache(engine, common.registry_refresh_s, common.heartbeat_timeout_s)
-        refresher_stop = asyncio.Event()
-        refresher = asyncio.create_task(cache.run(refresher_stop))
-        await asyncio.wait_for(cache.loaded.wait(), timeout=CACHE_LOAD_TIMEOUT_S)
-        service = QuotaService(settings, make_backend(settings), lambda: cache.snapshot)
-        quota_pb2_grpc.add_QuotaServicer_to_server(QuotaServicer(service), rt.server)
-        await rt.serve(on_ready)
-        await rt.stop_serving()
-        refresher_stop.set()
         await refresher
     return 0

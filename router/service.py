@@ -16,11 +16,9 @@ from google.rpc import status_pb2
 
 from ferryman.errors import Reason, expected_wait_s, make_status
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
+from ferryman_kernel.quota import MAX_RENEW_IDS, Ask, Decision, QuotaClient, QuotaUnavailable, Verdict
 from ferryman_kernel.schema_check import check_inputs
 from ferryman_kernel.telemetry import current_span, traceparent, tracer
-from ferryman_quota.client import QuotaClient
-from ferryman_quota.policy import Ask, Decision, Verdict
-from ferryman_quota.service import MAX_RENEW_IDS, QuotaUnavailable
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord, VersionRecord
 from router.batchers import BatcherPort, set_deadline

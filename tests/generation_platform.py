@@ -19,6 +19,7 @@ from batcher.server import serve_batcher
 from batcher.settings import BatcherSettings
 from ferryman_kernel.config import CommonSettings
 from ferryman_kernel.net import free_port
+from ferryman_quota.cohost import CoHostedQuota
 from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import smollm2
 from gpu_node.server import serve_node
@@ -52,7 +53,8 @@ class GenPlatform:
         """Another router on the platform (quotas on Redis for several)."""
         settings = RouterSettings(listen="127.0.0.1:0", batchers=self.batcher, quota_timeout_s=5.0)
         thread = ServiceThread(
-            lambda stop, ready: serve_router(settings, quota, self.common, stop, ready), "router"
+            lambda stop, ready: serve_router(settings, CoHostedQuota(quota), self.common, stop, ready),
+            "router",
         )
         address = thread.start()
         self.threads.append(thread)
@@ -117,7 +119,10 @@ def gen(smollm2_artifact: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
         http_listen=http,
     )
     router = ServiceThread(
-        lambda stop, ready: serve_router(router_settings, QuotaSettings(), common, stop, ready), "router"
+        lambda stop, ready: serve_router(
+            router_settings, CoHostedQuota(QuotaSettings()), common, stop, ready
+        ),
+        "router",
     )
     platform = GenPlatform(
         router=router.start(),

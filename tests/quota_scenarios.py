@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from ferryman_quota.policy import Decision, Limits, Verdict
+from ferryman_kernel.quota import Decision, Verdict
+from ferryman_quota.policy import Limits
 from ferryman_quota.service import QuotaBackend
 
 LONG_LEASE_S = 300.0

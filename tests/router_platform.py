@@ -19,6 +19,7 @@ from batcher.settings import BatcherSettings
 from ferryman.v1 import inference_pb2, inference_pb2_grpc
 from ferryman_kernel.config import CommonSettings
 from ferryman_kernel.net import free_port
+from ferryman_quota.cohost import CoHostedQuota
 from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo, minilm, mlp
 from registry.db import make_engine
@@ -96,7 +97,8 @@ class E2E:
             internal_listen=internal_listen,
         )
         thread = ServiceThread(
-            lambda stop, ready: serve_router(settings, quota, self.common, stop, ready), "router"
+            lambda stop, ready: serve_router(settings, CoHostedQuota(quota), self.common, stop, ready),
+            "router",
         )
         address = thread.start()
         self.threads.append(thread)

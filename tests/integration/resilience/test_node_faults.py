@@ -26,6 +26,7 @@ from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from ferryman_kernel.config import CommonSettings
 from ferryman_kernel.net import free_port
+from ferryman_quota.cohost import CoHostedQuota
 from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo
 from registry.db import make_engine
@@ -102,7 +103,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     batcher_address = batcher.start()
     router_settings = RouterSettings(listen="127.0.0.1:0", batchers=batcher_address)
     router = ServiceThread(
-        lambda stop, ready: serve_router(router_settings, QuotaSettings(), common, stop, ready), "router"
+        lambda stop, ready: serve_router(
+            router_settings, CoHostedQuota(QuotaSettings()), common, stop, ready
+        ),
+        "router",
     )
     cluster = Cluster(router=router.start(), key=key, common=common, reader=RegistryReader(engine))
     for name in ("f1", "f2"):

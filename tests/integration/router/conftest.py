@@ -18,6 +18,7 @@ from topology import Topology, run_topology
 
 from ferryman_kernel.config import CommonSettings
 from ferryman_kernel.net import free_port
+from ferryman_quota.cohost import CoHostedQuota
 from ferryman_quota.settings import QuotaSettings
 from ferryman_rollouts.server import serve_rollouts
 from ferryman_rollouts.settings import RolloutSettings
@@ -108,7 +109,7 @@ def jobs_router(e2e: E2E, common: CommonSettings, name: str, redis: str) -> Iter
         listen="127.0.0.1:0", http_listen=http, batchers=e2e.batcher, job_charge_every_s=JOB_CHARGE_EVERY_S
     )
     thread = ServiceThread(
-        lambda stop, ready: serve_router(settings, QuotaSettings(), common, stop, ready), name
+        lambda stop, ready: serve_router(settings, CoHostedQuota(QuotaSettings()), common, stop, ready), name
     )
     router = thread.start()
     try:

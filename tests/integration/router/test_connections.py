@@ -10,6 +10,7 @@ import time
 from harness import ServiceThread
 from router_platform import E2E
 
+from ferryman_quota.cohost import CoHostedQuota
 from ferryman_quota.settings import QuotaSettings
 from router.server import serve_router
 from router.settings import RouterSettings
@@ -53,7 +54,8 @@ def router(e2e: E2E, **common: float) -> tuple[str, ServiceThread]:
     settings = RouterSettings(listen="127.0.0.1:0", batchers=e2e.batcher)
     shared = e2e.common.model_copy(update=common)
     thread = ServiceThread(
-        lambda stop, ready: serve_router(settings, QuotaSettings(), shared, stop, ready), "router"
+        lambda stop, ready: serve_router(settings, CoHostedQuota(QuotaSettings()), shared, stop, ready),
+        "router",
     )
     return thread.start(), thread
 

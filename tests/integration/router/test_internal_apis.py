@@ -16,6 +16,7 @@ from router_platform import E2E
 from batcher.server import BATCHER_SERVICE
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, node_pb2, node_pb2_grpc, quota_pb2, quota_pb2_grpc
 from ferryman_kernel.net import free_port
+from ferryman_quota.cohost import CoHostedQuota
 from ferryman_quota.settings import QuotaSettings
 from registry.db import make_engine
 from registry.reader import RegistryReader
@@ -105,4 +106,6 @@ async def test_a_second_router_cannot_bind_a_port_in_use(e2e: E2E) -> None:
     port = int(e2e.router.rsplit(":", 1)[1])
     settings = RouterSettings(listen=f"127.0.0.1:{port}", batchers=e2e.batcher)
     with pytest.raises(OSError, match="in use"):
-        await asyncio.wait_for(serve_router(settings, QuotaSettings(), e2e.common, asyncio.Event()), 30)
+        await asyncio.wait_for(
+            serve_router(settings, CoHostedQuota(QuotaSettings()), e2e.common, asyncio.Event()), 30
+        )

@@ -29,6 +29,7 @@ from services import start_redis, wait_for_redis
 from ferryman.tensors import decode
 from ferryman.v1 import jobs_pb2
 from ferryman_kernel.net import free_port
+from ferryman_quota.cohost import CoHostedQuota
 from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo
 from registry.writer import QuotaLimits
@@ -230,7 +231,8 @@ def test_redis_down_for_five_seconds_refuses_submissions_clearly_and_running_job
     common = e2e.common.model_copy(update={"jobs_redis_url": url})
     settings = RouterSettings(listen="127.0.0.1:0", batchers=e2e.batcher)
     thread = ServiceThread(
-        lambda stop, ready: serve_router(settings, QuotaSettings(), common, stop, ready), "jobs"
+        lambda stop, ready: serve_router(settings, CoHostedQuota(QuotaSettings()), common, stop, ready),
+        "jobs",
     )
     outage = Jobs(e2e, url, thread.start())
     proc = worker(outage)

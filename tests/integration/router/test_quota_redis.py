@@ -19,9 +19,9 @@ from services import start_redis, wait_for_redis
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from ferryman_kernel.net import free_port
-from ferryman_quota.policy import Decision
+from ferryman_kernel.quota import Decision, QuotaUnavailable
 from ferryman_quota.redis_backend import RedisQuota
-from ferryman_quota.service import QuotaService, QuotaUnavailable
+from ferryman_quota.service import QuotaService
 from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo
 from registry.snapshot import ConfigSnapshot, PolicyRecord

@@ -17,6 +17,7 @@ from ferryman.v1 import node_pb2, node_pb2_grpc
 from ferryman_cli.certs import LocalPki, local_pki
 from ferryman_kernel.config import CommonSettings
 from ferryman_kernel.security import sync_channel
+from ferryman_quota.cohost import CoHostedQuota
 from ferryman_quota.settings import QuotaSettings
 from gpu_node.server import serve_node
 from registry.db import make_engine
@@ -49,7 +50,9 @@ def tls_router(tmp_path: Path, pki: LocalPki) -> Iterator[tuple[str, str]]:
     upgrade(engine)
     key = RegistryWriter(engine).create_tenant("secure").plaintext
     settings = RouterSettings(listen="127.0.0.1:0", batchers="127.0.0.1:1")
-    thread = ServiceThread(lambda stop, ready: serve_router(settings, QuotaSettings(), common, stop, ready))
+    thread = ServiceThread(
+        lambda stop, ready: serve_router(settings, CoHostedQuota(QuotaSettings()), common, stop, ready)
+    )
     address = thread.start()
     yield address, key
     thread.stop()

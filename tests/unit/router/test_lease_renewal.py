@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
-from ferryman_quota.service import MAX_RENEW_IDS
+from ferryman_kernel.quota import MAX_RENEW_IDS
 from router.service import RouterService
 from router.settings import RouterSettings
 

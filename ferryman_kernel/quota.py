@@ -1,14 +1,78 @@
-"""How the router talks to quotas: in-process (co-hosted) or over gRPC, same interface."""
+"""The quota contract as its callers see it: what a Reserve asks (``Ask``), what it is told
+(``Decision``, ``Verdict``, ``Violation``), the bounds on any call, how a call fails
+(``QuotaUnavailable``), the port a router calls (``QuotaClient``) and its gRPC side
+(``RemoteQuota``). The Quota service (``ferryman_quota``) implements it; the router only
+calls it, in-process or over the network."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 import grpc
 
 from ferryman.v1 import quota_pb2, quota_pb2_grpc
-from ferryman_quota.policy import Decision, Verdict, Violation
-from ferryman_quota.service import QuotaService, QuotaUnavailable
+
+MAX_REQUEST_ID_CHARS = 256
+MAX_NAME_CHARS = 128
+MAX_TOKENS = 10**9
+MAX_COST_USD = 1e6
+MAX_RENEW_IDS = 10_000
+"""Bounds on what any caller may ask of the Quota service, whoever it is."""
+
+
+class QuotaUnavailable(Exception):
+    """The backend could not be reached and the fail mode is closed."""
+
+
+class Decision(StrEnum):
+    ADMIT = "admit"
+    DEGRADE = "degrade"
+    REJECT = "reject"
+    CONFLICT = "conflict"
+    """The request id was already used for a different request."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    limit: str
+    current: float
+    maximum: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: Decision
+    violations: tuple[Violation, ...] = ()
+    retry_after_s: float = 0.0
+    held: bool = True
+    """A reservation was taken and must be committed or released (not when no limit applies)."""
+    tokens: int = 0
+    """Tokens reserved when fewer than asked were granted (``Ask.min_tokens``); 0: as asked."""
+    repeat: bool = False
+    """This answers a repeat of an earlier Reserve of the same request id."""
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a Reserve asks for: ``tokens`` and their ``cost``; with ``min_tokens`` (0 <
+    min_tokens < tokens), any amount down to it will do (a generation that can be cut
+    short), the cost falling by ``cost_per_token`` per token not granted."""
+
+    tokens: int
+    cost: float
+    min_tokens: int = 0
+    cost_per_token: float = 0.0
+
+    @property
+    def partial(self) -> bool:
+        return 0 < self.min_tokens < self.tokens
+
+    def cut(self, tokens: int) -> Ask:
+        """The same ask for ``tokens`` only."""
+        return Ask(tokens, max(0.0, self.cost - (self.tokens - tokens) * self.cost_per_token))
+
 
 FROM_PROTO = {
     quota_pb2.QUOTA_DECISION_ADMIT: Decision.ADMIT,
@@ -19,7 +83,7 @@ FROM_PROTO = {
 
 
 class QuotaClient(Protocol):
-    """Reserve's ``min_tokens`` and ``cost_per_token``: see ``ferryman_quota.policy.Ask``."""
+    """Reserve's ``min_tokens`` and ``cost_per_token``: see ``Ask``."""
 
     async def reserve(
         self,
@@ -47,54 +111,6 @@ class QuotaClient(Protocol):
         """True only when it is known here that no limit applies: Reserve would admit
         without holding anything, so the router need not call it (nor fingerprint)."""
         ...
-
-
-class LocalQuota:
-    """The co-hosted quota service, called without a network hop."""
-
-    def __init__(self, service: QuotaService) -> None:
-        self.service = service
-
-    def unlimited(self, tenant: str, model: str) -> bool:
-        # The same snapshot the service decides on: no skew between the two answers.
-        return not self.service.limits(tenant, model)
-
-    async def reserve(
-        self,
-        request_id: str,
-        tenant: str,
-        model: str,
-        tokens: int,
-        cost: float,
-        fingerprint: str,
-        budget_s: float,
-        min_tokens: int = 0,
-        cost_per_token: float = 0.0,
-    ) -> Verdict:
-        return await self.service.reserve(
-            request_id,
-            tenant,
-            model,
-            tokens,
-            cost,
-            fingerprint,
-            min_tokens=min_tokens,
-            cost_per_token=cost_per_token,
-        )
-
-    async def renew(self, request_ids: list[str], budget_s: float) -> int:
-        return await self.service.renew(request_ids)
-
-    async def commit(self, request_id: str, tokens: int, cost: float, budget_s: float) -> bool:
-        return await self.service.commit(request_id, tokens, cost)
-
-    async def release(self, request_id: str, budget_s: float) -> bool:
-        return await self.service.release(request_id)
-
-    async def charge(
-        self, charge_id: str, tenant: str, model: str, total_cost: float, budget_s: float
-    ) -> tuple[float, bool]:
-        return await self.service.charge(charge_id, tenant, model, total_cost)
 
 
 class RemoteQuota:
