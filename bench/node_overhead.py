@@ -57,7 +57,7 @@ def start_node(threads: int, data_dir: Path) -> tuple[subprocess.Popen[bytes], s
         [
             sys.executable,
             "-m",
-            "ferryman",
+            "ferryman_cli",
             "serve",
             "node",
             "--listen",

@@ -41,7 +41,7 @@ def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path, smollm2_art
             [
                 sys.executable,
                 "-m",
-                "ferryman",
+                "ferryman_cli",
                 "predict",
                 "minilm",
                 "--input",

@@ -53,7 +53,7 @@ def test_the_cli_prints_the_generation_as_json(gen: GenPlatform) -> None:
         [
             sys.executable,
             "-m",
-            "ferryman",
+            "ferryman_cli",
             "generate",
             MODEL,
             FRANCE["content"],
