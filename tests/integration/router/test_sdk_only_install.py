@@ -1,12 +1,16 @@
-"""``pip install ferryman`` is the client SDK alone: installed into a fresh virtual
-environment it brings grpcio, protobuf and numpy (no torch, streamlit or sqlmodel) and
-predicts against a running platform; the ``ferryman`` command there says what to install."""
+"""Two distributions: ``pip install ferryman`` is the client SDK alone (its wheel holds the
+``ferryman`` package and nothing else; installed into a fresh virtual environment it brings
+grpcio, protobuf and numpy, no torch, streamlit or sqlmodel, and predicts against a running
+platform), and the platform's wheel installs one import name, ``ferryman_cli``, with its
+rooms private under it, so no bare ``router`` or ``registry`` lands in site-packages."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from router_platform import E2E
@@ -39,17 +43,39 @@ def run(*command: str | Path, timeout: float = INSTALL_TIMEOUT_S) -> subprocess.
     return subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=timeout)
 
 
-def test_the_sdk_installs_alone_and_predicts(e2e: E2E, tmp_path: Path) -> None:
+def build_wheels(tmp_path: Path) -> dict[str, Path]:
+    """Both wheels, built from a copy (setuptools writes build/ beside the sources) with this
+    environment's setuptools (no download of a build backend): distribution name -> wheel."""
     wheels = tmp_path / "wheels"
-    # Built from a copy (setuptools writes build/ beside the sources) with this
-    # environment's setuptools (no download of a build backend).
     source = tmp_path / "source"
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*NOT_SOURCE))
     built = run(
-        sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", wheels, source
+        *(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", wheels),
+        *(source / "sdk", source),
     )
     assert built.returncode == 0, built.stderr
-    (wheel,) = wheels.glob("ferryman-*.whl")
+    return {w.name.split("-")[0]: w for w in wheels.glob("*.whl")}
+
+
+def top_level(wheel: Path) -> set[str]:
+    return {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+
+
+def test_each_wheel_holds_only_its_own_import_names(tmp_path: Path) -> None:
+    wheels = build_wheels(tmp_path)
+    assert set(wheels) == {"ferryman", "ferryman_server"}
+    assert top_level(wheels["ferryman"]) == {"ferryman", "ferryman-0.1.0.dist-info"}
+    sdk_files = zipfile.ZipFile(wheels["ferryman"]).namelist()
+    assert "ferryman/sdk/client.py" in sdk_files and "ferryman/v1/inference_pb2.py" in sdk_files
+    assert top_level(wheels["ferryman_server"]) == {"ferryman_cli", "ferryman_server-0.1.0.dist-info"}
+    platform_files = zipfile.ZipFile(wheels["ferryman_server"]).namelist()
+    assert "ferryman_cli/rooms/router/gateway.py" in platform_files
+    assert "ferryman_cli/rooms/registry/migrations/versions/0001_initial_schema.py" in platform_files
+    assert not [n for n in platform_files if n.startswith("ferryman_cli/rooms/ferryman/")]
+
+
+def test_the_sdk_installs_alone_and_predicts(e2e: E2E, tmp_path: Path) -> None:
+    wheel = build_wheels(tmp_path)["ferryman"]
     venv = tmp_path / "sdk-venv"
     made = run(sys.executable, "-m", "venv", "--without-pip", venv)
     assert made.returncode == 0, made.stderr
@@ -77,6 +103,13 @@ def test_the_sdk_installs_alone_and_predicts(e2e: E2E, tmp_path: Path) -> None:
     version, shape = answered.stdout.split(maxsplit=1)
     assert version in {"1", "2"} and shape.strip() == "(2, 10)"
 
-    cli = run(venv / "bin" / "ferryman", "models", "list", timeout=60)
-    assert cli.returncode == 1
-    assert "pip install 'ferryman[server]'" in cli.stderr and "Traceback" not in cli.stderr
+    # The command is the platform's: an SDK-only environment has none to shadow anything.
+    assert not (venv / "bin" / "ferryman").exists()
+    # As an app runs: away from the checkout (whose folders `python -c` would find in its
+    # working directory) and without the platform's path (ferryman_cli, imported by this
+    # test session, puts its rooms on PYTHONPATH for its children).
+    app_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    platform = subprocess.run(
+        [python, "-c", "import router"], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=app_env
+    )
+    assert "No module named 'router'" in platform.stderr
