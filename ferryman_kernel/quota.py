@@ -83,19 +83,16 @@ FROM_PROTO = {
 
 
 class QuotaClient(Protocol):
-    """Reserve's ``min_tokens`` and ``cost_per_token``: see ``Ask``."""
+    """The Quota service as a router calls it, in-process or over gRPC."""
 
     async def reserve(
         self,
         request_id: str,
         tenant: str,
         model: str,
-        tokens: int,
-        cost: float,
+        ask: Ask,
         fingerprint: str,
         budget_s: float,
-        min_tokens: int = 0,
-        cost_per_token: float = 0.0,
     ) -> Verdict: ...
     async def renew(self, request_ids: list[str], budget_s: float) -> int: ...
     async def commit(self, request_id: str, tokens: int, cost: float, budget_s: float) -> bool: ...
@@ -128,22 +125,19 @@ class RemoteQuota:
         request_id: str,
         tenant: str,
         model: str,
-        tokens: int,
-        cost: float,
+        ask: Ask,
         fingerprint: str,
         budget_s: float,
-        min_tokens: int = 0,
-        cost_per_token: float = 0.0,
     ) -> Verdict:
         request = quota_pb2.ReserveRequest(
             request_id=request_id,
             tenant=tenant,
             model=model,
-            estimated_tokens=tokens,
-            estimated_cost_usd=cost,
+            estimated_tokens=ask.tokens,
+            estimated_cost_usd=ask.cost,
             fingerprint=fingerprint,
-            min_tokens=min_tokens,
-            cost_per_token_usd=cost_per_token,
+            min_tokens=ask.min_tokens,
+            cost_per_token_usd=ask.cost_per_token,
         )
         try:
             response: quota_pb2.ReserveResponse = await self._stub.Reserve(

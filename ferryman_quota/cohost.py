@@ -8,7 +8,7 @@ from collections.abc import Callable
 import grpc
 
 from ferryman.v1 import quota_pb2_grpc
-from ferryman_kernel.quota import QuotaClient, Verdict
+from ferryman_kernel.quota import Ask, QuotaClient, Verdict
 from ferryman_quota.service import QuotaService, make_backend
 from ferryman_quota.servicer import QuotaServicer
 from ferryman_quota.settings import QuotaSettings
@@ -30,23 +30,11 @@ class LocalQuota:
         request_id: str,
         tenant: str,
         model: str,
-        tokens: int,
-        cost: float,
+        ask: Ask,
         fingerprint: str,
         budget_s: float,
-        min_tokens: int = 0,
-        cost_per_token: float = 0.0,
     ) -> Verdict:
-        return await self.service.reserve(
-            request_id,
-            tenant,
-            model,
-            tokens,
-            cost,
-            fingerprint,
-            min_tokens=min_tokens,
-            cost_per_token=cost_per_token,
-        )
+        return await self.service.reserve(request_id, tenant, model, ask, fingerprint)
 
     async def renew(self, request_ids: list[str], budget_s: float) -> int:
         return await self.service.renew(request_ids)

@@ -79,13 +79,10 @@ class MemoryQuota:
         self,
         request_id: str,
         policies: Sequence[Limits],
-        tokens: int,
-        cost: float,
+        ask: Ask,
         fingerprint: str,
         lease_s: float,
         budget_s: float,
-        min_tokens: int = 0,
-        cost_per_token: float = 0.0,
     ) -> Verdict:
         now = self._clock()
         self._expire(now)
@@ -95,11 +92,9 @@ class MemoryQuota:
                 return Verdict(Decision.CONFLICT, held=False)
             # A retry is answered as the first call was; only that first call settles.
             return replace(known.verdict, held=False, repeat=True)
-        asked = tokens
-        ask = grant(
-            [(p, self._state(p.scope)) for p in policies], now, Ask(tokens, cost, min_tokens, cost_per_token)
-        )
-        tokens, cost = ask.tokens, ask.cost
+        asked = ask.tokens
+        granted = grant([(p, self._state(p.scope)) for p in policies], now, ask)
+        tokens, cost = granted.tokens, granted.cost
         result = combine([(p, check(p, self._state(p.scope), now, tokens, cost)) for p in policies])
         if result.decision == Decision.REJECT:
             # A refusal charges nothing and is not remembered: a retry is judged anew.

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import redis.asyncio as aioredis
 
-from ferryman_kernel.quota import Decision, Verdict, Violation
+from ferryman_kernel.quota import Ask, Decision, Verdict, Violation
 from ferryman_quota.policy import CHARGE_MEMORY_S, CONCURRENCY_RETRY_S, DAY_S, WINDOW_S, Limits
 
 KEY_PREFIX = "fm:q:"
@@ -280,20 +280,17 @@ class RedisQuota:
         self,
         request_id: str,
         policies: Sequence[Limits],
-        tokens: int,
-        cost: float,
+        ask: Ask,
         fingerprint: str,
         lease_s: float,
         budget_s: float,
-        min_tokens: int = 0,
-        cost_per_token: float = 0.0,
     ) -> Verdict:
         give_up = (self._clock() + await self._redis_offset() + budget_s) * 1000
         args: list[str | int | float] = [
             self._ms(),
             request_id,
-            tokens,
-            cost,
+            ask.tokens,
+            ask.cost,
             self._ttl_ms,
             KEY_PREFIX,
             len(policies),
@@ -301,8 +298,8 @@ class RedisQuota:
             int(lease_s * 1000),
             int(give_up),
             int(CONCURRENCY_RETRY_S * 1000),
-            min_tokens,
-            repr(cost_per_token),
+            ask.min_tokens,
+            repr(ask.cost_per_token),
         ]
         for p in policies:
             args += [

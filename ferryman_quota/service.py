@@ -19,6 +19,7 @@ from ferryman_kernel.quota import (
     MAX_RENEW_IDS,
     MAX_REQUEST_ID_CHARS,
     MAX_TOKENS,
+    Ask,
     Decision,
     QuotaUnavailable,
     Verdict,
@@ -51,13 +52,10 @@ class QuotaBackend(Protocol):
         self,
         request_id: str,
         policies: Sequence[Limits],
-        tokens: int,
-        cost: float,
+        ask: Ask,
         fingerprint: str,
         lease_s: float,
         budget_s: float,
-        min_tokens: int = 0,
-        cost_per_token: float = 0.0,
     ) -> Verdict: ...
     async def renew(self, request_ids: Sequence[str], lease_s: float) -> int: ...
     async def commit(self, request_id: str, tokens: int, cost: float) -> bool: ...
@@ -115,18 +113,14 @@ class QuotaService:
         request_id: str,
         tenant: str,
         model: str,
-        tokens: int,
-        cost: float,
+        ask: Ask,
         fingerprint: str,
-        *,
-        min_tokens: int = 0,
-        cost_per_token: float = 0.0,
     ) -> Verdict:
         """Check and charge every limit of (tenant, model), idempotent on request id:
         a repeat with the same fingerprint is answered as the first, another is a CONFLICT.
         With ``min_tokens``, hard token and cost limits may grant fewer tokens (``Ask``)."""
-        check_call(request_id, tokens, cost)
-        check_call(request_id, min_tokens, cost_per_token)
+        check_call(request_id, ask.tokens, ask.cost)
+        check_call(request_id, ask.min_tokens, ask.cost_per_token)
         if not tenant or len(tenant) > MAX_NAME_CHARS or len(model) > MAX_NAME_CHARS:
             raise InvalidQuotaCall(f"tenant and model names have at most {MAX_NAME_CHARS} characters")
         limits = self.limits(tenant, model)
@@ -137,15 +131,7 @@ class QuotaService:
             # asyncio.timeout, not wait_for: no task per request on the hot path.
             async with asyncio.timeout(budget):
                 return await self._backend.reserve(
-                    request_id,
-                    limits,
-                    tokens,
-                    cost,
-                    fingerprint,
-                    self._settings.lease_s,
-                    budget,
-                    min_tokens,
-                    cost_per_token,
+                    request_id, limits, ask, fingerprint, self._settings.lease_s, budget
                 )
         except (RedisError, OSError, TimeoutError) as exc:
             if self._settings.fail_mode == "open":

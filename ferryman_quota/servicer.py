@@ -7,7 +7,7 @@ from datetime import timedelta
 import grpc
 
 from ferryman.v1 import quota_pb2, quota_pb2_grpc
-from ferryman_kernel.quota import Decision, QuotaUnavailable, Verdict
+from ferryman_kernel.quota import Ask, Decision, QuotaUnavailable, Verdict
 from ferryman_kernel.serving import ServicerContext
 from ferryman_quota.service import InvalidQuotaCall, QuotaService
 
@@ -49,11 +49,13 @@ class QuotaServicer(quota_pb2_grpc.QuotaServicer):
                 request.request_id,
                 request.tenant,
                 request.model,
-                request.estimated_tokens,
-                request.estimated_cost_usd,
+                Ask(
+                    request.estimated_tokens,
+                    request.estimated_cost_usd,
+                    request.min_tokens,
+                    request.cost_per_token_usd,
+                ),
                 request.fingerprint,
-                min_tokens=request.min_tokens,
-                cost_per_token=request.cost_per_token_usd,
             )
         except InvalidQuotaCall as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

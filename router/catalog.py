@@ -11,7 +11,7 @@ from ferryman.v1 import inference_pb2
 from registry.cache import SnapshotCache
 from registry.snapshot import RouteRecord, TenantRecord, VersionRecord
 from router.bounds import clip
-from router.service import fail, unknown_model
+from router.failures import fail, unknown_model
 
 
 class ModelCatalog:

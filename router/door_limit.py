@@ -13,9 +13,9 @@ from datetime import timedelta
 import grpc
 
 from ferryman.errors import Reason, make_status, reason_of
+from router.failures import RequestFailed
 from router.limiter import AdaptiveLimit
 from router.metrics import RouterMetrics
-from router.service import RequestFailed
 from router.settings import RouterSettings
 
 LOAD_REFUSALS = frozenset({Reason.OVERLOADED, Reason.QUEUE_FULL})

@@ -32,8 +32,8 @@ from registry.snapshot import RouteRecord, TenantRecord
 from registry.tables import Feedback
 from registry.writer import RegistryWriter
 from router.bounds import MAX_REQUEST_ID_CHARS, clip
+from router.failures import fail
 from router.routing import sticky_point
-from router.service import fail
 from router.settings import RouterSettings
 
 log = logging.getLogger("ferryman.router.feedback")

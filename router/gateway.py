@@ -27,11 +27,12 @@ from registry.snapshot import RouteRecord, TenantRecord
 from router.auth import authenticate
 from router.catalog import ModelCatalog
 from router.door_limit import DoorLimit
+from router.failures import RequestFailed, fail
 from router.generation import Generator
 from router.handlers import Undecodable, undecodable
 from router.metrics import RouterMetrics
 from router.routing import Choice
-from router.service import RequestFailed, RouterService, fail
+from router.service import RouterService
 from router.settings import RouterSettings
 from router.spans import Door, Protocol, failure_attributes, grpc_door, is_server_fault, server_address
 from router.spill import Spill

@@ -24,9 +24,11 @@ from ferryman_kernel.quota import Ask, Decision
 from registry.snapshot import TenantRecord, VersionRecord
 from router.batchers import BatcherPort
 from router.bounds import Violation, check_names, clip
+from router.failures import RequestFailed, fail
 from router.fingerprint import DIGEST_BYTES
 from router.metrics import RouterMetrics
-from router.service import CAUSAL_LM, RequestFailed, RouterService, fail
+from router.reservations import Reservations
+from router.service import CAUSAL_LM, RouterService
 from router.settings import RouterSettings
 from router.validation import price
 
@@ -114,10 +116,16 @@ class Generator:
     RequestFailed, later failures end the stream with a finish reason."""
 
     def __init__(
-        self, settings: RouterSettings, service: RouterService, batchers: BatcherPort, metrics: RouterMetrics
+        self,
+        settings: RouterSettings,
+        service: RouterService,
+        reservations: Reservations,
+        batchers: BatcherPort,
+        metrics: RouterMetrics,
     ) -> None:
         self._settings = settings
         self._service = service
+        self._reservations = reservations
         self._batchers = batchers
         self._metrics = metrics
 
@@ -170,7 +178,7 @@ class Generator:
             min_tokens=bound + 1,
             cost_per_token=version.price_per_1k_tokens_usd / 1000,
         )
-        verdict = await self._service.reserve(
+        verdict = await self._reservations.reserve(
             quota_id, tenant.name, model, ask, lambda: fingerprint(request), deadline
         )
         if verdict.repeat:
@@ -241,9 +249,9 @@ class Generator:
                 )
                 self._metrics.served(tenant.name, model, usage, fallback_of=request.model if fallback else "")
                 if verdict.held:
-                    self._service.commit_later(quota_id, prompt + completion, cost)
+                    self._reservations.commit_later(quota_id, prompt + completion, cost)
             elif verdict.held:
-                self._service.release_later(quota_id)
+                self._reservations.release_later(quota_id)
 
     def _finish(
         self,

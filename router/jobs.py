@@ -24,8 +24,9 @@ from ferryman_kernel.schema_check import check_inputs
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord, VersionRecord
 from router.bounds import MAX_REQUEST_ID_CHARS, clip
+from router.failures import RequestFailed, fail
 from router.job_charges import JobCharges
-from router.service import CAUSAL_LM, RequestFailed, RouterService, fail
+from router.service import CAUSAL_LM, RouterService
 from router.settings import RouterSettings
 
 MAX_CUSTOM_ID_CHARS = 128

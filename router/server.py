@@ -34,6 +34,7 @@ from router.handlers import add_inference_servicer
 from router.job_charges import JobCharges
 from router.jobs import JobDesk
 from router.metrics import RouterMetrics
+from router.reservations import Reservations
 from router.service import RouterService
 from router.settings import RouterSettings
 from router.shadow import Shadower
@@ -129,8 +130,9 @@ async def serve_router(
             await pool.refresh(settings.batcher_discovery_s)
             discovery = asyncio.create_task(pool.discover(settings.batcher_discovery_s, refresher_stop))
             batchers = pool
-        service = RouterService(settings, cache, quota, batchers, metrics)
-        renewer = asyncio.create_task(service.renew_leases(refresher_stop))
+        reservations = Reservations(settings, quota, metrics)
+        service = RouterService(settings, cache, reservations, batchers, metrics)
+        renewer = asyncio.create_task(reservations.renew_leases(refresher_stop))
         served = served_log(settings, quota_host)
         if isinstance(served, RedisServedLog):
             flusher = asyncio.create_task(served.run(refresher_stop))
@@ -149,7 +151,7 @@ async def serve_router(
             settings,
             cache,
             service,
-            Generator(settings, service, batchers, metrics),
+            Generator(settings, service, reservations, batchers, metrics),
             metrics,
             on_answer=(shadower.answered, feedback.answered),
             spill=Spill(settings, desk, metrics) if desk is not None else None,
@@ -193,7 +195,7 @@ async def serve_router(
         await shadower.close()
         if isinstance(feedback.served, RedisServedLog):
             await feedback.served.close()
-        await service.close()
+        await reservations.close()
         if discovery is not None:
             await discovery
         await batchers.close()

@@ -3,57 +3,34 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import grpc
-from google.rpc import status_pb2
 
-from ferryman.errors import Reason, expected_wait_s, make_status
+from ferryman.errors import Reason, expected_wait_s
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
-from ferryman_kernel.quota import MAX_RENEW_IDS, Ask, Decision, QuotaClient, QuotaUnavailable, Verdict
+from ferryman_kernel.quota import Ask, Decision, Verdict
 from ferryman_kernel.schema_check import check_inputs
-from ferryman_kernel.telemetry import current_span, traceparent, tracer
+from ferryman_kernel.telemetry import traceparent, tracer
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord, VersionRecord
 from router.batchers import BatcherPort, set_deadline
 from router.bounds import check_request, clip
+from router.failures import RequestFailed, fail, unknown_model
 from router.fingerprint import fingerprint
 from router.metrics import RouterMetrics
+from router.reservations import Reservations
 from router.routing import Choice, resolve
 from router.settings import RouterSettings
 from router.shedding import Shedder
 from router.validation import price, token_bound
 
-SETTLE_TIMEOUT_S = 1.0
 CAUSAL_LM = "causal_lm"
 """The format of versions that generate text (Inference.Generate)."""
 log = logging.getLogger("ferryman.router")
-
-
-class RequestFailed(Exception):
-    """The request ends with this google.rpc.Status (code, message, details); ``served``:
-    the version that ran it, when it failed there (its metrics and canary analysis count
-    the failure against that version, not against the alias)."""
-
-    def __init__(self, status: status_pb2.Status, served: Choice | None = None) -> None:
-        super().__init__(status.message)
-        self.status = status
-        self.served = served
-
-
-def fail(code: grpc.StatusCode, message: str, reason: str, **details: object) -> RequestFailed:
-    return RequestFailed(make_status(code, message, reason=reason, **details))  # type: ignore[arg-type]
-
-
-def unknown_model(model: str) -> RequestFailed:
-    """Unknown and forbidden models answer alike, so model names do not leak across tenants."""
-    return fail(grpc.StatusCode.NOT_FOUND, f"unknown model {clip(model)!r}", Reason.UNKNOWN_MODEL)
 
 
 @dataclass(frozen=True)
@@ -77,7 +54,7 @@ class RouterService:
         self,
         settings: RouterSettings,
         cache: SnapshotCache,
-        quota: QuotaClient,
+        reservations: Reservations,
         batchers: BatcherPort,
         metrics: RouterMetrics,
     ) -> None:
@@ -85,13 +62,9 @@ class RouterService:
         self._metrics = metrics
         self._tracer = tracer("ferryman.router")
         self._cache = cache
-        self._quota = quota
+        self._reservations = reservations
         self._batchers = batchers
         self._shedder = Shedder(settings.shed_smoothing)
-        self._held: set[str] = set()
-        """Quota ids of reservations this router holds for running requests: renewed
-        every ``lease_renew_s``, so they end within a lease if this process dies."""
-        self._background: set[asyncio.Task[object]] = set()
 
     def route(
         self, tenant: TenantRecord, model: str, pin: str, user: str, degrade: bool, fallback: bool = True
@@ -175,7 +148,7 @@ class RouterService:
         quota_id = f"{tenant.name}/{request_id}"
         admitted = self._check(request, tenant, degrade=False)
         checked_at = self._shed(tenant.name, admitted, deadline)
-        verdict = await self.reserve(
+        verdict = await self._reservations.reserve(
             quota_id,
             tenant.name,
             admitted.choice.model,
@@ -191,99 +164,12 @@ class RouterService:
             )
         except BaseException:
             if verdict.held:
-                self.release_later(quota_id)
+                self._reservations.release_later(quota_id)
             raise
         if verdict.held:
             usage = response.usage
-            self.commit_later(quota_id, usage.input_tokens, usage.cost_usd)
+            self._reservations.commit_later(quota_id, usage.input_tokens, usage.cost_usd)
         return response
-
-    async def reserve(
-        self, quota_id: str, tenant: str, model: str, ask: Ask, digest: Callable[[], str], deadline: float
-    ) -> Verdict:
-        """Reserve ``ask`` for a request (within its deadline); a held reservation is renewed
-        until ``commit_later`` or ``release_later``. Refusals raise RequestFailed.
-        ``digest`` fingerprints the request, only when a quota service needs it."""
-        loop = asyncio.get_running_loop()
-        try:
-            if self._quota.unlimited(tenant, model):
-                verdict = Verdict(Decision.ADMIT, held=False)  # no call, no fingerprint
-            else:
-                with current_span(self._tracer, "quota.reserve", attributes={"ferryman.tenant": tenant}):
-                    verdict = await self._quota.reserve(
-                        quota_id,
-                        tenant,
-                        model,
-                        ask.tokens,
-                        ask.cost,
-                        digest(),
-                        budget_s=min(self._settings.quota_timeout_s, deadline - loop.time()),
-                        min_tokens=ask.min_tokens,
-                        cost_per_token=ask.cost_per_token,
-                    )
-        except QuotaUnavailable as exc:
-            raise fail(grpc.StatusCode.UNAVAILABLE, str(exc), Reason.QUOTA_UNAVAILABLE) from None
-        self._metrics.child(
-            self._metrics.quota_decisions, self._metrics.tenant(tenant), verdict.decision.value
-        ).inc()
-        request_id = quota_id.split("/", 1)[-1]
-        if verdict.decision == Decision.CONFLICT:
-            raise fail(
-                grpc.StatusCode.ALREADY_EXISTS,
-                f"request_id {clip(request_id)!r} was already used for a different request",
-                Reason.REQUEST_ID_REUSED,
-            )
-        if verdict.decision == Decision.REJECT:
-            raise fail(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                "quota exceeded: "
-                + ", ".join(f"{v.limit} {v.current:g}/{v.maximum:g}" for v in verdict.violations),
-                Reason.QUOTA_EXCEEDED,
-                quota_violations=[
-                    (f"{tenant}:{v.limit}", f"{v.current:g} of {v.maximum:g} used")
-                    for v in verdict.violations
-                ],
-                retry_after=timedelta(seconds=max(verdict.retry_after_s, 0.001)),
-            )
-        if verdict.held:
-            self._held.add(quota_id)
-        return verdict
-
-    def commit_later(self, quota_id: str, tokens: int, cost: float) -> None:
-        """Settle a held reservation with what the request used, off the answer's path."""
-        self._held.discard(quota_id)
-        self._settle_later(self._quota.commit(quota_id, tokens, cost, budget_s=SETTLE_TIMEOUT_S))
-
-    def release_later(self, quota_id: str) -> None:
-        """Give a held reservation back (the request did not run), off the answer's path."""
-        self._held.discard(quota_id)
-        self._settle_later(self._quota.release(quota_id, budget_s=SETTLE_TIMEOUT_S))
-
-    def _settle_later(self, settle: Coroutine[Any, Any, bool]) -> None:
-        """Settle in a task a cancelled request cannot cancel."""
-        task: asyncio.Task[object] = asyncio.create_task(settle)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def renew_leases(self, stop: asyncio.Event) -> None:
-        """Renew the leases of every reservation held for a running request, until ``stop``."""
-        period = self._settings.lease_renew_s
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), period)
-            held = list(self._held)
-            # In chunks the Quota service accepts; a failure leaves the leases running out
-            # (never stops renewal: that would free every running request's slot).
-            for start in range(0, len(held), MAX_RENEW_IDS):
-                try:
-                    await self._quota.renew(held[start : start + MAX_RENEW_IDS], budget_s=period)
-                except Exception:
-                    log.exception("renewing quota leases failed")
-
-    async def close(self) -> None:
-        """Wait for settlements still under way (bounded by their own timeouts)."""
-        if self._background:
-            await asyncio.wait(self._background, timeout=SETTLE_TIMEOUT_S * 2)
 
     async def _serve(
         self,

@@ -25,9 +25,9 @@ from ferryman.errors import (
 )
 from ferryman.v1 import inference_pb2, jobs_pb2
 from registry.snapshot import TenantRecord
+from router.failures import RequestFailed
 from router.jobs import JobDesk
 from router.metrics import RouterMetrics
-from router.service import RequestFailed
 from router.settings import RouterSettings
 
 LOAD = frozenset({Reason.OVERLOADED, Reason.QUEUE_FULL, Reason.DEADLINE_UNMEETABLE, Reason.DEADLINE})

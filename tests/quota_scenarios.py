@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from ferryman_kernel.quota import Decision, Verdict
+from ferryman_kernel.quota import Ask, Decision, Verdict
 from ferryman_quota.policy import Limits
 from ferryman_quota.service import QuotaBackend
 
@@ -46,13 +46,10 @@ class Harness:
         return await self.backend.reserve(
             request_id,
             limits,
-            tokens,
-            cost,
+            Ask(tokens, cost, min_tokens, cost_per_token),
             fingerprint or f"fp:{request_id}",
             lease_s,
             BUDGET_S,
-            min_tokens,
-            cost_per_token,
         )
 
     async def decisions(self, ids: Sequence[str], limits: Sequence[Limits]) -> list[Decision]:

@@ -19,8 +19,8 @@ from ferryman.errors import Reason
 from ferryman.v1 import inference_pb2
 from ferryman_kernel.telemetry import context_from_metadata
 from registry.snapshot import TenantRecord
+from router.failures import RequestFailed, fail
 from router.gateway import Gateway
-from router.service import RequestFailed, fail
 from router.spans import Protocol
 
 T = TypeVar("T")

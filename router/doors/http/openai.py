@@ -18,7 +18,7 @@ from ferryman.v1 import common_pb2, inference_pb2
 from router.bounds import MAX_NAME_CHARS, MAX_REQUEST_ID_CHARS, MAX_USER_CHARS
 from router.doors.http.caller import JSON, Authenticated, answer_headers, json_body, parse_json, read_body
 from router.doors.oip.tensors import MAX_TEXT_ELEMENTS
-from router.service import fail
+from router.failures import fail
 from router.spans import Protocol, http_door
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])

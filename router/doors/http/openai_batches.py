@@ -28,8 +28,8 @@ from router.bounds import MAX_REQUEST_ID_CHARS
 from router.doors.http.caller import JSON, Authenticated, Caller, json_body, parse_json, read_body
 from router.doors.http.errors import http_status
 from router.doors.http.openai import invalid
+from router.failures import fail
 from router.jobs import MAX_RESULTS, JobDesk
-from router.service import fail
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible batches"])
 EMBEDDINGS = "/v1/embeddings"

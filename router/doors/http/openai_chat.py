@@ -19,8 +19,8 @@ from ferryman.errors import Reason
 from ferryman.v1 import common_pb2, inference_pb2
 from router.bounds import MAX_NAME_CHARS, MAX_REQUEST_ID_CHARS, MAX_USER_CHARS
 from router.doors.http.caller import JSON, Authenticated, Caller, json_body, parse_json, read_body
+from router.failures import fail
 from router.generation import MAX_MESSAGES, MAX_STOPS, MAX_TEMPERATURE
-from router.service import fail
 from router.spans import Door, Protocol, http_door
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])

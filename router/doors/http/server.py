@@ -18,9 +18,9 @@ from fastapi.openapi.utils import get_openapi
 from ferryman_kernel.net import cannot_listen
 from router.doors.http import errors, oip_rest, openai, openai_batches, openai_chat
 from router.doors.http.caller import JSON, OPENAI_PREFIX, invalid_request
+from router.failures import RequestFailed
 from router.gateway import Gateway
 from router.jobs import JobDesk
-from router.service import RequestFailed
 
 BODIES = (
     oip_rest.InferenceRequest,

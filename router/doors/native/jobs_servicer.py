@@ -11,9 +11,9 @@ from ferryman.v1 import jobs_pb2, jobs_pb2_grpc
 from ferryman_kernel.serving import ServicerContext
 from registry.snapshot import TenantRecord
 from router.doors.native.servicer import calling_tenant
+from router.failures import RequestFailed
 from router.gateway import Gateway
 from router.jobs import JobDesk
-from router.service import RequestFailed
 
 T = TypeVar("T")
 

@@ -12,10 +12,10 @@ from ferryman_kernel.serving import ServicerContext
 from ferryman_kernel.telemetry import context_from_metadata
 from registry.snapshot import TenantRecord
 from router.auth import bearer_key
+from router.failures import RequestFailed
 from router.feedback import FeedbackDesk
 from router.gateway import Gateway
 from router.handlers import Undecodable, undecodable
-from router.service import RequestFailed
 
 
 async def calling_tenant(gateway: Gateway, context: ServicerContext) -> TenantRecord:

@@ -17,7 +17,7 @@ from ferryman_kernel.schema import TensorSpec
 from registry.snapshot import VersionRecord
 from router.bounds import MAX_INPUTS, MAX_PARAMETERS, clip
 from router.doors.oip.tensors import BYTES, TensorProblem
-from router.service import RequestFailed, fail
+from router.failures import RequestFailed, fail
 from router.statistics import Duration, VersionStats
 
 SERVER_NAME = "ferryman"

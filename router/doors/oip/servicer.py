@@ -19,9 +19,9 @@ from registry.snapshot import TenantRecord
 from router.auth import bearer_key
 from router.doors.oip import convert
 from router.doors.oip.tensors import TensorProblem, datatype, grpc_inputs, raw_contents, select_outputs, shape
+from router.failures import RequestFailed
 from router.gateway import Gateway, Rejected, StreamItem
 from router.handlers import Undecodable, register_service, tolerant
-from router.service import RequestFailed
 from router.spans import Protocol, grpc_door
 
 SERVICE = oip.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name

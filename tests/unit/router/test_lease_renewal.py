@@ -4,19 +4,30 @@ failed renewal never stops renewing (that would free every running request's slo
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
 
-from ferryman_kernel.quota import MAX_RENEW_IDS
-from router.service import RouterService
+from ferryman_kernel.quota import MAX_RENEW_IDS, Ask, Decision, Verdict
+from router.metrics import RouterMetrics
+from router.reservations import Reservations
 from router.settings import RouterSettings
 
 CALLS_IN_TWO_PERIODS = 6
+FAR = 1e12
 
 
 class FlakyQuota:
+    """Holds every reservation; its first renewal fails."""
+
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
         self.two_periods = asyncio.Event()
+
+    def unlimited(self, tenant: str, model: str) -> bool:
+        return False
+
+    async def reserve(
+        self, request_id: str, tenant: str, model: str, ask: Ask, fingerprint: str, budget_s: float
+    ) -> Verdict:
+        return Verdict(Decision.ADMIT)
 
     async def renew(self, request_ids: list[str], budget_s: float) -> int:
         self.calls.append(request_ids)
@@ -26,23 +37,41 @@ class FlakyQuota:
             raise RuntimeError("quota service hiccup")
         return len(request_ids)
 
+    async def commit(self, request_id: str, tokens: int, cost: float, budget_s: float) -> bool:
+        return True
+
+    async def release(self, request_id: str, budget_s: float) -> bool:
+        return True
+
+    async def charge(
+        self, charge_id: str, tenant: str, model: str, total_cost: float, budget_s: float
+    ) -> tuple[float, bool]:
+        return 0.0, False
+
 
 async def test_renewals_are_chunked_and_survive_a_failure() -> None:
     quota = FlakyQuota()
-    service = RouterService(
-        RouterSettings(lease_renew_s=0.01),
-        cache=cast(Any, None),
-        quota=cast(Any, quota),
-        batchers=cast(Any, None),
-        metrics=cast(Any, None),
-    )
+    reservations = Reservations(RouterSettings(lease_renew_s=0.01), quota, RouterMetrics(1))
     held = {f"t/{i}" for i in range(2 * MAX_RENEW_IDS + 5)}
-    service._held.update(held)
+    for quota_id in held:
+        await reservations.reserve(quota_id, "t", "m", Ask(0, 0.0), lambda: "fp", FAR)
+    assert reservations.held == len(held)
     stop = asyncio.Event()
-    renewer = asyncio.create_task(service.renew_leases(stop))
+    renewer = asyncio.create_task(reservations.renew_leases(stop))
     # Two periods of three chunks, the very first one failing (a dead loop never gets there).
     await asyncio.wait_for(quota.two_periods.wait(), timeout=5)
     stop.set()
     await renewer
     assert all(len(chunk) <= MAX_RENEW_IDS for chunk in quota.calls)
     assert set().union(*quota.calls[3:6]) == held  # the period after the failure renewed all
+
+
+async def test_a_settled_reservation_is_renewed_no_more() -> None:
+    quota = FlakyQuota()
+    reservations = Reservations(RouterSettings(), quota, RouterMetrics(1))
+    for quota_id in ("t/a", "t/b", "t/c"):
+        await reservations.reserve(quota_id, "t", "m", Ask(0, 0.0), lambda: "fp", FAR)
+    reservations.commit_later("t/a", 1, 0.0)
+    reservations.release_later("t/b")
+    await reservations.close()
+    assert reservations.held == 1

@@ -9,7 +9,7 @@ from ferryman.v1 import inference_pb2
 from ferryman_kernel.schema import IOSchema
 from registry.snapshot import VersionRecord
 from router.doors.oip.convert import check_outputs, config, grpc_parameters, metadata, predict_request
-from router.service import RequestFailed
+from router.failures import RequestFailed
 
 SCHEMA = IOSchema.model_validate(
     {

@@ -1,0 +1,31 @@
+"""How a request fails inside the router: one ``RequestFailed`` carrying the
+google.rpc.Status every door answers with (each converts it to its own protocol)."""
+
+from __future__ import annotations
+
+import grpc
+from google.rpc import status_pb2
+
+from ferryman.errors import Reason, make_status
+from router.bounds import clip
+from router.routing import Choice
+
+
+class RequestFailed(Exception):
+    """The request ends with this google.rpc.Status (code, message, details); ``served``:
+    the version that ran it, when it failed there (its metrics and canary analysis count
+    the failure against that version, not against the alias)."""
+
+    def __init__(self, status: status_pb2.Status, served: Choice | None = None) -> None:
+        super().__init__(status.message)
+        self.status = status
+        self.served = served
+
+
+def fail(code: grpc.StatusCode, message: str, reason: str, **details: object) -> RequestFailed:
+    return RequestFailed(make_status(code, message, reason=reason, **details))  # type: ignore[arg-type]
+
+
+def unknown_model(model: str) -> RequestFailed:
+    """Unknown and forbidden models answer alike, so model names do not leak across tenants."""
+    return fail(grpc.StatusCode.NOT_FOUND, f"unknown model {clip(model)!r}", Reason.UNKNOWN_MODEL)
