@@ -74,6 +74,18 @@ class Ask:
         return Ask(tokens, max(0.0, self.cost - (self.tokens - tokens) * self.cost_per_token))
 
 
+@dataclass(frozen=True)
+class ReserveCall:
+    """One Reserve: the request's quota id, its tenant and model, what it asks for, and the
+    fingerprint that binds the id to this request (a repeat with another is a CONFLICT)."""
+
+    request_id: str
+    tenant: str
+    model: str
+    ask: Ask
+    fingerprint: str
+
+
 FROM_PROTO = {
     quota_pb2.QUOTA_DECISION_ADMIT: Decision.ADMIT,
     quota_pb2.QUOTA_DECISION_ADMIT_DEGRADED: Decision.DEGRADE,
@@ -85,15 +97,7 @@ FROM_PROTO = {
 class QuotaClient(Protocol):
     """The Quota service as a router calls it, in-process or over gRPC."""
 
-    async def reserve(
-        self,
-        request_id: str,
-        tenant: str,
-        model: str,
-        ask: Ask,
-        fingerprint: str,
-        budget_s: float,
-    ) -> Verdict: ...
+    async def reserve(self, call: ReserveCall, budget_s: float) -> Verdict: ...
     async def renew(self, request_ids: list[str], budget_s: float) -> int: ...
     async def commit(self, request_id: str, tokens: int, cost: float, budget_s: float) -> bool: ...
     async def release(self, request_id: str, budget_s: float) -> bool: ...
@@ -120,24 +124,16 @@ class RemoteQuota:
     def unlimited(self, tenant: str, model: str) -> bool:
         return False  # the Quota server decides on its own snapshot: always ask it
 
-    async def reserve(
-        self,
-        request_id: str,
-        tenant: str,
-        model: str,
-        ask: Ask,
-        fingerprint: str,
-        budget_s: float,
-    ) -> Verdict:
+    async def reserve(self, call: ReserveCall, budget_s: float) -> Verdict:
         request = quota_pb2.ReserveRequest(
-            request_id=request_id,
-            tenant=tenant,
-            model=model,
-            estimated_tokens=ask.tokens,
-            estimated_cost_usd=ask.cost,
-            fingerprint=fingerprint,
-            min_tokens=ask.min_tokens,
-            cost_per_token_usd=ask.cost_per_token,
+            request_id=call.request_id,
+            tenant=call.tenant,
+            model=call.model,
+            estimated_tokens=call.ask.tokens,
+            estimated_cost_usd=call.ask.cost,
+            fingerprint=call.fingerprint,
+            min_tokens=call.ask.min_tokens,
+            cost_per_token_usd=call.ask.cost_per_token,
         )
         try:
             response: quota_pb2.ReserveResponse = await self._stub.Reserve(

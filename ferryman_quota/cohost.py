@@ -8,7 +8,7 @@ from collections.abc import Callable
 import grpc
 
 from ferryman.v1 import quota_pb2_grpc
-from ferryman_kernel.quota import Ask, QuotaClient, Verdict
+from ferryman_kernel.quota import QuotaClient, ReserveCall, Verdict
 from ferryman_quota.service import QuotaService, make_backend
 from ferryman_quota.servicer import QuotaServicer
 from ferryman_quota.settings import QuotaSettings
@@ -25,16 +25,8 @@ class LocalQuota:
         # The same snapshot the service decides on: no skew between the two answers.
         return not self.service.limits(tenant, model)
 
-    async def reserve(
-        self,
-        request_id: str,
-        tenant: str,
-        model: str,
-        ask: Ask,
-        fingerprint: str,
-        budget_s: float,
-    ) -> Verdict:
-        return await self.service.reserve(request_id, tenant, model, ask, fingerprint)
+    async def reserve(self, call: ReserveCall, budget_s: float) -> Verdict:
+        return await self.service.reserve(call)
 
     async def renew(self, request_ids: list[str], budget_s: float) -> int:
         return await self.service.renew(request_ids)

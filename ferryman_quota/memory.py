@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ferryman_kernel.quota import Ask, Decision, Verdict
+from ferryman_kernel.quota import Decision, ReserveCall, Verdict
 from ferryman_quota.policy import (
     CHARGE_MEMORY_S,
     DAY_S,
@@ -76,14 +76,9 @@ class MemoryQuota:
             heapq.heappush(self._due, (reservation.expiry + self._ttl, request_id))
 
     async def reserve(
-        self,
-        request_id: str,
-        policies: Sequence[Limits],
-        ask: Ask,
-        fingerprint: str,
-        lease_s: float,
-        budget_s: float,
+        self, call: ReserveCall, policies: Sequence[Limits], lease_s: float, budget_s: float
     ) -> Verdict:
+        request_id, ask, fingerprint = call.request_id, call.ask, call.fingerprint
         now = self._clock()
         self._expire(now)
         known = self._reservations.get(request_id)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import redis.asyncio as aioredis
 
-from ferryman_kernel.quota import Ask, Decision, Verdict, Violation
+from ferryman_kernel.quota import Decision, ReserveCall, Verdict, Violation
 from ferryman_quota.policy import CHARGE_MEMORY_S, CONCURRENCY_RETRY_S, DAY_S, WINDOW_S, Limits
 
 KEY_PREFIX = "fm:q:"
@@ -277,29 +277,23 @@ class RedisQuota:
         return self._offset_s
 
     async def reserve(
-        self,
-        request_id: str,
-        policies: Sequence[Limits],
-        ask: Ask,
-        fingerprint: str,
-        lease_s: float,
-        budget_s: float,
+        self, call: ReserveCall, policies: Sequence[Limits], lease_s: float, budget_s: float
     ) -> Verdict:
         give_up = (self._clock() + await self._redis_offset() + budget_s) * 1000
         args: list[str | int | float] = [
             self._ms(),
-            request_id,
-            ask.tokens,
-            ask.cost,
+            call.request_id,
+            call.ask.tokens,
+            call.ask.cost,
             self._ttl_ms,
             KEY_PREFIX,
             len(policies),
-            fingerprint,
+            call.fingerprint,
             int(lease_s * 1000),
             int(give_up),
             int(CONCURRENCY_RETRY_S * 1000),
-            ask.min_tokens,
-            repr(ask.cost_per_token),
+            call.ask.min_tokens,
+            repr(call.ask.cost_per_token),
         ]
         for p in policies:
             args += [
@@ -311,7 +305,7 @@ class RedisQuota:
                 _limit(p.max_concurrency),
                 "1" if p.soft else "0",
             ]
-        raw = await self._reserve(keys=[self._tag(request_id), f"{KEY_PREFIX}expired"], args=args)
+        raw = await self._reserve(keys=[self._tag(call.request_id), f"{KEY_PREFIX}expired"], args=args)
         decision, wait_ms, broken, granted, *retry = json.loads(raw)
         if decision == STALE:
             raise TimeoutError("the reservation reached Redis after its caller gave up")

@@ -19,9 +19,9 @@ from ferryman_kernel.quota import (
     MAX_RENEW_IDS,
     MAX_REQUEST_ID_CHARS,
     MAX_TOKENS,
-    Ask,
     Decision,
     QuotaUnavailable,
+    ReserveCall,
     Verdict,
 )
 from ferryman_quota.memory import MemoryQuota
@@ -49,13 +49,7 @@ def check_call(request_id: str, tokens: int = 0, cost: float = 0.0) -> None:
 
 class QuotaBackend(Protocol):
     async def reserve(
-        self,
-        request_id: str,
-        policies: Sequence[Limits],
-        ask: Ask,
-        fingerprint: str,
-        lease_s: float,
-        budget_s: float,
+        self, call: ReserveCall, policies: Sequence[Limits], lease_s: float, budget_s: float
     ) -> Verdict: ...
     async def renew(self, request_ids: Sequence[str], lease_s: float) -> int: ...
     async def commit(self, request_id: str, tokens: int, cost: float) -> bool: ...
@@ -108,19 +102,13 @@ class QuotaService:
         policies = self._snapshot().policies.get(tenant, [])
         return [to_limits(p) for p in policies if p.model in ("", model)]
 
-    async def reserve(
-        self,
-        request_id: str,
-        tenant: str,
-        model: str,
-        ask: Ask,
-        fingerprint: str,
-    ) -> Verdict:
+    async def reserve(self, call: ReserveCall) -> Verdict:
         """Check and charge every limit of (tenant, model), idempotent on request id:
         a repeat with the same fingerprint is answered as the first, another is a CONFLICT.
         With ``min_tokens``, hard token and cost limits may grant fewer tokens (``Ask``)."""
-        check_call(request_id, ask.tokens, ask.cost)
-        check_call(request_id, ask.min_tokens, ask.cost_per_token)
+        tenant, model, ask = call.tenant, call.model, call.ask
+        check_call(call.request_id, ask.tokens, ask.cost)
+        check_call(call.request_id, ask.min_tokens, ask.cost_per_token)
         if not tenant or len(tenant) > MAX_NAME_CHARS or len(model) > MAX_NAME_CHARS:
             raise InvalidQuotaCall(f"tenant and model names have at most {MAX_NAME_CHARS} characters")
         limits = self.limits(tenant, model)
@@ -130,9 +118,7 @@ class QuotaService:
         try:
             # asyncio.timeout, not wait_for: no task per request on the hot path.
             async with asyncio.timeout(budget):
-                return await self._backend.reserve(
-                    request_id, limits, ask, fingerprint, self._settings.lease_s, budget
-                )
+                return await self._backend.reserve(call, limits, self._settings.lease_s, budget)
         except (RedisError, OSError, TimeoutError) as exc:
             if self._settings.fail_mode == "open":
                 self._log.warning("fail-open", "quota backend down, admitting (fail open): %s", exc)

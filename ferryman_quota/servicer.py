@@ -7,7 +7,7 @@ from datetime import timedelta
 import grpc
 
 from ferryman.v1 import quota_pb2, quota_pb2_grpc
-from ferryman_kernel.quota import Ask, Decision, QuotaUnavailable, Verdict
+from ferryman_kernel.quota import Ask, Decision, QuotaUnavailable, ReserveCall, Verdict
 from ferryman_kernel.serving import ServicerContext
 from ferryman_quota.service import InvalidQuotaCall, QuotaService
 
@@ -45,17 +45,14 @@ class QuotaServicer(quota_pb2_grpc.QuotaServicer):
         self, request: quota_pb2.ReserveRequest, context: ServicerContext
     ) -> quota_pb2.ReserveResponse:
         try:
+            ask = Ask(
+                request.estimated_tokens,
+                request.estimated_cost_usd,
+                request.min_tokens,
+                request.cost_per_token_usd,
+            )
             verdict = await self._service.reserve(
-                request.request_id,
-                request.tenant,
-                request.model,
-                Ask(
-                    request.estimated_tokens,
-                    request.estimated_cost_usd,
-                    request.min_tokens,
-                    request.cost_per_token_usd,
-                ),
-                request.fingerprint,
+                ReserveCall(request.request_id, request.tenant, request.model, ask, request.fingerprint)
             )
         except InvalidQuotaCall as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

@@ -17,7 +17,15 @@ from typing import Any
 import grpc
 
 from ferryman.errors import Reason
-from ferryman_kernel.quota import MAX_RENEW_IDS, Ask, Decision, QuotaClient, QuotaUnavailable, Verdict
+from ferryman_kernel.quota import (
+    MAX_RENEW_IDS,
+    Ask,
+    Decision,
+    QuotaClient,
+    QuotaUnavailable,
+    ReserveCall,
+    Verdict,
+)
 from ferryman_kernel.telemetry import current_span, tracer
 from router.bounds import clip
 from router.failures import fail
@@ -60,11 +68,7 @@ class Reservations:
             else:
                 with current_span(self._tracer, "quota.reserve", attributes={"ferryman.tenant": tenant}):
                     verdict = await self._quota.reserve(
-                        quota_id,
-                        tenant,
-                        model,
-                        ask,
-                        digest(),
+                        ReserveCall(quota_id, tenant, model, ask, digest()),
                         budget_s=min(self._settings.quota_timeout_s, deadline - loop.time()),
                     )
         except QuotaUnavailable as exc:

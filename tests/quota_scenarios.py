@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from ferryman_kernel.quota import Ask, Decision, Verdict
+from ferryman_kernel.quota import Ask, Decision, ReserveCall, Verdict
 from ferryman_quota.policy import Limits
 from ferryman_quota.service import QuotaBackend
 
@@ -43,14 +43,9 @@ class Harness:
         min_tokens: int = 0,
         cost_per_token: float = 0.0,
     ) -> Verdict:
-        return await self.backend.reserve(
-            request_id,
-            limits,
-            Ask(tokens, cost, min_tokens, cost_per_token),
-            fingerprint or f"fp:{request_id}",
-            lease_s,
-            BUDGET_S,
-        )
+        ask = Ask(tokens, cost, min_tokens, cost_per_token)
+        call = ReserveCall(request_id, "", "", ask, fingerprint or f"fp:{request_id}")
+        return await self.backend.reserve(call, limits, lease_s, BUDGET_S)
 
     async def decisions(self, ids: Sequence[str], limits: Sequence[Limits]) -> list[Decision]:
         return [(await self.reserve(i, limits)).decision for i in ids]

@@ -19,7 +19,7 @@ from services import start_redis, wait_for_redis
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from ferryman_kernel.net import free_port
-from ferryman_kernel.quota import Ask, Decision, QuotaUnavailable
+from ferryman_kernel.quota import Ask, Decision, QuotaUnavailable, ReserveCall
 from ferryman_quota.redis_backend import RedisQuota
 from ferryman_quota.service import QuotaService
 from ferryman_quota.settings import QuotaSettings
@@ -111,7 +111,7 @@ async def test_cost_limit_overshoots_by_at_most_one_reservation(redis_url: str) 
 
     async def spend(i: int) -> bool:
         request_id = f"{tenant}/{i}"
-        verdict = await services[i % 2].reserve(request_id, tenant, "echo", Ask(0, each), "fp")
+        verdict = await services[i % 2].reserve(ReserveCall(request_id, tenant, "echo", Ask(0, each), "fp"))
         if verdict.decision == Decision.REJECT:
             return False
         await services[i % 2].commit(request_id, 0, each)
@@ -132,8 +132,8 @@ async def test_retried_commit_and_release_never_double_count(redis_url: str) -> 
         policy_snapshot(tenant, rpm=100, tpm=1000, cost_per_day_usd=10.0),
         backend_timeout_s=ACCOUNTING_TIMEOUT_S,
     )
-    first = await service.reserve(f"{tenant}/a", tenant, "m", Ask(100, 0.5), "fp")
-    again = await service.reserve(f"{tenant}/a", tenant, "m", Ask(100, 0.5), "fp")
+    first = await service.reserve(ReserveCall(f"{tenant}/a", tenant, "m", Ask(100, 0.5), "fp"))
+    again = await service.reserve(ReserveCall(f"{tenant}/a", tenant, "m", Ask(100, 0.5), "fp"))
     assert first.decision == again.decision == Decision.ADMIT
     assert first.held and not again.held  # the retry is answered alike; only the first settles
     assert [await service.commit(f"{tenant}/a", 40, 0.2), await service.commit(f"{tenant}/a", 40, 0.2)] == [
@@ -141,7 +141,7 @@ async def test_retried_commit_and_release_never_double_count(redis_url: str) -> 
         False,
     ]
     assert not await service.release(f"{tenant}/a")
-    await service.reserve(f"{tenant}/b", tenant, "m", Ask(100, 0.5), "fp")
+    await service.reserve(ReserveCall(f"{tenant}/b", tenant, "m", Ask(100, 0.5), "fp"))
     assert [await service.release(f"{tenant}/b"), await service.release(f"{tenant}/b")] == [True, False]
     rows, _ = await service.usage(tenant)
     usage = {name.split(":")[-1]: current for name, current, _, _ in rows}
@@ -159,15 +159,19 @@ async def test_redis_outage_follows_fail_mode_and_recovers(tmp_path: Path) -> No
     closed = quota_service(url, snapshot, fail_mode="closed")
     opened = quota_service(url, snapshot, fail_mode="open")
     try:
-        assert (await closed.reserve("o/1", tenant, "m", Ask(0, 0), "fp")).decision == Decision.ADMIT
+        assert (
+            await closed.reserve(ReserveCall("o/1", tenant, "m", Ask(0, 0), "fp"))
+        ).decision == Decision.ADMIT
         proc.terminate()
         proc.wait(10)
         started = time.monotonic()
         with pytest.raises(QuotaUnavailable):
-            await closed.reserve("o/2", tenant, "m", Ask(0, 0), "fp")
+            await closed.reserve(ReserveCall("o/2", tenant, "m", Ask(0, 0), "fp"))
         assert time.monotonic() - started < OUTAGE_ANSWER_S
         started = time.monotonic()
-        assert (await opened.reserve("o/3", tenant, "m", Ask(0, 0), "fp")).decision == Decision.ADMIT
+        assert (
+            await opened.reserve(ReserveCall("o/3", tenant, "m", Ask(0, 0), "fp"))
+        ).decision == Decision.ADMIT
         assert time.monotonic() - started < OUTAGE_ANSWER_S
         assert not await closed.commit("o/1", 0, 0)  # settle fails soft; the reservation expires
         proc = start_redis(port, tmp_path)
@@ -175,7 +179,9 @@ async def test_redis_outage_follows_fail_mode_and_recovers(tmp_path: Path) -> No
         recovered_at = time.monotonic()
         while True:
             try:
-                verdict = await closed.reserve(f"o/{uuid.uuid4().hex}", tenant, "m", Ask(0, 0), "fp")
+                verdict = await closed.reserve(
+                    ReserveCall(f"o/{uuid.uuid4().hex}", tenant, "m", Ask(0, 0), "fp")
+                )
                 break
             except QuotaUnavailable:
                 assert time.monotonic() - recovered_at < 5, "quota did not recover after Redis came back"

@@ -25,7 +25,7 @@ from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from ferryman_cli.up import is_serving
 from ferryman_kernel.net import free_port
-from ferryman_kernel.quota import Ask, Decision, QuotaUnavailable
+from ferryman_kernel.quota import Ask, Decision, QuotaUnavailable, ReserveCall
 from ferryman_quota.redis_backend import RedisQuota
 from ferryman_quota.service import QuotaService
 from ferryman_quota.settings import QuotaSettings
@@ -227,11 +227,13 @@ async def test_reserves_stuck_behind_a_frozen_redis_take_nothing(tmp_path: Path)
     client = aioredis.Redis.from_url(url, socket_timeout=0.25, socket_connect_timeout=0.25)
     service = QuotaService(settings, RedisQuota(client, 300), lambda: snapshot)
     try:
-        assert (await service.reserve("warm", tenant, "m", Ask(0, 0), "fp")).decision == Decision.ADMIT
+        assert (
+            await service.reserve(ReserveCall("warm", tenant, "m", Ask(0, 0), "fp"))
+        ).decision == Decision.ADMIT
         assert await service.release("warm")
         proc.send_signal(signal.SIGSTOP)
         results = await asyncio.gather(
-            *(service.reserve(f"stuck-{i}", tenant, "m", Ask(0, 0), "fp") for i in range(20)),
+            *(service.reserve(ReserveCall(f"stuck-{i}", tenant, "m", Ask(0, 0), "fp")) for i in range(20)),
             return_exceptions=True,
         )
         assert all(isinstance(r, QuotaUnavailable) for r in results)
@@ -241,7 +243,9 @@ async def test_reserves_stuck_behind_a_frozen_redis_take_nothing(tmp_path: Path)
         rows, _ = await service.usage(tenant)
         usage = {name.split(":")[-1]: current for name, current, _, _ in rows}
         assert usage["max_concurrency"] == 0 and usage["rpm"] == 0
-        admitted = [await service.reserve(f"after-{i}", tenant, "m", Ask(0, 0), "fp") for i in range(20)]
+        admitted = [
+            await service.reserve(ReserveCall(f"after-{i}", tenant, "m", Ask(0, 0), "fp")) for i in range(20)
+        ]
         assert all(v.decision == Decision.ADMIT for v in admitted)
     finally:
         proc.send_signal(signal.SIGCONT)
@@ -263,7 +267,9 @@ async def test_daily_spend_survives_a_redis_restart_only_with_aof(tmp_path: Path
         client = aioredis.Redis.from_url(url)
         service = QuotaService(QuotaSettings(), RedisQuota(client, 300), lambda: snapshot)
         if action == "spend":
-            assert (await service.reserve("d/1", tenant, "m", Ask(0, 0.75), "fp")).decision == Decision.ADMIT
+            assert (
+                await service.reserve(ReserveCall("d/1", tenant, "m", Ask(0, 0.75), "fp"))
+            ).decision == Decision.ADMIT
             assert await service.commit("d/1", 0, 0.75)
         rows, _ = await service.usage(tenant)
         await client.aclose()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ferryman_kernel.quota import MAX_RENEW_IDS, Ask, Decision, Verdict
+from ferryman_kernel.quota import MAX_RENEW_IDS, Ask, Decision, ReserveCall, Verdict
 from router.metrics import RouterMetrics
 from router.reservations import Reservations
 from router.settings import RouterSettings
@@ -24,9 +24,7 @@ class FlakyQuota:
     def unlimited(self, tenant: str, model: str) -> bool:
         return False
 
-    async def reserve(
-        self, request_id: str, tenant: str, model: str, ask: Ask, fingerprint: str, budget_s: float
-    ) -> Verdict:
+    async def reserve(self, call: ReserveCall, budget_s: float) -> Verdict:
         return Verdict(Decision.ADMIT)
 
     async def renew(self, request_ids: list[str], budget_s: float) -> int:

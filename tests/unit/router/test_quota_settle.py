@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ferryman_kernel.quota import Ask
+from ferryman_kernel.quota import Ask, ReserveCall
 from ferryman_quota.memory import MemoryQuota
 from ferryman_quota.policy import Limits
 from ferryman_quota.service import QuotaService
@@ -43,7 +43,7 @@ class Slow(MemoryQuota):
 async def test_a_slow_settle_is_tried_again_and_lands_once() -> None:
     backend = Slow(stalls=2)
     service = QuotaService(QuotaSettings(settle_attempts=3), backend, empty_snapshot)
-    assert (await backend.reserve("r", LIMITS, Ask(80, 0.0), "fp", 10.0, 1.0)).held
+    assert (await backend.reserve(ReserveCall("r", "t", "", Ask(80, 0.0), "fp"), LIMITS, 10.0, 1.0)).held
     assert await service.commit("r", 20, 0.0)
     assert backend.settles == 3
     used = {name: current for name, current, _, _ in await backend.usage(LIMITS)}["t:tpm"]
@@ -53,6 +53,6 @@ async def test_a_slow_settle_is_tried_again_and_lands_once() -> None:
 async def test_a_settle_that_never_lands_gives_up_after_its_attempts() -> None:
     backend = Slow(stalls=5)
     service = QuotaService(QuotaSettings(settle_attempts=2), backend, empty_snapshot)
-    await backend.reserve("r", LIMITS, Ask(80, 0.0), "fp", 10.0, 1.0)
+    await backend.reserve(ReserveCall("r", "t", "", Ask(80, 0.0), "fp"), LIMITS, 10.0, 1.0)
     assert not await service.commit("r", 20, 0.0)
     assert backend.settles == 2
