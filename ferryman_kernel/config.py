@@ -8,8 +8,9 @@ registry lives and where local data goes, is here.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Protocol
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ferryman_kernel.security import Security, load_security
@@ -22,19 +23,38 @@ def default_data_dir() -> Path:
 
 MS_PER_S = 1000
 
+ListenAddress = Annotated[
+    str, Field(description="host:port its gRPC server binds (port 0: any free one, logged when ready).")
+]
+MetricsListen = Annotated[
+    str, Field(description="host:port of the process's Prometheus /metrics; empty serves none.")
+]
+MessageBytes = Annotated[
+    int, Field(ge=1024, description="Largest gRPC message its server receives or sends, in bytes.")
+]
+
+
+class ServerSettings(Protocol):
+    """What every server's settings model says about its own port (``ServiceSpec.of``)."""
+
+    listen: str
+    metrics_listen: str
+    max_message_bytes: int
+
 
 class CommonSettings(BaseSettings):
     """Settings every service reads."""
 
-    model_config = SettingsConfigDict(env_prefix="FERRYMAN_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="FERRYMAN_", extra="ignore", use_attribute_docstrings=True)
 
     data_dir: Path = Field(default_factory=default_data_dir)
-    """Local state: the SQLite registry, built demo model artifacts."""
+    """Local state: the SQLite registry, built demo model artifacts (default ``~/.ferryman``)."""
 
     database_url: str = ""
     """SQLAlchemy URL of the registry; empty means SQLite at ``data_dir/registry.db``."""
 
     log_level: str = "INFO"
+    """Level of the JSON logs every process writes (DEBUG, INFO, WARNING, ERROR)."""
 
     service_token: SecretStr = SecretStr("")
     """Shared secret internal services (Quota, Batcher, Node) demand of their callers;
@@ -42,6 +62,7 @@ class CommonSettings(BaseSettings):
     tls_cert: str = ""
     """PEM certificate every listener serves (TLS is off without it)."""
     tls_key: str = ""
+    """PEM private key of ``tls_cert``."""
     tls_ca: str = ""
     """PEM CA that signs the services' certificates: clients verify servers with it."""
     tls_client_auth: bool = False
@@ -67,8 +88,24 @@ class CommonSettings(BaseSettings):
     answer within ``keepalive_timeout_s``: a client that vanished (a half-open connection)
     is dropped in under a minute instead of never."""
     keepalive_timeout_s: float = Field(default=10.0, gt=0)
+    """How long a keepalive ping may go unanswered before the connection is closed."""
     max_connection_idle_s: float = Field(default=900.0, gt=0)
     """A connection with no call for this long is closed (GOAWAY; clients reconnect)."""
+
+    @model_validator(mode="after")
+    def _agree(self) -> CommonSettings:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("FERRYMAN_TLS_CERT and FERRYMAN_TLS_KEY go together: set both or neither")
+        if self.tls_client_auth and not self.tls_ca:
+            raise ValueError("FERRYMAN_TLS_CLIENT_AUTH needs FERRYMAN_TLS_CA to check client certificates")
+        if self.keepalive_timeout_s >= self.keepalive_s:
+            raise ValueError("FERRYMAN_KEEPALIVE_TIMEOUT_S must be shorter than FERRYMAN_KEEPALIVE_S")
+        if self.heartbeat_timeout_s <= self.registry_refresh_s:
+            raise ValueError(
+                "FERRYMAN_HEARTBEAT_TIMEOUT_S must be longer than FERRYMAN_REGISTRY_REFRESH_S "
+                "(or a live node's heartbeat can look stale between two reads)"
+            )
+        return self
 
     def server_options(self) -> list[tuple[str, int]]:
         """gRPC server options for keepalive and idle connections."""

@@ -22,6 +22,11 @@ MAX_RENEW_IDS = 10_000
 """Bounds on what any caller may ask of the Quota service, whoever it is."""
 
 
+RENEWALS_PER_LEASE = 3
+"""A caller renews a running reservation at least this many times per lease, so one late or
+lost renewal never frees a running request's slot."""
+
+
 class QuotaUnavailable(Exception):
     """The backend could not be reached and the fail mode is closed."""
 

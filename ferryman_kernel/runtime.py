@@ -27,7 +27,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.config import CommonSettings, ServerSettings
 from ferryman_kernel.metrics_http import serve_metrics
 from ferryman_kernel.metrics_otlp import otlp_metrics
 from ferryman_kernel.security import Security, ServiceTokenInterceptor, bind
@@ -59,6 +59,29 @@ class ServiceSpec:
     """Share ``listen`` with the other workers of this instance (SO_REUSEPORT)."""
     max_calls: int = 0
     """Calls in progress past which gRPC refuses new ones before any of our code (0: none)."""
+
+    @classmethod
+    def of(
+        cls,
+        name: str,
+        settings: ServerSettings,
+        services: Sequence[str],
+        metrics: CollectorRegistry,
+        *,
+        internal: bool = True,
+        **more: Any,
+    ) -> ServiceSpec:
+        """The spec of a server whose settings name its port, metrics port and message size."""
+        return cls(
+            name=name,
+            listen=settings.listen,
+            services=services,
+            max_message_bytes=settings.max_message_bytes,
+            internal=internal,
+            metrics_listen=settings.metrics_listen,
+            metrics=metrics,
+            **more,
+        )
 
 
 class ServiceRuntime:

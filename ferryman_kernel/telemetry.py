@@ -41,10 +41,14 @@ TRACEPARENT = "traceparent"
 
 
 class TraceSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FERRYMAN_TRACE_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="FERRYMAN_TRACE_", extra="ignore", use_attribute_docstrings=True
+    )
 
     sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+    """Share of root spans (requests) recorded; children follow their parent's choice."""
     console: bool = False
+    """Print spans to standard output (to see traces with no collector)."""
     enabled: bool | None = None
     """Record spans. Unset: only when an exporter is configured (OTLP endpoint or console);
     recording spans nobody exports costs the hot path ~10% of its CPU for nothing."""

@@ -59,6 +59,10 @@ class CoHostedQuota:
     def max_message_bytes(self) -> int:
         return self.settings.max_message_bytes
 
+    @property
+    def lease_s(self) -> float:
+        return self.settings.lease_s
+
     def client(self, snapshot: Callable[[], ConfigSnapshot]) -> QuotaClient:
         """The in-process service, deciding on the router's own registry snapshot."""
         self._service = QuotaService(self.settings, make_backend(self.settings), snapshot)

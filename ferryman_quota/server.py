@@ -27,15 +27,7 @@ async def serve_quota(
     on_ready: Callable[[str], None] | None = None,
 ) -> int:
     """Run the Quota service on its own."""
-    spec = ServiceSpec(
-        name="quota",
-        listen=settings.listen,
-        services=[QUOTA],
-        max_message_bytes=settings.max_message_bytes,
-        internal=True,
-        metrics_listen=settings.metrics_listen,
-        metrics=CollectorRegistry(),
-    )
+    spec = ServiceSpec.of("quota", settings, [QUOTA], CollectorRegistry())
     async with run_service(spec, common, stop) as rt:
         engine = make_engine(common.resolved_database_url())
         rt.on_close(engine.dispose)

@@ -63,8 +63,6 @@ class QuotaBackend(Protocol):
 
 def make_backend(settings: QuotaSettings) -> QuotaBackend:
     if settings.backend == "redis":
-        if not settings.redis_url:
-            raise ValueError("FERRYMAN_QUOTA_REDIS_URL is required with the redis backend")
         client = aioredis.Redis.from_url(
             settings.redis_url,
             socket_timeout=settings.backend_timeout_s,

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ferryman_kernel.config import ListenAddress, MessageBytes, MetricsListen
 
 
 class QuotaSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FERRYMAN_QUOTA_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="FERRYMAN_QUOTA_", extra="ignore", use_attribute_docstrings=True
+    )
 
-    listen: str = "127.0.0.1:7002"
+    listen: ListenAddress = "127.0.0.1:7002"
     repeated_log_period_s: float = Field(default=10.0, gt=0)
     """A warning that repeats for one cause (the backend down) is logged once per period."""
-    metrics_listen: str = ""
-    """host:port of its /metrics (the process's own; quota decisions are the router's)."""
+    metrics_listen: MetricsListen = ""
     backend: Literal["memory", "redis"] = "memory"
+    """Where the counters live: this process's memory (one quota service), or Redis (any
+    number of quota services and routers share it, exactly)."""
     redis_url: str = ""
+    """The Redis of the ``redis`` backend (``redis://host:port/db``)."""
     fail_mode: Literal["open", "closed"] = "closed"
     """What Reserve answers when the backend cannot be reached: admit, or refuse."""
     backend_timeout_s: float = Field(default=0.25, gt=0)
@@ -29,5 +35,12 @@ class QuotaSettings(BaseSettings):
     this is answered as the first call was and never charged twice."""
     lease_s: float = Field(default=10.0, gt=0)
     """A reservation ends this long after its last renewal unless settled: callers renew
-    the running ones (every lease/3), so a crashed router's slots free within this."""
-    max_message_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    the running ones (``FERRYMAN_ROUTER_LEASE_RENEW_S``, at most a third of this), so a
+    crashed router's slots free within this."""
+    max_message_bytes: MessageBytes = 4 * 1024 * 1024
+
+    @model_validator(mode="after")
+    def _agree(self) -> QuotaSettings:
+        if self.backend == "redis" and not self.redis_url:
+            raise ValueError("FERRYMAN_QUOTA_REDIS_URL is required with the redis backend")
+        return self

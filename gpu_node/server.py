@@ -112,16 +112,8 @@ async def serve_node(
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
     metrics = NodeMetrics()
-    spec = ServiceSpec(
-        name="node",
-        listen=settings.listen,
-        services=[NODE_SERVICE],
-        max_message_bytes=settings.max_message_bytes,
-        internal=True,
-        metrics_listen=settings.metrics_listen,
-        metrics=metrics.registry,
-        grace_s=None,  # drained before the server stops
-    )
+    # grace_s None: drained before the server stops.
+    spec = ServiceSpec.of("node", settings, [NODE_SERVICE], metrics.registry, grace_s=None)
     async with run_service(spec, common, stop) as rt:
         service = NodeService(settings, device, rt.health, metrics)
         rt.on_close(service.close)

@@ -87,8 +87,6 @@ class NodeService:
             Admission(self.settings.generation_admission),
             self.settings.generation_active_s,
         )
-        if limits.step_tokens <= limits.slots:
-            raise LoadError("generation_step_tokens must exceed generation_slots")
         path = locate(slot.spec)
         loop = asyncio.get_running_loop()
         try:

@@ -5,23 +5,25 @@ from __future__ import annotations
 import socket
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ferryman_kernel.config import ListenAddress, MessageBytes, MetricsListen
 from ferryman_kernel.host import node_torch_threads, usable_cores
 
 
 class NodeSettings(BaseSettings):
     """Everything a node process is told; CLI flags override the environment."""
 
-    model_config = SettingsConfigDict(env_prefix="FERRYMAN_NODE_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="FERRYMAN_NODE_", extra="ignore", use_attribute_docstrings=True
+    )
 
-    listen: str = "127.0.0.1:7004"
-    """host:port the gRPC server binds."""
+    listen: ListenAddress = "127.0.0.1:7004"
     advertise: str = ""
     """Address other services dial (default: the listen address)."""
     name: str = Field(default_factory=lambda: socket.gethostname().lower().replace("_", "-"))
-    """Unique node name in the registry."""
+    """Unique node name in the registry (default: this host's name)."""
     pool: str = ""
     """Node pool: versions placed on the pool's name load on every node of it."""
     device: str = "auto"
@@ -37,6 +39,8 @@ class NodeSettings(BaseSettings):
     use_registry: bool = True
     """Register in the registry, heartbeat, and load this node's placements."""
     heartbeat_interval_s: float = Field(default=2.0, gt=0)
+    """How often a registered node tells the registry it is alive (keep it well under
+    ``FERRYMAN_HEARTBEAT_TIMEOUT_S``)."""
     placement_refresh_s: float = Field(default=2.0, gt=0)
     """How often a registered node reads its placements and loads versions placed on it
     since it started (one already loading, serving or failed is left as it is)."""
@@ -46,9 +50,8 @@ class NodeSettings(BaseSettings):
     """Timed runs per warm-up batch size (the fastest is kept)."""
     profile_smoothing: float = Field(default=0.2, gt=0, le=1)
     """Weight of a live batch in the latency profile's moving average."""
-    max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
-    metrics_listen: str = ""
-    """host:port for Prometheus metrics; empty disables the endpoint."""
+    max_message_bytes: MessageBytes = 64 * 1024 * 1024
+    metrics_listen: MetricsListen = ""
     generation_slots: int = Field(default=8, ge=1)
     """Generations a causal-LM version runs at once: its KV cache holds this many sequences,
     preallocated at load (SmolLM2: 46 KB per position, 8 x 2048 positions = 0.75 GB)."""
@@ -63,6 +66,15 @@ class NodeSettings(BaseSettings):
     request (first come, first served: what vLLM and TGI do)."""
     generation_active_s: float = Field(default=5.0, ge=0)
     """How long after its last request a tenant counts as active (a slot is kept for it)."""
+
+    @model_validator(mode="after")
+    def _agree(self) -> NodeSettings:
+        if self.generation_step_tokens <= self.generation_slots:
+            raise ValueError(
+                "FERRYMAN_NODE_GENERATION_STEP_TOKENS must exceed FERRYMAN_NODE_GENERATION_SLOTS "
+                "(every running sequence decodes one token a step, and prompts need room too)"
+            )
+        return self
 
     def sized(self, device_type: str, cores: int | None = None) -> NodeSettings:
         """These settings with what was left to the host (0) sized for a ``device_type``

@@ -14,7 +14,7 @@ import grpc
 from ferryman.v1 import inference_pb2, jobs_pb2, jobs_pb2_grpc, quota_pb2
 from ferryman_jobs.port import jobs_enabled, open_job_queue
 from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.quota import QuotaClient, RemoteQuota
+from ferryman_kernel.quota import RENEWALS_PER_LEASE, QuotaClient, RemoteQuota
 from ferryman_kernel.runtime import ServiceRuntime, ServiceSpec, run_service
 from ferryman_kernel.security import aio_channel
 from registry.cache import SnapshotCache
@@ -58,6 +58,11 @@ class QuotaHost(Protocol):
     @property
     def max_message_bytes(self) -> int: ...
 
+    @property
+    def lease_s(self) -> float:
+        """How long a reservation lives past its last renewal."""
+        ...
+
     def client(self, snapshot: Callable[[], ConfigSnapshot]) -> QuotaClient:
         """The in-process service deciding on ``snapshot``; called once."""
         ...
@@ -89,14 +94,12 @@ async def serve_router(
     (one in this process), else over gRPC to the configured batchers."""
     metrics = RouterMetrics(settings.max_tenant_labels)
     # The public port serves tenant APIs only; bound first, so a port in use fails at once.
-    spec = ServiceSpec(
-        name="router",
-        listen=settings.listen,
-        services=[INFERENCE, OIP_SERVICE, *([JOBS] if jobs_enabled(common) else [])],
-        max_message_bytes=settings.max_message_bytes,
+    spec = ServiceSpec.of(
+        "router",
+        settings,
+        [INFERENCE, OIP_SERVICE, *([JOBS] if jobs_enabled(common) else [])],
+        metrics.registry,
         internal=False,
-        metrics_listen=settings.metrics_listen,
-        metrics=metrics.registry,
         grace_s=2.0,
         reuse_port=settings.reuse_port,
         max_calls=settings.max_calls,
@@ -110,6 +113,11 @@ async def serve_router(
         await asyncio.wait_for(cache.loaded.wait(), timeout=common.heartbeat_timeout_s)
         quota: QuotaClient
         co_hosted = not settings.quota_address
+        if co_hosted and settings.lease_renew_s * RENEWALS_PER_LEASE > quota_host.lease_s:
+            raise ValueError(
+                f"FERRYMAN_ROUTER_LEASE_RENEW_S ({settings.lease_renew_s:g}) must be at most "
+                f"1/{RENEWALS_PER_LEASE} of FERRYMAN_QUOTA_LEASE_S ({quota_host.lease_s:g})"
+            )
         if co_hosted:
             quota = quota_host.client(lambda: cache.snapshot)
         else:

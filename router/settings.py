@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ferryman_kernel.config import ListenAddress, MessageBytes, MetricsListen
 from router.limiter import LimitConfig
 
 
 class RouterSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FERRYMAN_ROUTER_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="FERRYMAN_ROUTER_", extra="ignore", use_attribute_docstrings=True
+    )
 
-    listen: str = "127.0.0.1:7001"
-    metrics_listen: str = ""
+    listen: ListenAddress = "127.0.0.1:7001"
+    metrics_listen: MetricsListen = ""
     http_listen: str = ""
     """host:port of the HTTP doors (OIP v2 REST on /v2, OpenAI-compatible on /v1, the OpenAPI
     document on /openapi.json); empty serves none. TLS settings apply to it too."""
@@ -37,14 +40,15 @@ class RouterSettings(BaseSettings):
     reuse_port: bool = False
     """Bind the public port and the HTTP doors shared (set for each of several workers)."""
     streams_per_batcher: int = Field(default=2, ge=1)
+    """Submit streams kept open to each batcher (items of all requests share them)."""
     default_timeout_s: float = Field(default=30.0, gt=0)
     """Deadline of requests that come without one."""
     lease_renew_s: float = Field(default=2.0, gt=0)
-    """How often the leases of running requests' reservations are renewed; keep it well
-    under the quota service's ``lease_s`` (10 s by default)."""
+    """How often the leases of running requests' reservations are renewed: at most a third
+    of the quota service's ``FERRYMAN_QUOTA_LEASE_S`` (checked when the router hosts it)."""
     quota_timeout_s: float = Field(default=0.5, gt=0)
     """Most of a request's budget a quota call may take."""
-    max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    max_message_bytes: MessageBytes = 64 * 1024 * 1024
     max_generate_tokens: int = Field(default=4096, ge=1)
     """Most ``max_tokens`` one generation may ask for (nodes also cut it to the context)."""
     shed_overload: bool = True
@@ -70,25 +74,31 @@ class RouterSettings(BaseSettings):
     limit_drop_ratio: float = Field(default=0.01, ge=0, lt=1)
     """Share of a window's requests refused further down for load that cuts the limit."""
     limit_window_s: float = Field(default=0.1, gt=0)
+    """Length of one window the adaptive limit is judged over."""
     limit_window_samples: int = Field(default=20, ge=1)
+    """Answers a window needs before its refusal share may move the limit."""
     max_tenant_labels: int = Field(default=100, ge=1)
     """Tenants named in metric labels; the rest are counted as ``other``."""
 
     shadow_max_inflight: int = Field(default=64, ge=1)
     """Shadow copies one router runs at once; more are skipped (counted), never queued."""
     shadow_timeout_s: float = Field(default=5.0, gt=0)
+    """Longest a shadow copy may run before it is dropped (counted as timed out)."""
     shadow_rtol: float = Field(default=1e-4, ge=0)
     """Relative tolerance within which a shadow's outputs match the live ones."""
     shadow_atol: float = Field(default=1e-5, ge=0)
+    """Absolute tolerance within which a shadow's outputs match the live ones."""
 
     job_max_items: int = Field(default=50_000, ge=1)
     """Items one job may hold."""
     job_window_s: float = Field(default=86_400.0, gt=0)
     """A job's completion window when it names none (what is left then expires)."""
     job_max_window_s: float = Field(default=7 * 86_400.0, gt=0)
+    """The longest completion window a job may ask for."""
     job_price_factor: float = Field(default=0.5, ge=0)
     """Job items cost this times the version's price."""
     job_store_timeout_s: float = Field(default=2.0, gt=0)
+    """Longest one call to the job store (Redis or the registry database) may take."""
     job_file_bytes_per_day: int = Field(default=1 << 30, ge=1)
     """Bytes of batch input files one tenant may upload per UTC day (they are kept for the
     jobs' retention, in Redis or the registry database)."""
@@ -111,10 +121,18 @@ class RouterSettings(BaseSettings):
     """Redis the routers share answers in, so Feedback reaches any router; empty: the
     quota's Redis when it has one, else this router's memory."""
 
+    @model_validator(mode="after")
+    def _agree(self) -> RouterSettings:
+        if self.limit_min > self.limit_initial:
+            raise ValueError("FERRYMAN_ROUTER_LIMIT_MIN may not exceed FERRYMAN_ROUTER_LIMIT_INITIAL")
+        if self.job_window_s > self.job_max_window_s:
+            raise ValueError("FERRYMAN_ROUTER_JOB_WINDOW_S may not exceed FERRYMAN_ROUTER_JOB_MAX_WINDOW_S")
+        return self
+
     def limit_config(self) -> LimitConfig:
         return LimitConfig(
             initial=self.limit_initial,
-            minimum=min(self.limit_min, self.limit_initial),
+            minimum=self.limit_min,
             backoff=self.limit_backoff,
             drop_ratio=self.limit_drop_ratio,
             window_s=self.limit_window_s,

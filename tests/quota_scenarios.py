@@ -1,6 +1,6 @@
 """Quota scenarios every backend must pass with identical decisions (the parity suite).
 
-tests/unit/router/test_quota_arithmetic.py runs them on the memory backend and
+tests/unit/ferryman_quota/test_quota_arithmetic.py runs them on the memory backend and
 tests/integration/router/test_quota_parity.py on real Redis, each with a fake clock."""
 
 from __future__ import annotations
