@@ -12,6 +12,7 @@ from ferryman_cli.context import engine, migrated_engine, settings
 from ferryman_cli.output import JsonFlag, console, emit, fail, refusals, table
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
+from registry.states import ModelFormat
 from registry.validation import RegistryError
 from registry.writer import QuotaLimits, RegistryWriter, VersionSpec
 
@@ -231,7 +232,7 @@ def model_register(
     name: str,
     version: Annotated[str, typer.Option(help="Version label.")],
     artifact: Annotated[str, typer.Option(help="Artifact path or file:// URI.")],
-    format: Annotated[str, typer.Option("--format", help="torch_export, torchscript, python or causal_lm.")],
+    format: Annotated[str, typer.Option("--format", help=", ".join(f.value for f in ModelFormat) + ".")],
     schema: Annotated[str, typer.Option(help="IO schema: JSON text or a JSON file path.")],
     handler: Annotated[str, typer.Option(help="module:Class, for format python.")] = "",
     sha256: Annotated[str, typer.Option(help="Expected checksum (computed for local files).")] = "",

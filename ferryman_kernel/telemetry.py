@@ -37,7 +37,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 # Above the largest batch any version may declare, so no request link is dropped.
 MAX_LINKS = 4096
 PROPAGATOR = TraceContextTextMapPropagator()
-TRACEPARENT = "traceparent"
 
 
 class TraceSettings(BaseSettings):

@@ -26,10 +26,7 @@ from gpu_node.loader import LoadError, load_version, locate, parse_schema
 from gpu_node.metrics import NodeMetrics
 from gpu_node.settings import NodeSettings
 from gpu_node.slots import LatencyProfile, ModelSlot, SlotState
-from registry.states import NodeLifecycle, next_node_lifecycle
-
-CAUSAL_LM = "causal_lm"
-"""The format of generative versions: served by Generate, not by InferBatch."""
+from registry.states import ModelFormat, NodeLifecycle, next_node_lifecycle
 
 
 class NodeRefusal(Exception):
@@ -107,7 +104,7 @@ class NodeService:
             self.slots[key] = slot
             await self._health.set(key, NOT_SERVING)
             loop = asyncio.get_running_loop()
-            if spec.format == CAUSAL_LM:
+            if spec.format == ModelFormat.CAUSAL_LM:
                 try:
                     await self._load_lm(slot)
                 except LoadError as exc:

@@ -12,7 +12,6 @@ from sqlmodel import Session, col, select
 
 from ferryman_kernel.canary import Moments
 from registry.accounts import token_digest
-from registry.keys import matches, parse_prefix
 from registry.snapshot import ready_versions
 from registry.tables import (
     AdminCredential,
@@ -69,20 +68,6 @@ class RegistryReader:
         with Session(self._engine) as s:
             row = s.get(ConfigRevision, 1)
             return row.revision if row else 0
-
-    def verify_key(self, plaintext: str) -> str | None:
-        """The tenant name a presented key belongs to; None if unknown, revoked or disabled."""
-        prefix = parse_prefix(plaintext)
-        if prefix is None:
-            return None
-        with Session(self._engine) as s:
-            found = s.exec(select(ApiKey, Tenant).join(Tenant).where(ApiKey.prefix == prefix)).first()
-            if found is None:
-                return None
-            key, tenant = found
-            if key.revoked_at is not None or tenant.disabled or not matches(plaintext, key.key_hash):
-                return None
-            return tenant.name
 
     def tenants(self) -> list[TenantView]:
         with Session(self._engine) as s:

@@ -29,6 +29,7 @@ from registry.keys import NewKey, generate_key
 from registry.rollout.writes import RolloutWrites
 from registry.route_writes import RouteWrites
 from registry.states import (
+    ModelFormat,
     NodeLifecycle,
     VersionStatus,
     next_node_lifecycle,
@@ -206,7 +207,7 @@ class RegistryWriter(RouteWrites, RolloutWrites, AccountWrites, WriterBase):
         v.check_name("model", spec.model)
         v.check_version(spec.version)
         fmt = v.check_format(spec.format)
-        if fmt == "python" and ":" not in spec.handler:
+        if fmt == ModelFormat.PYTHON and ":" not in spec.handler:
             raise v.RegistryError("format python needs --handler module:Class")
         if spec.max_batch_size < 1:
             raise v.RegistryError("max batch size must be at least 1")

@@ -22,13 +22,14 @@ from ferryman.errors import CallFailed, Reason, status_code
 from ferryman.v1 import common_pb2, inference_pb2, node_pb2
 from ferryman_kernel.quota import Ask, Decision
 from registry.snapshot import TenantRecord, VersionRecord
+from registry.states import ModelFormat
 from router.batchers import BatcherPort
 from router.bounds import Violation, check_names, clip
 from router.failures import RequestFailed, fail
 from router.fingerprint import DIGEST_BYTES
 from router.metrics import RouterMetrics
 from router.reservations import Reservations
-from router.service import CAUSAL_LM, RouterService
+from router.service import RouterService
 from router.settings import RouterSettings
 from router.validation import price
 
@@ -134,7 +135,7 @@ class Generator:
     ) -> tuple[str, VersionRecord, bool]:
         """(model, version, fallback) of a generative version the request may run on."""
         choice, version = self._service.route(tenant, request.model, request.version, request.user, degrade)
-        if version.format != CAUSAL_LM:
+        if version.format != ModelFormat.CAUSAL_LM:
             raise fail(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"{clip(choice.model)} does not generate text: call Predict",

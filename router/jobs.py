@@ -23,10 +23,11 @@ from ferryman_kernel.quota import QuotaUnavailable
 from ferryman_kernel.schema_check import check_inputs
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord, VersionRecord
+from registry.states import ModelFormat
 from router.bounds import MAX_REQUEST_ID_CHARS, clip
 from router.failures import RequestFailed, fail
 from router.job_charges import JobCharges
-from router.service import CAUSAL_LM, RouterService
+from router.service import RouterService
 from router.settings import RouterSettings
 
 MAX_CUSTOM_ID_CHARS = 128
@@ -125,7 +126,7 @@ class JobDesk:
             )
         # Where a Predict would go (pin, weights, the allow-list), but never to a fallback.
         _, version = self._service.route(tenant, request.model, request.version, "", False, fallback=False)
-        if version.format == CAUSAL_LM:
+        if version.format == ModelFormat.CAUSAL_LM:
             raise fail(grpc.StatusCode.FAILED_PRECONDITION, "jobs run Predict models", Reason.INVALID_REQUEST)
         if len(request.items) <= INLINE_ITEMS:
             digest, items = checked_items(request, version)

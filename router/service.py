@@ -17,6 +17,7 @@ from ferryman_kernel.schema_check import check_inputs
 from ferryman_kernel.telemetry import traceparent, tracer
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord, VersionRecord
+from registry.states import ModelFormat
 from router.batchers import BatcherPort, set_deadline
 from router.bounds import check_request, clip
 from router.failures import RequestFailed, fail, unknown_model
@@ -28,8 +29,6 @@ from router.settings import RouterSettings
 from router.shedding import Shedder
 from router.validation import price, token_bound
 
-CAUSAL_LM = "causal_lm"
-"""The format of versions that generate text (Inference.Generate)."""
 log = logging.getLogger("ferryman.router")
 
 
@@ -109,7 +108,7 @@ class RouterService:
                 violations=bad,
             )
         choice, version = self.route(tenant, request.model, request.version, request.user, degrade)
-        if version.format == CAUSAL_LM:
+        if version.format == ModelFormat.CAUSAL_LM:
             raise fail(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"{clip(choice.model)} generates text: call Generate",

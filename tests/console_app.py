@@ -47,10 +47,15 @@ SCHEMA = {
 }
 
 
+def console_url(tmp_path: Path) -> str:
+    """The console tests' registry (``console_registry``) in a test's ``tmp_path``."""
+    return f"sqlite:///{tmp_path / 'registry.db'}"
+
+
 def console_registry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[RegistryWriter, RegistryReader]]:
-    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    url = console_url(tmp_path)
     engine = make_engine(url)
     upgrade(engine)
     writer = RegistryWriter(engine, actor="test")

@@ -114,8 +114,3 @@ class ScrapeHistory:
         with self._lock:
             metrics = {name: dict(known) for name, known in self._metrics.items()}
             return Columns(list(self._times), metrics, self._generation)
-
-    def covered_s(self) -> float:
-        """How many seconds of history there are."""
-        with self._lock:
-            return self._times[-1] - self._times[0] if len(self._times) > 1 else 0.0

@@ -8,10 +8,12 @@ import streamlit as st
 
 from admin_ui.context import Console
 from registry.accounts import Permission
+from registry.states import ModelFormat
 from registry.validation import RegistryError
 from registry.writer import VersionSpec
 
-FORMATS = ["torch_export", "torchscript", "python"]
+# Generative versions come with a tokenizer and chat template: registered from the CLI.
+FORMATS = [f.value for f in ModelFormat if f != ModelFormat.CAUSAL_LM]
 
 
 def render(ctx: Console) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from gpu_node.demo import minilm, mlp, smollm2
 from registry.reader import RegistryReader
+from registry.states import ModelFormat
 from registry.writer import RegistryWriter, VersionSpec
 
 MLP_MAX_BATCH = 128
@@ -32,7 +33,7 @@ def build_demo_artifacts(models_dir: Path, generative: bool = False) -> list[Ver
             model="mlp",
             version="1",
             artifact=str(mlp_path),
-            format="torch_export",
+            format=ModelFormat.TORCH_EXPORT,
             io_schema=mlp.SCHEMA,
             description="Demo MLP: float32 [512] -> [10], seeded weights",
             max_batch_size=MLP_MAX_BATCH,
@@ -44,7 +45,7 @@ def build_demo_artifacts(models_dir: Path, generative: bool = False) -> list[Ver
             model="minilm",
             version="1",
             artifact=str(minilm_dir),
-            format="python",
+            format=ModelFormat.PYTHON,
             handler="gpu_node.demo.minilm:MiniLMHandler",
             io_schema=minilm.SCHEMA,
             description="all-MiniLM-L6-v2 sentence embeddings: text -> 384 floats",
@@ -60,7 +61,7 @@ def build_demo_artifacts(models_dir: Path, generative: bool = False) -> list[Ver
                 model="smollm2",
                 version="1",
                 artifact=str(smollm2.build_artifact(models_dir / "smollm2-1")),
-                format="causal_lm",
+                format=ModelFormat.CAUSAL_LM,
                 io_schema=smollm2.SCHEMA,
                 description="SmolLM2-135M-Instruct: chat and text generation (Inference.Generate)",
                 max_batch_size=1,
@@ -80,6 +81,8 @@ def register_demo(writer: RegistryWriter, reader: RegistryReader, specs: list[Ve
             continue
         writer.register_version(spec)
         writer.set_route(spec.model, {spec.version: 100})
-        writer.place(spec.model, spec.version, GENERATIVE_NODE if spec.format == "causal_lm" else "*")
+        writer.place(
+            spec.model, spec.version, GENERATIVE_NODE if spec.format == ModelFormat.CAUSAL_LM else "*"
+        )
         added.append(f"{spec.model}:{spec.version}")
     return added

@@ -10,16 +10,17 @@ from ferryman_kernel.schema import IOSchema
 from gpu_node.runtimes.base import Runtime
 from gpu_node.runtimes.python_handler import load_python
 from gpu_node.runtimes.torch_module import load_torch_export, load_torchscript
+from registry.states import ModelFormat
 
 
 def load_runtime(fmt: str, path: Path, schema: IOSchema, handler: str, device: torch.device) -> Runtime:
     """Load the artifact at ``path`` in format ``fmt`` onto ``device``."""
     inputs = [spec.name for spec in schema.inputs]
     outputs = [spec.name for spec in schema.outputs]
-    if fmt == "torch_export":
+    if fmt == ModelFormat.TORCH_EXPORT:
         return load_torch_export(path, inputs, outputs, device)
-    if fmt == "torchscript":
+    if fmt == ModelFormat.TORCHSCRIPT:
         return load_torchscript(path, inputs, outputs, device)
-    if fmt == "python":
+    if fmt == ModelFormat.PYTHON:
         return load_python(path, handler, device)
     raise ValueError(f"unknown model format {fmt!r}")
