@@ -24,7 +24,17 @@ from sqlalchemy import Engine, func, or_, update
 from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session, col, select
 
-from ferryman_jobs.store import DAY_S, RETENTION_S, Claimed, JobRecord, LimitReached, State, StoredFile
+from ferryman_jobs.store import (
+    DAY_S,
+    RETENTION_S,
+    Claimed,
+    JobRecord,
+    LimitReached,
+    State,
+    StoredFile,
+    from_stored,
+    stored,
+)
 from registry.db import make_engine
 from registry.tables import JobFileRow, JobItemRow, JobRow
 
@@ -43,24 +53,7 @@ def row_key(tenant: str, job_id: str) -> str:
 
 
 def _record(row: JobRow) -> JobRecord:
-    return JobRecord(
-        tenant=row.tenant,
-        job_id=row.job_id,
-        model=row.model,
-        version=row.version,
-        state=State(row.state),
-        total=row.total,
-        succeeded=row.succeeded,
-        failed=row.failed,
-        cost_usd=row.cost,
-        created=row.created,
-        expires=row.expires,
-        finished=row.finished,
-        digest=row.digest,
-        parameters=dict(row.parameters),
-        price_per_item_usd=row.price,
-        price_per_1k_tokens_usd=row.price_1k,
-    )
+    return from_stored(row.model_dump())
 
 
 class SqlJobStore:
@@ -117,23 +110,7 @@ class SqlJobStore:
                     raise LimitReached(
                         f"{len(items)} more items would pass {most_items} today (job_items_per_day)"
                     )
-            s.add(
-                JobRow(
-                    key=key,
-                    tenant=record.tenant,
-                    job_id=record.job_id,
-                    model=record.model,
-                    version=record.version,
-                    state=int(State.QUEUED),
-                    total=record.total,
-                    created=record.created,
-                    expires=record.expires,
-                    digest=record.digest,
-                    parameters=dict(record.parameters),
-                    price=record.price_per_item_usd,
-                    price_1k=record.price_per_1k_tokens_usd,
-                )
-            )
+            s.add(JobRow(key=key, **(stored(record) | {"state": int(State.QUEUED)})))
             s.add_all(JobItemRow(job_key=key, idx=i, payload=item) for i, item in enumerate(items))
             s.flush()
             return record

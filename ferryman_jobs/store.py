@@ -16,9 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from enum import IntEnum
-from typing import Any
+from typing import Any, get_type_hints
 
 import redis.asyncio as aioredis
 
@@ -164,28 +165,41 @@ class Claimed:
     item: bytes
 
 
+STORED_NAMES = {"cost_usd": "cost", "price_per_item_usd": "price", "price_per_1k_tokens_usd": "price_1k"}
+"""Record fields stored under another name (Redis hash fields and SQL columns alike)."""
+COUNTERS = ("succeeded", "failed", "cost_usd", "finished")
+"""Fields a stored job may lack (they start at 0)."""
+
+
+def stored(record: JobRecord) -> dict[str, Any]:
+    """A record's fields under their stored names; the parameters as a dict."""
+    values = {STORED_NAMES.get(f.name, f.name): getattr(record, f.name) for f in fields(JobRecord)}
+    values["state"] = int(record.state)
+    return values
+
+
+def from_stored(values: Mapping[str, Any]) -> JobRecord:
+    """A record from its stored fields (as strings, from Redis, or typed, from SQL), each
+    converted to the record's declared type."""
+    types = get_type_hints(JobRecord)
+    made: dict[str, Any] = {}
+    for f in fields(JobRecord):
+        name = STORED_NAMES.get(f.name, f.name)
+        raw = values.get(name, 0) if f.name in COUNTERS else values[name]
+        kind = types[f.name]
+        if kind is State:
+            made[f.name] = State(int(raw))
+        elif kind is dict[str, str]:
+            made[f.name] = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        else:
+            made[f.name] = kind(raw)
+    return JobRecord(**made)
+
+
 def _record(raw: dict[Any, Any]) -> JobRecord | None:
     if not raw:
         return None
-    f = {k.decode(): v.decode() for k, v in raw.items()}
-    return JobRecord(
-        tenant=f["tenant"],
-        job_id=f["job_id"],
-        model=f["model"],
-        version=f["version"],
-        state=State(int(f["state"])),
-        total=int(f["total"]),
-        succeeded=int(f.get("succeeded", 0)),
-        failed=int(f.get("failed", 0)),
-        cost_usd=float(f.get("cost", 0.0)),
-        created=float(f["created"]),
-        expires=float(f["expires"]),
-        finished=float(f.get("finished", 0.0)),
-        digest=f["digest"],
-        parameters=json.loads(f["parameters"]),
-        price_per_item_usd=float(f["price"]),
-        price_per_1k_tokens_usd=float(f["price_1k"]),
-    )
+    return from_stored({k.decode(): v.decode() for k, v in raw.items()})
 
 
 class JobStore:
@@ -214,25 +228,9 @@ class JobStore:
         queued yet (``queuing`` still set) gets them queued again: a duplicate entry is
         harmless, only an item's first result counts."""
         key = job_key(record.tenant, record.job_id)
-        fields: dict[str, Any] = {
-            "tenant": record.tenant,
-            "job_id": record.job_id,
-            "model": record.model,
-            "version": record.version,
-            "state": int(State.QUEUED),
-            "total": record.total,
-            "succeeded": 0,
-            "failed": 0,
-            "cost": 0.0,
-            "created": record.created,
-            "expires": record.expires,
-            "digest": record.digest,
-            "parameters": json.dumps(record.parameters, sort_keys=True),
-            "price": record.price_per_item_usd,
-            "price_1k": record.price_per_1k_tokens_usd,
-            "queuing": 1,
-        }
-        pairs = [str(x) for kv in fields.items() for x in kv]
+        values = stored(record) | {"state": int(State.QUEUED), "queuing": 1}
+        values["parameters"] = json.dumps(record.parameters, sort_keys=True)
+        pairs = [str(x) for kv in values.items() for x in kv]
         day = int(record.created // DAY_S)
         keys = [key, tenant_key(record.tenant), tenant_key(record.tenant, "unfinished")]
         keys.append(tenant_key(record.tenant, f"items:{day}"))

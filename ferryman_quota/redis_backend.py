@@ -28,8 +28,9 @@ local tokens, cost, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]
 local prefix, n = ARGV[6], tonumber(ARGV[7])
 local fp, lease, give_up, conc_wait = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local min_tokens, cpt = tonumber(ARGV[12]), tonumber(ARGV[13])
-local P = 14
-local WINDOW, DAY = 60000, 86400000
+-- The windows of policy.py (WINDOW_S, DAY_S), passed in so the two never disagree.
+local WINDOW, DAY = tonumber(ARGV[14]), tonumber(ARGV[15])
+local P = 16
 local known = redis.call('HMGET', KEYS[1], 'verdict', 'fp')
 if known[1] then
   if known[2] ~= fp then return cjson.encode({'conflict', 0, {}, 0}) end
@@ -209,21 +210,22 @@ return renewed
 """
 # Charge: an account's total cost so far (KEYS[1] holds what it was charged before); the
 # difference, if any, goes to each policy's spend of the day (the caller's clock, as RESERVE).
-# ARGV: now (ms), total, remember_ms, prefix, n, then per policy: scope, cost limit, soft.
+# ARGV: now (ms), total, remember_ms, prefix, day (ms), n, then per policy: scope, cost limit,
+# soft.
 CHARGE = """
 local now, total, remember = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local prefix, n = ARGV[4], tonumber(ARGV[5])
-local day = math.floor(now / 86400000)
+local prefix, DAY, n = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local day = math.floor(now / DAY)
 local delta = math.max(0, total - tonumber(redis.call('GET', KEYS[1]) or '0'))
 local over = 0
 for i = 0, n - 1 do
-  local o = 6 + i * 3
+  local o = 7 + i * 3
   local scope, costl, soft = ARGV[o], tonumber(ARGV[o + 1]), ARGV[o + 2] == '1'
   local key = prefix .. '{' .. string.match(scope, '^[^/]+') .. '}:' .. scope .. ':cost:' .. day
   local spent
   if delta > 0 then
     spent = tonumber(redis.call('INCRBYFLOAT', key, delta))
-    redis.call('PEXPIRE', key, 2 * 86400000)
+    redis.call('PEXPIRE', key, 2 * DAY)
   else
     spent = tonumber(redis.call('GET', key) or '0')
   end
@@ -232,6 +234,8 @@ end
 if delta > 0 then redis.call('SET', KEYS[1], tostring(total), 'PX', remember) end
 return {tostring(delta), over}
 """
+WINDOW_MS = int(WINDOW_S * 1000)
+DAY_MS = int(DAY_S * 1000)
 CLOCK_CHECK_S = 30.0
 """How often the offset between this process's clock and Redis's is measured again."""
 
@@ -294,6 +298,8 @@ class RedisQuota:
             int(CONCURRENCY_RETRY_S * 1000),
             call.ask.min_tokens,
             repr(call.ask.cost_per_token),
+            WINDOW_MS,
+            DAY_MS,
         ]
         for p in policies:
             args += [
@@ -342,6 +348,7 @@ class RedisQuota:
             total_cost,
             int(CHARGE_MEMORY_S * 1000),
             KEY_PREFIX,
+            DAY_MS,
             len(policies),
         ]
         for p in policies:
@@ -360,13 +367,13 @@ class RedisQuota:
             base = f"{KEY_PREFIX}{{{p.scope.split('/')[0]}}}:{p.scope}"
             mode = "soft" if p.soft else "hard"
             if p.rpm is not None:
-                count = await self._redis.zcount(f"{base}:log", now_ms - int(WINDOW_S * 1000), "+inf")
+                count = await self._redis.zcount(f"{base}:log", now_ms - WINDOW_MS, "+inf")
                 rows.append((f"{p.scope}:rpm", float(count), p.rpm, mode))
             if p.tpm is not None:
                 t, at = await self._redis.hmget(f"{base}:tpm", ["t", "at"])
                 level = float(p.tpm)
                 if t is not None and at is not None:
-                    level = min(p.tpm, float(t) + (now_ms - float(at)) * p.tpm / (WINDOW_S * 1000))
+                    level = min(p.tpm, float(t) + (now_ms - float(at)) * p.tpm / WINDOW_MS)
                 rows.append((f"{p.scope}:tpm", p.tpm - level, p.tpm, mode))
             if p.cost_per_day_usd is not None:
                 spent = float(await self._redis.get(f"{base}:cost:{day}") or 0)
