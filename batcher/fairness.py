@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ferryman_kernel.scopes import is_background
+from registry.validation import MAX_WEIGHT, MIN_WEIGHT
 
 DEFAULT_WEIGHT = 1.0
 
@@ -191,9 +192,11 @@ class FairShare:
     def virtual_time(self) -> float:
         return self._virtual
 
-    def seen(self, tenant: str, now: float) -> None:
-        """The tenant has work (an arrival or a dispatch) at ``now``."""
+    def seen(self, tenant: str, now: float, weight: float = DEFAULT_WEIGHT) -> None:
+        """The tenant has work (an arrival or a dispatch) at ``now``; ``weight``: its share
+        weight as the item said it (0, or out of the registry's bounds: the default)."""
         self._seen[tenant] = now
+        self.weights[tenant] = weight if MIN_WEIGHT <= weight <= MAX_WEIGHT else DEFAULT_WEIGHT
 
     def weight(self, tenant: str) -> float:
         return self.weights.get(tenant, DEFAULT_WEIGHT)
@@ -232,4 +235,5 @@ class FairShare:
         for tenant in [t for t, at in self._seen.items() if at < horizon]:
             if self._finish.get(tenant, 0.0) <= self._virtual:
                 self._finish.pop(tenant, None)
+                self.weights.pop(tenant, None)
                 del self._seen[tenant]

@@ -184,7 +184,7 @@ class BatcherService:
         )
         self._inflight[key] = entry
         self._streams.setdefault(stream, {})[item.request_id] = (entry, waiter)
-        self.fair.seen(item.tenant, now)
+        self.fair.seen(item.tenant, now, item.weight)
         queue.add(entry)
         return None
 

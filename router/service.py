@@ -284,6 +284,7 @@ class RouterService:
         item = batcher_pb2.SubmitItem(
             request_id=f"{tenant.name}/{request_id}/{uuid.uuid4().hex[:8]}",
             tenant=tenant.name,
+            weight=tenant.weight,
             model=admitted.choice.model,
             version=admitted.choice.version,
             parameters=request.parameters,

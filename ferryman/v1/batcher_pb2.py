@@ -29,7 +29,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x66\x65rryman/v1/batcher.proto\x12\x0b\x66\x65rryman.v1\x1a\x18\x66\x65rryman/v1/common.proto\x1a\x16\x66\x65rryman/v1/node.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"7\n\rSubmitRequest\x12&\n\x05items\x18\x01 \x03(\x0b\x32\x17.ferryman.v1.SubmitItem\":\n\x0eSubmitResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.ferryman.v1.ItemResult\"\xa6\x03\n\nSubmitItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12;\n\nparameters\x18\x05 \x03(\x0b\x32\'.ferryman.v1.SubmitItem.ParametersEntry\x12\'\n\x08priority\x18\x06 \x01(\x0e\x32\x15.ferryman.v1.Priority\x12.\n\x0btime_budget\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x06inputs\x18\x08 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12\x0e\n\x06\x63\x61ncel\x18\t \x01(\x08\x12\x13\n\x0btraceparent\x18\n \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06shadow\x18\x0c \x01(\x08\x1a\x31\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xe8\x01\n\nItemResult\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\"\n\x06status\x18\x02 \x01(\x0b\x32\x12.google.rpc.Status\x12)\n\x07outputs\x18\x03 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12!\n\x05usage\x18\x04 \x01(\x0b\x32\x12.ferryman.v1.Usage\x12#\n\x06timing\x18\x05 \x01(\x0b\x32\x13.ferryman.v1.Timing\x12\x11\n\tcoalesced\x18\x06 \x01(\x08\x12\x0e\n\x06\x63\x61\x63hed\x18\x07 \x01(\x08\x12\x0c\n\x04node\x18\x08 \x01(\t\"\x13\n\x11QueueStatsRequest\"\xa7\x01\n\nQueueStats\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\r\n\x05\x64\x65pth\x18\x03 \x01(\x05\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\x05\x12\x12\n\ndrain_rate\x18\x05 \x01(\x01\x12)\n\x06window\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x19\n\x11target_batch_size\x18\x07 \x01(\x05\"=\n\x12QueueStatsResponse\x12\'\n\x06queues\x18\x01 \x03(\x0b\x32\x17.ferryman.v1.QueueStats2\xeb\x01\n\x07\x42\x61tcher\x12\x45\n\x06Submit\x12\x1a.ferryman.v1.SubmitRequest\x1a\x1b.ferryman.v1.SubmitResponse(\x01\x30\x01\x12M\n\nQueueStats\x12\x1e.ferryman.v1.QueueStatsRequest\x1a\x1f.ferryman.v1.QueueStatsResponse\x12J\n\x08Generate\x12 .ferryman.v1.NodeGenerateRequest\x1a\x1a.ferryman.v1.GenerateEvent0\x01\x42M\n\x0f\x64\x65v.ferryman.v1P\x01Z*ferryman.dev/gen/go/ferryman/v1;ferrymanv1\xaa\x02\x0b\x46\x65rryman.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x66\x65rryman/v1/batcher.proto\x12\x0b\x66\x65rryman.v1\x1a\x18\x66\x65rryman/v1/common.proto\x1a\x16\x66\x65rryman/v1/node.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"7\n\rSubmitRequest\x12&\n\x05items\x18\x01 \x03(\x0b\x32\x17.ferryman.v1.SubmitItem\":\n\x0eSubmitResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.ferryman.v1.ItemResult\"\xb6\x03\n\nSubmitItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12;\n\nparameters\x18\x05 \x03(\x0b\x32\'.ferryman.v1.SubmitItem.ParametersEntry\x12\'\n\x08priority\x18\x06 \x01(\x0e\x32\x15.ferryman.v1.Priority\x12.\n\x0btime_budget\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x06inputs\x18\x08 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12\x0e\n\x06\x63\x61ncel\x18\t \x01(\x08\x12\x13\n\x0btraceparent\x18\n \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06shadow\x18\x0c \x01(\x08\x12\x0e\n\x06weight\x18\r \x01(\x01\x1a\x31\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xe8\x01\n\nItemResult\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\"\n\x06status\x18\x02 \x01(\x0b\x32\x12.google.rpc.Status\x12)\n\x07outputs\x18\x03 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12!\n\x05usage\x18\x04 \x01(\x0b\x32\x12.ferryman.v1.Usage\x12#\n\x06timing\x18\x05 \x01(\x0b\x32\x13.ferryman.v1.Timing\x12\x11\n\tcoalesced\x18\x06 \x01(\x08\x12\x0e\n\x06\x63\x61\x63hed\x18\x07 \x01(\x08\x12\x0c\n\x04node\x18\x08 \x01(\t\"\x13\n\x11QueueStatsRequest\"\xa7\x01\n\nQueueStats\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\r\n\x05\x64\x65pth\x18\x03 \x01(\x05\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\x05\x12\x12\n\ndrain_rate\x18\x05 \x01(\x01\x12)\n\x06window\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x19\n\x11target_batch_size\x18\x07 \x01(\x05\"=\n\x12QueueStatsResponse\x12\'\n\x06queues\x18\x01 \x03(\x0b\x32\x17.ferryman.v1.QueueStats2\xeb\x01\n\x07\x42\x61tcher\x12\x45\n\x06Submit\x12\x1a.ferryman.v1.SubmitRequest\x1a\x1b.ferryman.v1.SubmitResponse(\x01\x30\x01\x12M\n\nQueueStats\x12\x1e.ferryman.v1.QueueStatsRequest\x1a\x1f.ferryman.v1.QueueStatsResponse\x12J\n\x08Generate\x12 .ferryman.v1.NodeGenerateRequest\x1a\x1a.ferryman.v1.GenerateEvent0\x01\x42M\n\x0f\x64\x65v.ferryman.v1P\x01Z*ferryman.dev/gen/go/ferryman/v1;ferrymanv1\xaa\x02\x0b\x46\x65rryman.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,17 +44,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SUBMITRESPONSE']._serialized_start=239
   _globals['_SUBMITRESPONSE']._serialized_end=297
   _globals['_SUBMITITEM']._serialized_start=300
-  _globals['_SUBMITITEM']._serialized_end=722
-  _globals['_SUBMITITEM_PARAMETERSENTRY']._serialized_start=673
-  _globals['_SUBMITITEM_PARAMETERSENTRY']._serialized_end=722
-  _globals['_ITEMRESULT']._serialized_start=725
-  _globals['_ITEMRESULT']._serialized_end=957
-  _globals['_QUEUESTATSREQUEST']._serialized_start=959
-  _globals['_QUEUESTATSREQUEST']._serialized_end=978
-  _globals['_QUEUESTATS']._serialized_start=981
-  _globals['_QUEUESTATS']._serialized_end=1148
-  _globals['_QUEUESTATSRESPONSE']._serialized_start=1150
-  _globals['_QUEUESTATSRESPONSE']._serialized_end=1211
-  _globals['_BATCHER']._serialized_start=1214
-  _globals['_BATCHER']._serialized_end=1449
+  _globals['_SUBMITITEM']._serialized_end=738
+  _globals['_SUBMITITEM_PARAMETERSENTRY']._serialized_start=689
+  _globals['_SUBMITITEM_PARAMETERSENTRY']._serialized_end=738
+  _globals['_ITEMRESULT']._serialized_start=741
+  _globals['_ITEMRESULT']._serialized_end=973
+  _globals['_QUEUESTATSREQUEST']._serialized_start=975
+  _globals['_QUEUESTATSREQUEST']._serialized_end=994
+  _globals['_QUEUESTATS']._serialized_start=997
+  _globals['_QUEUESTATS']._serialized_end=1164
+  _globals['_QUEUESTATSRESPONSE']._serialized_start=1166
+  _globals['_QUEUESTATSRESPONSE']._serialized_end=1227
+  _globals['_BATCHER']._serialized_start=1230
+  _globals['_BATCHER']._serialized_end=1465
 # @@protoc_insertion_point(module_scope)

@@ -26,7 +26,7 @@ class SubmitResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[ItemResult, _Mapping]]] = ...) -> None: ...
 
 class SubmitItem(_message.Message):
-    __slots__ = ("request_id", "tenant", "model", "version", "parameters", "priority", "time_budget", "inputs", "cancel", "traceparent", "deadline", "shadow")
+    __slots__ = ("request_id", "tenant", "model", "version", "parameters", "priority", "time_budget", "inputs", "cancel", "traceparent", "deadline", "shadow", "weight")
     class ParametersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +46,7 @@ class SubmitItem(_message.Message):
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     SHADOW_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tenant: str
     model: str
@@ -58,7 +59,8 @@ class SubmitItem(_message.Message):
     traceparent: str
     deadline: _timestamp_pb2.Timestamp
     shadow: bool
-    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., parameters: _Optional[_Mapping[str, str]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., time_budget: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[_common_pb2.NamedTensor, _Mapping]]] = ..., cancel: _Optional[bool] = ..., traceparent: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., shadow: _Optional[bool] = ...) -> None: ...
+    weight: float
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., parameters: _Optional[_Mapping[str, str]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., time_budget: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[_common_pb2.NamedTensor, _Mapping]]] = ..., cancel: _Optional[bool] = ..., traceparent: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., shadow: _Optional[bool] = ..., weight: _Optional[float] = ...) -> None: ...
 
 class ItemResult(_message.Message):
     __slots__ = ("request_id", "status", "outputs", "usage", "timing", "coalesced", "cached", "node")
