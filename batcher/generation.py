@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, Callable
+from datetime import timedelta
 
 import grpc
 
 from batcher.node_client import NodeCallError
 from batcher.replicas import Replica, ReplicaDirectory
 from ferryman.errors import CallFailed, Reason, make_status
-from ferryman.v1 import node_pb2
+from ferryman.v1 import batcher_pb2, node_pb2
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION})
 """Codes on which another replica may serve the generation: the node is gone, draining or
@@ -29,6 +30,26 @@ PASSED_ON = {
 
 def failed(code: grpc.StatusCode, message: str, reason: str) -> CallFailed:
     return CallFailed(make_status(code, message, reason=reason))
+
+
+def node_request(item: batcher_pb2.GenerateItem, start_within_s: float) -> node_pb2.NodeGenerateRequest:
+    """The node's request for a generation that must start within ``start_within_s``."""
+    request = node_pb2.NodeGenerateRequest(
+        model=item.model,
+        version=item.version,
+        request_id=item.request_id,
+        tenant=item.tenant,
+        weight=item.weight,
+        prompt=item.prompt,
+        messages=item.messages,
+        max_tokens=item.max_tokens,
+        sampling=item.sampling,
+        priority=-int(item.priority),  # the node runs lower first; the API's HIGH is larger
+        token_budget=item.token_budget,
+        stop=item.stop,
+    )
+    request.start_within.FromTimedelta(timedelta(seconds=max(0.0, start_within_s)))
+    return request
 
 
 class GenerationRelay:
@@ -52,11 +73,11 @@ class GenerationRelay:
         return min(candidates, key=lambda r: (r.generations, r.name), default=None)
 
     async def generate(
-        self, request: node_pb2.NodeGenerateRequest, deadline: float
+        self, item: batcher_pb2.GenerateItem, deadline: float
     ) -> AsyncGenerator[node_pb2.GenerateEvent]:
         """The generation's events from a node, by ``deadline`` (the relay's clock). Close
         it (``aclose``) when the caller leaves: that ends the generation on the node."""
-        key = f"{request.model}:{request.version}"
+        key = f"{item.model}:{item.version}"
         if not self._accepting():
             raise failed(grpc.StatusCode.UNAVAILABLE, "the batcher is draining", Reason.DRAINING)
         if key not in self._directory.versions:
@@ -73,7 +94,7 @@ class GenerationRelay:
             started = False
             replica.generations += 1
             replica.breaker.on_call()
-            events = replica.node.generate(request, remaining)
+            events = replica.node.generate(node_request(item, remaining), remaining)
             try:
                 async for event in events:
                     started = True

@@ -52,7 +52,7 @@ class LocalBatcher:
             raise
 
     async def generate(
-        self, request: node_pb2.NodeGenerateRequest, deadline: float
+        self, request: batcher_pb2.GenerateItem, deadline: float
     ) -> AsyncGenerator[node_pb2.GenerateEvent]:
         """The generation's events straight from the relay (refusals raise CallFailed)."""
         remaining = deadline - asyncio.get_running_loop().time()

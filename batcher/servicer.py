@@ -76,7 +76,7 @@ class BatcherServicer(batcher_pb2_grpc.BatcherServicer):
         return self._service.queue_stats()
 
     async def Generate(
-        self, request: node_pb2.NodeGenerateRequest, context: ServicerContext
+        self, request: batcher_pb2.GenerateItem, context: ServicerContext
     ) -> AsyncIterator[node_pb2.GenerateEvent]:
         remaining = context.time_remaining()
         budget = self._default_timeout_s if remaining is None else remaining

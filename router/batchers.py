@@ -43,7 +43,7 @@ class BatcherPort(Protocol):
         ...
 
     def generate(
-        self, request: node_pb2.NodeGenerateRequest, deadline: float
+        self, request: batcher_pb2.GenerateItem, deadline: float
     ) -> AsyncGenerator[node_pb2.GenerateEvent]:
         """One generation's events, by ``deadline`` (event-loop time); refusals and failures
         raise CallFailed. Closing it early ends the generation."""
@@ -233,7 +233,7 @@ class BatcherPool:
         return batcher_pb2.ItemResult(request_id=item.request_id, status=status)
 
     async def generate(
-        self, request: node_pb2.NodeGenerateRequest, deadline: float
+        self, request: batcher_pb2.GenerateItem, deadline: float
     ) -> AsyncGenerator[node_pb2.GenerateEvent]:
         """From the model's batcher; another one only while no event has come (a batcher
         that is down, or draining)."""

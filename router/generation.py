@@ -15,11 +15,12 @@ import hashlib
 import uuid
 from collections.abc import AsyncGenerator
 from datetime import timedelta
+from typing import cast
 
 import grpc
 
 from ferryman.errors import CallFailed, Reason, status_code
-from ferryman.v1 import common_pb2, inference_pb2, node_pb2
+from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
 from ferryman_kernel.quota import Ask, Decision
 from registry.snapshot import TenantRecord, VersionRecord
 from registry.states import ModelFormat
@@ -198,27 +199,26 @@ class Generator:
             if not fallback:
                 priority = common_pb2.PRIORITY_LOW
         budget = (verdict.tokens or tokens) if verdict.held else 0
-        node_request = node_pb2.NodeGenerateRequest(
-            model=model,
-            version=version.version,
+        item = batcher_pb2.GenerateItem(
             request_id=f"{quota_id}/{uuid.uuid4().hex[:8]}",
             tenant=tenant.name,
+            weight=tenant.weight,
+            model=model,
+            version=version.version,
             prompt=request.prompt,
             messages=request.messages,
             max_tokens=request.max_tokens,
             sampling=request.sampling,
-            priority=-int(priority),  # the node runs lower first; the API's HIGH is larger
+            priority=cast(common_pb2.Priority, priority),
             token_budget=budget,
             stop=request.stop,
-            weight=tenant.weight,
         )
-        node_request.start_within.FromTimedelta(timedelta(seconds=max(0.0, deadline - loop.time())))
         head = inference_pb2.GenerateResponse(
             request_id=request_id, model=model, version=version.version, fallback=fallback
         )
         prompt = completion = 0
         first_at = 0.0
-        events = self._batchers.generate(node_request, deadline)
+        events = self._batchers.generate(item, deadline)
         try:
             try:
                 async for event in events:

@@ -62,6 +62,34 @@ class SubmitItem(_message.Message):
     weight: float
     def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., parameters: _Optional[_Mapping[str, str]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., time_budget: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[_common_pb2.NamedTensor, _Mapping]]] = ..., cancel: _Optional[bool] = ..., traceparent: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., shadow: _Optional[bool] = ..., weight: _Optional[float] = ...) -> None: ...
 
+class GenerateItem(_message.Message):
+    __slots__ = ("request_id", "tenant", "weight", "model", "version", "prompt", "messages", "max_tokens", "sampling", "priority", "token_budget", "stop")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    tenant: str
+    weight: float
+    model: str
+    version: str
+    prompt: str
+    messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.ChatMessage]
+    max_tokens: int
+    sampling: _common_pb2.SamplingParams
+    priority: _common_pb2.Priority
+    token_budget: int
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., weight: _Optional[float] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., token_budget: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class ItemResult(_message.Message):
     __slots__ = ("request_id", "status", "outputs", "usage", "timing", "coalesced", "cached", "node")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]

@@ -47,7 +47,7 @@ class BatcherStub:
                 _registered_method=True)
         self.Generate = channel.unary_stream(
                 '/ferryman.v1.Batcher/Generate',
-                request_serializer=ferryman_dot_v1_dot_node__pb2.NodeGenerateRequest.SerializeToString,
+                request_serializer=ferryman_dot_v1_dot_batcher__pb2.GenerateItem.SerializeToString,
                 response_deserializer=ferryman_dot_v1_dot_node__pb2.GenerateEvent.FromString,
                 _registered_method=True)
 
@@ -95,7 +95,7 @@ def add_BatcherServicer_to_server(servicer, server):
             ),
             'Generate': grpc.unary_stream_rpc_method_handler(
                     servicer.Generate,
-                    request_deserializer=ferryman_dot_v1_dot_node__pb2.NodeGenerateRequest.FromString,
+                    request_deserializer=ferryman_dot_v1_dot_batcher__pb2.GenerateItem.FromString,
                     response_serializer=ferryman_dot_v1_dot_node__pb2.GenerateEvent.SerializeToString,
             ),
     }
@@ -178,7 +178,7 @@ class Batcher:
             request,
             target,
             '/ferryman.v1.Batcher/Generate',
-            ferryman_dot_v1_dot_node__pb2.NodeGenerateRequest.SerializeToString,
+            ferryman_dot_v1_dot_batcher__pb2.GenerateItem.SerializeToString,
             ferryman_dot_v1_dot_node__pb2.GenerateEvent.FromString,
             options,
             channel_credentials,

@@ -9,7 +9,7 @@ from batcher_fakes import GENERATED, KEY, Rig, rig
 
 from batcher.generation import GenerationRelay
 from ferryman.errors import CallFailed, Reason, status_code, unpack_details
-from ferryman.v1 import node_pb2
+from ferryman.v1 import batcher_pb2, node_pb2
 
 DEADLINE = 1010.0
 
@@ -18,11 +18,11 @@ def relay(r: Rig, accepting: bool = True, attempts: int = 3) -> GenerationRelay:
     return GenerationRelay(r.directory, attempts, lambda: accepting, clock=r.clock)
 
 
-def request(request_id: str = "g1", version: str = "1") -> node_pb2.NodeGenerateRequest:
-    return node_pb2.NodeGenerateRequest(model="m", version=version, request_id=request_id, max_tokens=3)
+def request(request_id: str = "g1", version: str = "1") -> batcher_pb2.GenerateItem:
+    return batcher_pb2.GenerateItem(model="m", version=version, request_id=request_id, max_tokens=3)
 
 
-async def collect(relay: GenerationRelay, req: node_pb2.NodeGenerateRequest) -> list[node_pb2.GenerateEvent]:
+async def collect(relay: GenerationRelay, req: batcher_pb2.GenerateItem) -> list[node_pb2.GenerateEvent]:
     return [event async for event in relay.generate(req, DEADLINE)]
 
 
