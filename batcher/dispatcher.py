@@ -27,6 +27,7 @@ from batcher.node_client import NodeCallError
 from batcher.predictor import LatencyPredictor
 from batcher.replicas import Replica, ReplicaDirectory
 from batcher.settings import BatcherSettings
+from ferryman.durations import seconds_of
 from ferryman.errors import Reason, make_status, reason_of
 from ferryman.v1 import batcher_pb2, node_pb2
 from ferryman_kernel.telemetry import links, traceparent, tracer
@@ -275,7 +276,7 @@ class Dispatcher:
             self._release(replica, rows, owner)
         replica.breaker.on_success()
         self._directory.record_breaker(replica)
-        compute = response.compute.seconds + response.compute.nanos * 1e-9
+        compute = seconds_of(response.compute)
         predictor.observe(max(1, response.batch_size), compute, self._clock() - started - compute)
         return response
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, Callable
-from datetime import timedelta
 
 import grpc
 
 from batcher.node_client import NodeCallError
 from batcher.replicas import Replica, ReplicaDirectory
+from ferryman.durations import set_seconds
 from ferryman.errors import CallFailed, Reason, make_status
 from ferryman.v1 import batcher_pb2, node_pb2
 
@@ -48,7 +48,7 @@ def node_request(item: batcher_pb2.GenerateItem, start_within_s: float) -> node_
         token_budget=item.token_budget,
         stop=item.stop,
     )
-    request.start_within.FromTimedelta(timedelta(seconds=max(0.0, start_within_s)))
+    set_seconds(request.start_within, max(0.0, start_within_s))
     return request
 
 

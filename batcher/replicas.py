@@ -23,6 +23,7 @@ from batcher.metrics import BatcherMetrics
 from batcher.node_client import GrpcNodeClient, NodeCallError, NodeClient, NodeConnector
 from batcher.scheduler import Capacity
 from batcher.settings import BatcherSettings
+from ferryman.durations import seconds_of
 from ferryman_kernel.security import Security
 from registry.tables import ModelVersion
 
@@ -171,7 +172,7 @@ class ReplicaDirectory:
         replica.capacity, replica.device = info.capacity, info.device
         for loaded in info.versions:
             replica.profiles[f"{loaded.model}:{loaded.version}"] = {
-                p.batch_size: p.latency.ToNanoseconds() / 1e9 for p in loaded.profile
+                p.batch_size: seconds_of(p.latency) for p in loaded.profile
             }
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -22,6 +22,7 @@ from batcher.queue import VersionQueue
 from batcher.replicas import ReplicaDirectory, VersionConfig
 from batcher.scheduler import SchedulerConfig
 from batcher.settings import BatcherSettings
+from ferryman.durations import seconds_of, set_seconds
 from ferryman.errors import EXPECTED_MS, Reason, make_status
 from ferryman.v1 import batcher_pb2, common_pb2
 from ferryman_kernel.scopes import is_background
@@ -192,9 +193,9 @@ class BatcherService:
         """The item's deadline on our clock: the earlier of its time budget and wall deadline."""
         deadline = now + self._settings.default_timeout_s
         if item.HasField("time_budget"):
-            deadline = now + item.time_budget.seconds + item.time_budget.nanos * 1e-9
+            deadline = now + seconds_of(item.time_budget)
         if item.HasField("deadline"):
-            wall_left = item.deadline.seconds + item.deadline.nanos * 1e-9 - time.time()
+            wall_left = seconds_of(item.deadline) - time.time()
             deadline = min(deadline, now + wall_left)
         return deadline
 
@@ -306,9 +307,9 @@ class BatcherService:
             reply.CopyFrom(result)
             reply.request_id, reply.coalesced = waiter.request_id, waiter.coalesced
             if result.status.code == 0:
-                reply.timing.total.FromTimedelta(timedelta(seconds=now - waiter.arrival))
-                queued = max(0.0, now - waiter.arrival - result.timing.compute.ToTimedelta().total_seconds())
-                reply.timing.queue.FromTimedelta(timedelta(seconds=queued))
+                set_seconds(reply.timing.total, now - waiter.arrival)
+                queued = max(0.0, now - waiter.arrival - seconds_of(result.timing.compute))
+                set_seconds(reply.timing.queue, queued)
             waiter.deliver(reply)
 
     def cancel(self, stream: int, request_id: str) -> None:
@@ -341,7 +342,7 @@ class BatcherService:
                 drain_rate=queue.drained.rate(now),
                 target_batch_size=queue.last_target_rows,
             )
-            entry.window.FromTimedelta(timedelta(seconds=queue.last_decision_window))
+            set_seconds(entry.window, queue.last_decision_window)
             stats.append(entry)
         return batcher_pb2.QueueStatsResponse(queues=stats)
 

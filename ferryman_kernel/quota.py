@@ -12,6 +12,7 @@ from typing import Protocol
 
 import grpc
 
+from ferryman.durations import seconds_of
 from ferryman.v1 import quota_pb2, quota_pb2_grpc
 
 MAX_REQUEST_ID_CHARS = 256
@@ -150,7 +151,7 @@ class RemoteQuota:
         return Verdict(
             decision,
             tuple(Violation(v.limit, v.current, v.maximum) for v in response.violations),
-            response.retry_after.ToTimedelta().total_seconds(),
+            seconds_of(response.retry_after),
             held=response.held,
             tokens=response.granted_tokens,
             repeat=response.repeat,

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import grpc
 
+from ferryman.durations import set_seconds
 from ferryman.v1 import quota_pb2, quota_pb2_grpc
 from ferryman_kernel.quota import Ask, Decision, QuotaUnavailable, ReserveCall, Verdict
 from ferryman_kernel.serving import ServicerContext
@@ -30,7 +29,7 @@ def verdict_to_proto(verdict: Verdict) -> quota_pb2.ReserveResponse:
             for v in verdict.violations
         ],
     )
-    response.retry_after.FromTimedelta(timedelta(seconds=verdict.retry_after_s))
+    set_seconds(response.retry_after, verdict.retry_after_s)
     return response
 
 

@@ -17,6 +17,7 @@ from google.rpc import code_pb2
 from grpc_health.v1._async import HealthServicer
 from opentelemetry.trace import SpanKind
 
+from ferryman.durations import seconds_of, set_seconds
 from ferryman.v1 import node_pb2
 from ferryman_kernel.serving import NOT_SERVING, SERVING
 from ferryman_kernel.telemetry import links, parent_context, tracer
@@ -221,7 +222,7 @@ class NodeService:
         response = node_pb2.InferBatchResponse(
             items=result.outcomes, batch_size=result.rows, node=self.settings.name
         )
-        response.compute.FromNanoseconds(int(result.compute_seconds * 1e9))
+        set_seconds(response.compute, result.compute_seconds)
         return response
 
     async def generate(self, request: node_pb2.NodeGenerateRequest) -> AsyncIterator[node_pb2.GenerateEvent]:
@@ -241,7 +242,7 @@ class NodeService:
         prompt = await asyncio.get_running_loop().run_in_executor(self._batch_pool, lm.prompt_ids, request)
         start_by = float("inf")
         if request.HasField("start_within"):
-            start_by = time.monotonic() + request.start_within.ToTimedelta().total_seconds()
+            start_by = time.monotonic() + seconds_of(request.start_within)
         stream = lm.generate(request, prompt, start_by)
         slot.begin()
         try:

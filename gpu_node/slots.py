@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from ferryman.durations import set_seconds
 from ferryman.v1 import node_pb2
 from ferryman_kernel.schema import IOSchema
 from gpu_node.runtimes.base import Runtime
@@ -63,7 +64,7 @@ class LatencyProfile:
         points = []
         for size in sorted(self.seconds):
             point = node_pb2.LatencyPoint(batch_size=size)
-            point.latency.FromNanoseconds(int(self.seconds[size] * 1e9))
+            set_seconds(point.latency, self.seconds[size])
             points.append(point)
         return points
 

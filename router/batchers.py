@@ -11,11 +11,11 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from datetime import timedelta
 from typing import Any, Protocol
 
 import grpc
 
+from ferryman.durations import set_seconds
 from ferryman.errors import CallFailed, Reason, make_status, status_of
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, node_pb2
 from ferryman_kernel.security import Security, aio_channel
@@ -29,7 +29,7 @@ def set_deadline(item: batcher_pb2.SubmitItem, remaining_s: float) -> batcher_pb
     """Give an item its time budget and the same deadline as wall-clock time (the batcher
     uses the earlier, so time in transport queues counts)."""
     remaining_s = max(0.0, remaining_s)
-    item.time_budget.FromTimedelta(timedelta(seconds=remaining_s))
+    set_seconds(item.time_budget, remaining_s)
     item.deadline.FromNanoseconds(time.time_ns() + int(remaining_s * 1e9))
     return item
 

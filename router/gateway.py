@@ -18,6 +18,7 @@ from google.rpc import status_pb2
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from ferryman.durations import seconds_of
 from ferryman.errors import Reason, make_status, status_code
 from ferryman.v1 import common_pb2, inference_pb2
 from ferryman_kernel.logs import log_request
@@ -64,7 +65,7 @@ def own_deadline(
     """The request's deadline (event-loop time): its own ``timeout`` if set, within the call's."""
     if not request.HasField("timeout"):
         return call_deadline
-    own = asyncio.get_running_loop().time() + request.timeout.ToTimedelta().total_seconds()
+    own = asyncio.get_running_loop().time() + seconds_of(request.timeout)
     return min(call_deadline, own)
 
 
@@ -308,7 +309,7 @@ class Gateway:
                 }
             )
             self._metrics.observe(tenant.name, response.model, response.version, "OK", protocol, elapsed)
-            queued = response.timing.queue.ToNanoseconds() / 1e9
+            queued = seconds_of(response.timing.queue)
             self._metrics.child(self._metrics.service, response.model, response.version).observe(
                 elapsed - queued
             )

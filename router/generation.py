@@ -14,11 +14,11 @@ import contextlib
 import hashlib
 import uuid
 from collections.abc import AsyncGenerator
-from datetime import timedelta
 from typing import cast
 
 import grpc
 
+from ferryman.durations import set_seconds
 from ferryman.errors import CallFailed, Reason, status_code
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
 from ferryman_kernel.quota import Ask, Decision
@@ -275,7 +275,7 @@ class Generator:
                 cost_usd=cost_of(version, prompt + completion),
             )
         )
-        answer.timing.queue.FromTimedelta(timedelta(seconds=(first_at or now) - started))
-        answer.timing.compute.FromTimedelta(timedelta(seconds=now - (first_at or now)))
-        answer.timing.total.FromTimedelta(timedelta(seconds=now - started))
+        set_seconds(answer.timing.queue, (first_at or now) - started)
+        set_seconds(answer.timing.compute, now - (first_at or now))
+        set_seconds(answer.timing.total, now - started)
         answer.timing.batch_size = 1

@@ -15,6 +15,7 @@ import grpc
 import redis.asyncio as aioredis
 from google.protobuf import timestamp_pb2
 
+from ferryman.durations import seconds_of, set_seconds
 from ferryman.errors import Reason
 from ferryman.v1 import jobs_pb2
 from ferryman_jobs.port import JobQueue
@@ -44,7 +45,7 @@ costs more than they do, and spilled requests (one item each) come by the hundre
 def _stamp(seconds: float) -> timestamp_pb2.Timestamp:
     stamp = timestamp_pb2.Timestamp()
     if seconds:
-        stamp.FromNanoseconds(int(seconds * 1e9))
+        set_seconds(stamp, seconds)
     return stamp
 
 
@@ -117,7 +118,7 @@ class JobDesk:
             violations.append(("job_id", f"required, at most {MAX_REQUEST_ID_CHARS} characters"))
         if not 1 <= len(request.items) <= limits.job_max_items:
             violations.append(("items", f"1 to {limits.job_max_items} items"))
-        window = request.completion_window.ToTimedelta().total_seconds() or limits.job_window_s
+        window = seconds_of(request.completion_window) or limits.job_window_s
         if not 0 < window <= limits.job_max_window_s:
             violations.append(("completion_window", f"at most {limits.job_max_window_s:g} s"))
         if violations:

@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import grpc
 
+from ferryman.durations import set_seconds
 from ferryman.errors import Reason, expected_wait_s
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
 from ferryman_kernel.quota import Ask, Decision, Verdict
@@ -217,7 +218,7 @@ class RouterService:
             coalesced=result.coalesced,
             cached=result.cached,
         )
-        response.timing.total.FromTimedelta(timedelta(seconds=loop.time() - started))
+        set_seconds(response.timing.total, loop.time() - started)
         self._metrics.served(
             tenant.name,
             admitted.choice.model,

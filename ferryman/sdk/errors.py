@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 from google.rpc import status_pb2
 
+from ferryman.durations import seconds_of
 from ferryman.errors import JOB_ID, REFUSED_FOR, Reason, reason_of, status_code, status_of, unpack_details
 
 
@@ -109,7 +110,7 @@ def from_status(status: status_pb2.Status) -> FerrymanError:
     details = unpack_details(status)
     reason = reason_of(status)
     retry = details.get("RetryInfo")
-    retry_after = retry.retry_delay.ToTimedelta().total_seconds() if retry is not None else None  # type: ignore[attr-defined]
+    retry_after = seconds_of(retry.retry_delay) if retry is not None else None  # type: ignore[attr-defined]
     if reason == Reason.ACCEPTED_AS_JOB:
         info = details["ErrorInfo"]
         meta = info.metadata  # type: ignore[attr-defined]

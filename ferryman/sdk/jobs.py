@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import timedelta
 from typing import Any
 
 import grpc
 
+from ferryman.durations import set_seconds
 from ferryman.sdk.convert import to_inputs
 from ferryman.sdk.errors import from_rpc_error
 from ferryman.v1 import inference_pb2, jobs_pb2, jobs_pb2_grpc
@@ -56,7 +56,7 @@ class Jobs:
             custom_id, inputs = item if isinstance(item, tuple) else (str(i), item)
             request.items.append(jobs_pb2.JobItem(custom_id=custom_id, inputs=to_inputs(inputs, info)))
         if completion_window_s:
-            request.completion_window.FromTimedelta(timedelta(seconds=completion_window_s))
+            set_seconds(request.completion_window, completion_window_s)
         job: jobs_pb2.Job = self._call(self._stub.SubmitJob, request)
         return job
 

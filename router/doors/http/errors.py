@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
+from ferryman.durations import seconds_of
 from ferryman.errors import status_code, unpack_details
 
 HTTP_STATUS = {
@@ -50,7 +51,7 @@ def retry_after_s(status: status_pb2.Status) -> int | None:
     info = unpack_details(status).get("RetryInfo")
     if not isinstance(info, error_details_pb2.RetryInfo):
         return None
-    seconds: float = info.retry_delay.ToTimedelta().total_seconds()
+    seconds: float = seconds_of(info.retry_delay)
     return max(1, math.ceil(seconds))
 
 
