@@ -29,3 +29,13 @@ def fail(code: grpc.StatusCode, message: str, reason: str, **details: object) ->
 def unknown_model(model: str) -> RequestFailed:
     """Unknown and forbidden models answer alike, so model names do not leak across tenants."""
     return fail(grpc.StatusCode.NOT_FOUND, f"unknown model {clip(model)!r}", Reason.UNKNOWN_MODEL)
+
+
+def invalid(field: str, description: str) -> RequestFailed:
+    """A request the client must fix: INVALID_ARGUMENT naming the field (BadRequest)."""
+    return fail(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"{field}: {description}",
+        Reason.INVALID_REQUEST,
+        violations=[(field, description)],
+    )

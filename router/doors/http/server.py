@@ -16,18 +16,27 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 
 from ferryman_kernel.net import cannot_listen
-from router.doors.http import errors, oip_rest, openai, openai_batches, openai_chat
+from router.doors.http import errors
 from router.doors.http.caller import JSON, OPENAI_PREFIX, invalid_request
+from router.doors.oip.rest import protocol as oip_rest
+from router.doors.oip.rest import routes as oip_rest_routes
+from router.doors.openai import models
+from router.doors.openai.batches import protocol as batches
+from router.doors.openai.batches import routes as batches_routes
+from router.doors.openai.chat import protocol as chat
+from router.doors.openai.chat import routes as chat_routes
+from router.doors.openai.embeddings import protocol as embeddings
+from router.doors.openai.embeddings import routes as embeddings_routes
 from router.failures import RequestFailed
 from router.gateway import Gateway
 from router.jobs import JobDesk
 
 BODIES = (
     oip_rest.InferenceRequest,
-    openai.EmbeddingRequest,
-    openai_chat.ChatRequest,
-    openai_batches.BatchRequest,
-    openai_chat.CompletionRequest,
+    embeddings.EmbeddingRequest,
+    chat.ChatRequest,
+    batches.BatchRequest,
+    chat.CompletionRequest,
 )
 """Bodies that routes read themselves (bounded, JSON whatever the Content-Type); the
 OpenAPI document gets their schemas here."""
@@ -67,10 +76,11 @@ def build_app(gateway: Gateway, jobs: JobDesk | None = None) -> FastAPI:
     async def invalid(request: Request, exc: RequestValidationError) -> Response:
         return failure_response(request, invalid_request(exc.errors(), skip=1).status)
 
-    app.include_router(oip_rest.router)
-    app.include_router(openai.router)
-    app.include_router(openai_chat.router)
-    app.include_router(openai_batches.router)
+    app.include_router(oip_rest_routes.router)
+    app.include_router(models.router)
+    app.include_router(embeddings_routes.router)
+    app.include_router(chat_routes.router)
+    app.include_router(batches_routes.router)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -70,6 +70,7 @@ def test_each_wheel_holds_only_its_own_import_names(tmp_path: Path) -> None:
     assert top_level(wheels["ferryman_server"]) == {"ferryman_cli", "ferryman_server-0.1.0.dist-info"}
     platform_files = zipfile.ZipFile(wheels["ferryman_server"]).namelist()
     assert "ferryman_cli/rooms/router/gateway.py" in platform_files
+    assert "ferryman_cli/rooms/router/doors/openai/chat/routes.py" in platform_files
     assert "ferryman_cli/rooms/registry/migrations/versions/0001_initial_schema.py" in platform_files
     assert not [n for n in platform_files if n.startswith("ferryman_cli/rooms/ferryman/")]
 

@@ -1,75 +1,33 @@
-"""OpenAI-compatible generation (``/v1/chat/completions``, ``/v1/completions``) over the
-gateway's ``generate``: whole answers, or server-sent events (``stream: true``) ending in
-``data: [DONE]``. A refusal before the first token is an HTTP error in OpenAI's shape; a
-client that disconnects mid-stream ends the generation and pays for what it was sent."""
+"""OpenAI-compatible generation over the gateway's ``generate``: whole answers, or
+server-sent events (``stream: true``) ending in ``data: [DONE]``. A refusal before the first
+token is an HTTP error in OpenAI's shape; a client that disconnects mid-stream ends the
+generation and pays for what it was sent."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import grpc
 import orjson
-from fastapi import APIRouter, Header, Response
+from fastapi import Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, Field
 
 from ferryman.errors import Reason
 from ferryman.v1 import common_pb2, inference_pb2
-from router.bounds import MAX_NAME_CHARS, MAX_REQUEST_ID_CHARS, MAX_USER_CHARS
-from router.doors.http.caller import JSON, Authenticated, Caller, json_body, parse_json, read_body
+from router.doors.http.caller import JSON, Caller
+from router.doors.openai.chat.protocol import DEFAULT_MAX_TOKENS, ChatRequest, CompletionRequest
 from router.failures import fail
-from router.generation import MAX_MESSAGES, MAX_STOPS, MAX_TEMPERATURE
-from router.spans import Door, Protocol, http_door
+from router.generation import MAX_STOPS
+from router.spans import Door
 
-router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
-CHAT = http_door(Protocol.OPENAI, "POST", "/v1/chat/completions")
-COMPLETIONS = http_door(Protocol.OPENAI, "POST", "/v1/completions")
-DEFAULT_MAX_TOKENS = 256
-"""What OpenAI's ``max_tokens`` defaults to here (it has no default there but the context)."""
 OPENAI_FINISH = {"stop": "stop", "length": "length", "quota": "length"}
+
 """Ferryman's finish reasons in OpenAI's words: a token budget cut is a length limit. The
 others (cancelled, deadline, error) keep their own names."""
+
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-
-
-class TextPart(BaseModel):
-    type: Literal["text"]
-    text: str
-
-
-class ChatTurn(BaseModel):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
-
-
-class StreamOptions(BaseModel):
-    include_usage: bool = False
-
-
-class Sampled(BaseModel):
-    """What both endpoints take besides their prompt."""
-
-    model: str = Field(max_length=MAX_NAME_CHARS)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Field(default=1.0, ge=0, le=MAX_TEMPERATURE)
-    top_p: float = Field(default=1.0, gt=0, le=1)
-    seed: int | None = None
-    stop: str | list[str] | None = Field(default=None)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    user: str = Field(default="", max_length=MAX_USER_CHARS)
-    n: Literal[1] = 1
-
-
-class ChatRequest(Sampled):
-    messages: list[ChatTurn] = Field(min_length=1, max_length=MAX_MESSAGES)
-
-
-class CompletionRequest(Sampled):
-    prompt: str = Field(min_length=1)
 
 
 def stops(value: str | list[str] | None) -> list[str]:
@@ -234,29 +192,3 @@ async def events(
         yield b"data: [DONE]\n\n"
     finally:
         await rest.aclose()
-
-
-@router.post(
-    "/chat/completions",
-    summary="Chat with a generative model (stream: true for server-sent events).",
-    openapi_extra=json_body("ChatRequest"),
-)
-async def chat_completions(
-    caller: Authenticated,
-    idempotency_key: Annotated[str, Header(max_length=MAX_REQUEST_ID_CHARS)] = "",
-) -> Response:
-    request = parse_json(ChatRequest, await read_body(caller.request, caller.gateway.max_message_bytes))
-    return await serve(caller, request, idempotency_key, CHAT)
-
-
-@router.post(
-    "/completions",
-    summary="Complete a prompt with a generative model (stream: true for server-sent events).",
-    openapi_extra=json_body("CompletionRequest"),
-)
-async def completions(
-    caller: Authenticated,
-    idempotency_key: Annotated[str, Header(max_length=MAX_REQUEST_ID_CHARS)] = "",
-) -> Response:
-    request = parse_json(CompletionRequest, await read_body(caller.request, caller.gateway.max_message_bytes))
-    return await serve(caller, request, idempotency_key, COMPLETIONS)

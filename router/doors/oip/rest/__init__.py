@@ -1,0 +1,1 @@
+"""The OIP v2 REST door: protocol models, conversion (serving), routes."""

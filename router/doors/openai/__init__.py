@@ -1,0 +1,1 @@
+"""The OpenAI-compatible door, one folder per API: protocol models, conversion (serving), routes."""

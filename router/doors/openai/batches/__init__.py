@@ -1,0 +1,1 @@
+"""OpenAI's batches API: protocol.py (its bodies), serving.py (conversion), routes.py."""

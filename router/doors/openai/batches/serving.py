@@ -1,0 +1,150 @@
+"""OpenAI's Batch API over durable jobs: an uploaded JSONL file of ``/v1/embeddings``
+requests becomes one job's items, and its results become the output and error files."""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import json
+import re
+from typing import Any
+
+import grpc
+
+from ferryman.errors import Reason, status_code
+from ferryman.tensors import decode
+from ferryman.v1 import common_pb2, jobs_pb2
+from ferryman_jobs.store import JobRecord
+from router.doors.http.caller import Caller
+from router.doors.http.errors import http_status
+from router.doors.openai.batches.protocol import BATCH_PREFIX, ERRORS, FILE_PREFIX, META, OUTPUT, batch_object
+from router.failures import fail, invalid
+from router.jobs import MAX_RESULTS, JobDesk
+
+EMBEDDINGS = "/v1/embeddings"
+
+WINDOW = re.compile(r"^(\d{1,3})h$")
+
+MAX_LIST = 100
+
+
+def desk_of(caller: Caller) -> JobDesk:
+    desk: JobDesk | None = caller.request.app.state.jobs
+    if desk is None:
+        raise fail(
+            grpc.StatusCode.UNIMPLEMENTED, "this platform keeps no durable jobs", Reason.INVALID_REQUEST
+        )
+    return desk
+
+
+def uploaded(body: bytes, content_type: str) -> tuple[str, str, bytes]:
+    """(purpose, filename, content) of a multipart/form-data upload read whole (bounded)."""
+    if not content_type.startswith("multipart/form-data"):
+        raise invalid("body", "a multipart/form-data upload with 'file' and 'purpose'")
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + body
+    )
+    fields: dict[str, tuple[str, bytes]] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if isinstance(name, str):
+            payload = part.get_payload(decode=True)
+            fields[name] = (part.get_filename() or "", payload if isinstance(payload, bytes) else b"")
+    if "file" not in fields:
+        raise invalid("file", "required")
+    purpose = fields.get("purpose", ("", b"batch"))[1].decode(errors="replace").strip()
+    if purpose != "batch":
+        raise invalid("purpose", "only 'batch' files are kept")
+    filename, content = fields["file"]
+    return purpose, (filename or "input.jsonl")[:256], content
+
+
+async def file_content(caller: Caller, file_id: str) -> tuple[str, float, bytes]:
+    """(filename, created, content) of an uploaded file or a batch's output or error file."""
+    desk = desk_of(caller)
+    for suffix in (OUTPUT, ERRORS):
+        if file_id.startswith(BATCH_PREFIX) and file_id.endswith(suffix):
+            job = await desk.job(caller.tenant, file_id.removesuffix(suffix))
+            lines = await result_lines(desk, caller, job, errors=suffix == ERRORS)
+            return f"{job.job_id}{suffix}.jsonl", job.finished or job.created, lines
+    if not file_id.startswith(FILE_PREFIX):
+        raise fail(grpc.StatusCode.NOT_FOUND, "no such file", Reason.UNKNOWN_REQUEST)
+    stored = await desk.file(caller.tenant, file_id)
+    return stored.filename, stored.created, stored.content
+
+
+def items_of(caller: Caller, content: bytes) -> tuple[str, list[jobs_pb2.JobItem]]:
+    """The batch's model and its items, from OpenAI batch input lines (the first bad line is
+    named). Every line must call /v1/embeddings on the same model, which takes text."""
+    model, items = "", []
+    for number, raw in enumerate(content.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            line = json.loads(raw)
+            body, custom_id = line["body"], str(line["custom_id"])
+            text = body["input"]
+        except (ValueError, KeyError, TypeError):
+            raise invalid(f"line {number}", "not a batch request (custom_id, method, url, body)") from None
+        if line.get("url") != EMBEDDINGS:
+            raise invalid(f"line {number}", f"only {EMBEDDINGS} requests are batched")
+        if model and body.get("model") != model:
+            raise invalid(f"line {number}", "every request of a batch calls the same model")
+        model = str(body.get("model", ""))
+        texts = [text] if isinstance(text, str) else text
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            raise invalid(f"line {number}", "input: text, or a list of texts")
+        items.append(
+            jobs_pb2.JobItem(
+                custom_id=custom_id, inputs=[common_pb2.NamedTensor(text=common_pb2.TextList(values=texts))]
+            )
+        )
+    if not items:
+        raise invalid("input_file_id", "the file holds no requests")
+    inputs = [
+        spec for spec in caller.gateway.catalog.version(caller.tenant, model).schema.inputs if spec.text
+    ]
+    if len(inputs) != 1:
+        raise invalid("model", f"{model} is not an embedding model (one text input)")
+    for item in items:
+        item.inputs[0].name = inputs[0].name
+    return model, items
+
+
+async def batch_of(desk: JobDesk, caller: Caller, job: JobRecord) -> dict[str, Any]:
+    meta = json.loads((await desk.file(caller.tenant, job.job_id + META)).content)
+    return batch_object(job, meta)
+
+
+async def result_lines(desk: JobDesk, caller: Caller, job: JobRecord, errors: bool) -> bytes:
+    """The batch's output (or error) file: one OpenAI batch output line per item."""
+    lines: list[bytes] = []
+    for offset in range(0, job.total, MAX_RESULTS):
+        for result in await desk.results(caller.tenant, job.job_id, offset, MAX_RESULTS):
+            failed = result.HasField("error")
+            if failed != errors:
+                continue
+            line: dict[str, Any] = {"id": f"batch_req_{result.index}", "custom_id": result.custom_id}
+            if failed:
+                code = status_code(result.error)
+                line["response"] = {"status_code": http_status(result.error), "body": {}}
+                line["error"] = {"code": code.name.lower(), "message": result.error.message}
+            else:
+                rows = decode(result.outputs[0].tensor).astype("<f4").reshape(max(1, result.usage.items), -1)
+                tokens = result.usage.input_tokens
+                line["response"] = {
+                    "status_code": 200,
+                    "request_id": f"{job.job_id}/{result.index}",
+                    "body": {
+                        "object": "list",
+                        "data": [
+                            {"object": "embedding", "index": i, "embedding": r}
+                            for i, r in enumerate(rows.tolist())
+                        ],
+                        "model": job.model,
+                        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                    },
+                }
+                line["error"] = None
+            lines.append(json.dumps(line).encode())
+    return b"\n".join(lines) + (b"\n" if lines else b"")

@@ -1,0 +1,1 @@
+"""OpenAI's chat API: protocol.py (its bodies), serving.py (conversion), routes.py."""

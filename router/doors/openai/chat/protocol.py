@@ -1,0 +1,52 @@
+"""OpenAI's ``/v1/chat/completions`` and ``/v1/completions`` requests, as pydantic models."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from router.bounds import MAX_NAME_CHARS, MAX_USER_CHARS
+from router.generation import MAX_MESSAGES, MAX_TEMPERATURE
+
+DEFAULT_MAX_TOKENS = 256
+
+"""What OpenAI's ``max_tokens`` defaults to here (it has no default there but the context)."""
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class ChatTurn(BaseModel):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class Sampled(BaseModel):
+    """What both endpoints take besides their prompt."""
+
+    model: str = Field(max_length=MAX_NAME_CHARS)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float = Field(default=1.0, ge=0, le=MAX_TEMPERATURE)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    seed: int | None = None
+    stop: str | list[str] | None = Field(default=None)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str = Field(default="", max_length=MAX_USER_CHARS)
+    n: Literal[1] = 1
+
+
+class ChatRequest(Sampled):
+    messages: list[ChatTurn] = Field(min_length=1, max_length=MAX_MESSAGES)
+
+
+class CompletionRequest(Sampled):
+    prompt: str = Field(min_length=1)

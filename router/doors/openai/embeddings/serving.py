@@ -1,0 +1,70 @@
+"""Conversion between ``/v1/embeddings`` and the gateway's neutral messages: the model's one
+text input gets the request's ``input``, its one output becomes each ``embedding``."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import numpy as np
+
+from ferryman.tensors import decode
+from ferryman.v1 import common_pb2, inference_pb2
+from ferryman_kernel.schema import IOSchema
+from router.doors.oip.tensors import MAX_TEXT_ELEMENTS
+from router.doors.openai.embeddings.protocol import EmbeddingRequest
+from router.failures import invalid
+
+
+def texts(request: EmbeddingRequest) -> list[str]:
+    value = request.input
+    if isinstance(value, str):
+        return [value]
+    if not value:
+        raise invalid("input", "at least one text")
+    if not all(isinstance(v, str) for v in value):
+        raise invalid("input", "token arrays are not supported: send text")
+    if len(value) > MAX_TEXT_ELEMENTS:
+        raise invalid("input", f"more than {MAX_TEXT_ELEMENTS} texts")
+    return [str(v) for v in value]
+
+
+def predict_request(
+    request: EmbeddingRequest, schema: IOSchema, request_id: str
+) -> inference_pb2.PredictRequest:
+    """The neutral request for an embedding model (one text input, one output), or the
+    reason the model is none, or does not answer the asked ``dimensions``."""
+    text_inputs = [spec for spec in schema.inputs if spec.text]
+    if len(schema.inputs) != 1 or not text_inputs or len(schema.outputs) != 1:
+        raise invalid("model", f"{request.model} is not an embedding model (one text input, one output)")
+    output_spec = schema.outputs[0]
+    if request.dimensions is not None and tuple(output_spec.shape) != (request.dimensions,):
+        raise invalid(
+            "dimensions", f"{request.model} answers {list(output_spec.shape)}, not {request.dimensions}"
+        )
+    return inference_pb2.PredictRequest(
+        request_id=request_id,
+        model=request.model,
+        user=request.user,
+        inputs=[
+            common_pb2.NamedTensor(name=text_inputs[0].name, text=common_pb2.TextList(values=texts(request)))
+        ],
+    )
+
+
+def embedding_list(request: EmbeddingRequest, response: inference_pb2.PredictResponse) -> dict[str, Any]:
+    """The answer in ``EmbeddingList``'s shape, floats or base64 as asked. Built as a dict:
+    validating hundreds of floats per text again would cost more than the rendering."""
+    rows = decode(response.outputs[0].tensor).astype("<f4").reshape(response.usage.items, -1)
+    encoded: list[Any] = (
+        [base64.b64encode(np.ascontiguousarray(row).tobytes()).decode() for row in rows]
+        if request.encoding_format == "base64"
+        else rows.tolist()
+    )
+    tokens = response.usage.input_tokens
+    return {
+        "object": "list",
+        "data": [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(encoded)],
+        "model": response.model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
