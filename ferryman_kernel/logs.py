@@ -11,6 +11,17 @@ from collections.abc import Callable
 from opentelemetry import trace
 
 REQUEST_LOGGER = "ferryman.requests"
+MAX_MESSAGE_CHARS = 2048
+"""Longest message one log line keeps (a tenant's text can reach it through an argument)."""
+MAX_FIELD_CHARS = 256
+"""Longest text field (a request id, a model name) one log line keeps."""
+MAX_EXCEPTION_CHARS = 16384
+"""Longest traceback one log line keeps (its exception's message may be a tenant's text)."""
+
+
+def bounded(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters)"
 
 
 class JsonFormatter(logging.Formatter):
@@ -23,14 +34,15 @@ class JsonFormatter(logging.Formatter):
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": bounded(record.getMessage(), MAX_MESSAGE_CHARS),
         }
         if context.is_valid:
             line["trace_id"] = f"{context.trace_id:032x}"
             line["span_id"] = f"{context.span_id:016x}"
-        line.update(getattr(record, "fields", {}))
+        for name, value in getattr(record, "fields", {}).items():
+            line[name] = bounded(value, MAX_FIELD_CHARS) if isinstance(value, str) else value
         if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
+            line["exception"] = bounded(self.formatException(record.exc_info), MAX_EXCEPTION_CHARS)
         return json.dumps(line, default=str)
 
 
