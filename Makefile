@@ -51,6 +51,11 @@ lint: install
 test: lint $(CLIENTS_STAMP) $(BUF_STAMP)
 	$(BIN)/python -m pytest tests
 
+# Before the full suite: unit tests and the integration tests that run the services in this
+# process (no platform of processes, no browser, no wheel builds): a few minutes.
+test-fast: install $(CLIENTS_STAMP) $(BUF_STAMP)
+	$(BIN)/python -m pytest tests -m "not slow" -q
+
 protos: install
 	$(BIN)/python -m ferryman_cli.protogen
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from enum import IntEnum
-from typing import Any, get_type_hints
+from typing import Any, get_origin, get_type_hints
 
 import redis.asyncio as aioredis
 
@@ -189,7 +189,7 @@ def from_stored(values: Mapping[str, Any]) -> JobRecord:
         kind = types[f.name]
         if kind is State:
             made[f.name] = State(int(raw))
-        elif kind is dict[str, str]:
+        elif get_origin(kind) is dict:
             made[f.name] = json.loads(raw) if isinstance(raw, str) else dict(raw)
         else:
             made[f.name] = kind(raw)

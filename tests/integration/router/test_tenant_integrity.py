@@ -294,7 +294,9 @@ def test_a_killed_routers_reservations_end_within_a_lease(e2e: E2E, redis_url: s
     not renewed, and the tenant's concurrency slots free within one lease."""
     lease_s = 3.0
     _, key = new_tenant(e2e, QuotaLimits(max_concurrency=4))
-    survivor, _ = e2e.start_router(QuotaSettings(backend="redis", redis_url=redis_url, lease_s=lease_s))
+    survivor, _ = e2e.start_router(
+        QuotaSettings(backend="redis", redis_url=redis_url, lease_s=lease_s), lease_renew_s=lease_s / 6
+    )
     wait_known([survivor], key, RUN_TIMEOUT_S)
     other = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(survivor))
     port = free_port()
