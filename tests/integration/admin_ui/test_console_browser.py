@@ -23,6 +23,9 @@ from registry.migrate import upgrade
 from registry.tables import DeadLetter
 from registry.writer import QuotaLimits, RegistryWriter, VersionSpec
 
+# Left out of make test-fast: a browser.
+pytestmark = pytest.mark.slow
+
 PASSWORD = "browser-test-password"
 START_TIMEOUT_S = 60.0
 SETTLE_TIMEOUT_S = 15.0

@@ -35,6 +35,9 @@ from registry.db import make_engine
 from registry.reader import RegistryReader
 from registry.writer import QuotaLimits, RegistryWriter, VersionSpec
 
+# Left out of make test-fast: ferryman up, Prometheus and a browser.
+pytestmark = pytest.mark.slow
+
 PAGES = [*EVERYONE_SEES, "People"]
 DATA_WITHIN_MS = 30_000
 """The issue's bar: charts show data this soon after login, with no reload."""

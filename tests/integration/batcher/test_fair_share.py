@@ -9,11 +9,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from ferryman.sdk.aio import AsyncClient
 from ferryman_cli.bench.neighbors import LightLoad, ferryman_up, flood, goodput, until_served
 from ferryman_kernel.net import free_port
 from registry.db import make_engine
 from registry.writer import RegistryWriter
+
+# Left out of make test-fast: ferryman up under a minute of load.
+pytestmark = pytest.mark.slow
 
 HEAVY_WORKERS = 8
 WARM_S = 3.0

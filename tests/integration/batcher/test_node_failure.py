@@ -23,6 +23,9 @@ from registry.db import make_engine
 from registry.reader import RegistryReader
 from registry.writer import RegistryWriter, VersionSpec
 
+# Left out of make test-fast: node processes killed.
+pytestmark = pytest.mark.slow
+
 KILL_NODES = ("k1", "k2")
 BATCH_MS = 1500
 

@@ -17,6 +17,9 @@ from ferryman_cli import context
 from ferryman_cli.main import app
 from ferryman_kernel.net import free_port
 
+# Left out of make test-fast: one ferryman process per command.
+pytestmark = pytest.mark.slow
+
 SCHEMA = json.dumps(
     {
         "inputs": [{"name": "input", "dtype": "FP32", "shape": [4]}],

@@ -13,10 +13,14 @@ import urllib.request
 from pathlib import Path
 
 import grpc
+import pytest
 from metrics_scrape import scrape
 
 from ferryman_cli.bench.neighbors import ferryman_up
 from ferryman_kernel.net import free_port
+
+# Left out of make test-fast: ferryman up with every demo model.
+pytestmark = pytest.mark.slow
 
 
 def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path, smollm2_artifact: Path) -> None:

@@ -25,6 +25,9 @@ from ferryman.sdk.errors import FerrymanError
 from ferryman_cli.bench.neighbors import ferryman_up, start_up
 from ferryman_kernel.net import free_port
 
+# Left out of make test-fast: ferryman up, its children killed and restarted.
+pytestmark = pytest.mark.slow
+
 RECOVER_S = 90.0
 """A restarted node reloads its models; the rest come back in a few seconds."""
 GONE_S = 30.0

@@ -20,6 +20,9 @@ from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from ferryman_quota.settings import QuotaSettings
 from registry.writer import QuotaLimits
 
+# Left out of make test-fast: the real SmolLM2 model through every hop.
+pytestmark = pytest.mark.slow
+
 CALL_S = 120.0
 FRANCE = common_pb2.ChatMessage(role="user", content="What is the capital of France?")
 SETTLE_S = 5.0

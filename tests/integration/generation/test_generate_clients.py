@@ -13,6 +13,9 @@ from generation_platform import MODEL, GenPlatform
 
 import ferryman
 
+# Left out of make test-fast: the real model through real clients.
+pytestmark = pytest.mark.slow
+
 FRANCE = {"role": "user", "content": "What is the capital of France?"}
 CLI_TIMEOUT_S = 120
 

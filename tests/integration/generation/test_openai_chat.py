@@ -8,10 +8,14 @@ import json
 import subprocess
 from collections.abc import Mapping
 
+import pytest
 from generation_platform import MODEL, GenPlatform
 from real_clients import run_client
 
 from registry.writer import QuotaLimits
+
+# Left out of make test-fast: the real SmolLM2 model and the openai client.
+pytestmark = pytest.mark.slow
 
 CHAT = """
 import openai

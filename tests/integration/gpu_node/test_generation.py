@@ -16,6 +16,9 @@ from gpu_node.generation.llama import SlotLlama
 from gpu_node.generation.runtime import IncrementalText
 from gpu_node.generation.scheduler import Admission, FinishReason, Scheduler, Sequence, VirtualTokenCounter
 
+# Left out of make test-fast: the real SmolLM2 model.
+pytestmark = pytest.mark.slow
+
 SLOTS = 8
 MAX_LEN = 256
 STEP_TOKENS = 64

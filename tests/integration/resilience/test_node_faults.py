@@ -36,6 +36,9 @@ from registry.writer import RegistryWriter, VersionSpec
 from router.server import serve_router
 from router.settings import RouterSettings
 
+# Left out of make test-fast: node processes killed and stopped.
+pytestmark = pytest.mark.slow
+
 CLIENTS = 8
 LOAD_S = 3.0
 BATCH_DELAY_MS = "20"  # batches take a while, so some are in flight when the fault hits

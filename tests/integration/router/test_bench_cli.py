@@ -11,6 +11,9 @@ from typer.testing import CliRunner
 
 from ferryman_cli.main import app
 
+# Left out of make test-fast: the load generator's windows.
+pytestmark = pytest.mark.slow
+
 
 def bench(e2e: E2E, *options: str) -> str:
     """Run ``ferryman bench echo`` against the platform with short windows; its output."""

@@ -12,11 +12,15 @@ from typing import Any
 
 import grpc
 import numpy as np
+import pytest
 from router_platform import E2E
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from gpu_node.demo import echo
+
+# Left out of make test-fast: ferryman canary processes.
+pytestmark = pytest.mark.slow
 
 WINDOW_S = 4.0
 SENDERS = 8

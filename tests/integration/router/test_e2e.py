@@ -26,6 +26,9 @@ from ferryman.tensors import decode, encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from gpu_node.demo import echo, mlp
 
+# Left out of make test-fast: it also runs on the chart's topology of processes.
+pytestmark = pytest.mark.slow
+
 RNG = np.random.default_rng(11)
 PLATFORMS = ("in-process", "topology")
 LOAD_CLIENTS = 4

@@ -31,6 +31,9 @@ from ferryman_rollouts.sources import prometheus, router_metrics
 from gpu_node.demo import echo
 from registry.reader import RegistryReader
 
+# Left out of make test-fast: experiments judged over real traffic.
+pytestmark = pytest.mark.slow
+
 RATES = {"a": 0.1, "b": 0.5}
 """Conversion rate a user sees on each version: b is better."""
 PREDICTIONS = 400

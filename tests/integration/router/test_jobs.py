@@ -36,6 +36,9 @@ from registry.writer import QuotaLimits
 from router.server import serve_router
 from router.settings import RouterSettings
 
+# Left out of make test-fast: batcher processes, on both job stores.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(params=["redis", "registry"])
 def jobs(request: pytest.FixtureRequest, jobs: Jobs) -> Jobs:

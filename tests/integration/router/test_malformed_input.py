@@ -10,12 +10,16 @@ import time
 
 import grpc
 import numpy as np
+import pytest
 from figures import report
 from router_platform import E2E
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from router.settings import RouterSettings
+
+# Left out of make test-fast: a long fuzz of every door.
+pytestmark = pytest.mark.slow
 
 REQUESTS = 10_000
 KINDS = 10

@@ -27,6 +27,9 @@ from bench.scenarios.platform import PlatformSpec
 from bench.scenarios.platform import ferryman as platform
 from ferryman_kernel.net import free_port
 
+# Left out of make test-fast: a collector's export intervals.
+pytestmark = pytest.mark.slow
+
 EXPORT_WAIT_S = 20.0
 FAST_EXPORT_MS = "100"
 

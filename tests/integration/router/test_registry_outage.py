@@ -22,6 +22,9 @@ from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from gpu_node.demo import echo
 from registry.db import normalize_url
 
+# Left out of make test-fast: the registry taken away for seconds.
+pytestmark = pytest.mark.slow
+
 OUTAGE_S = 4.0  # several refresh periods of every service
 
 

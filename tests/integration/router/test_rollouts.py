@@ -32,6 +32,9 @@ from gpu_node.demo import echo, mlp
 from registry.reader import RegistryReader
 from router.routing import bucket
 
+# Left out of make test-fast: rollouts judged over real traffic for tens of seconds.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def controller(e2e: E2E, rollout_controller: RegistryReader) -> RegistryReader:

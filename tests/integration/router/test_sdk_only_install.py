@@ -13,7 +13,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 from router_platform import E2E
+
+# Left out of make test-fast: it builds both wheels and a virtual environment.
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[3]
 INSTALL_TIMEOUT_S = 600

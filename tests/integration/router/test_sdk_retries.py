@@ -8,6 +8,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 from figures import report
 from router_platform import E2E
 
@@ -15,6 +16,9 @@ import ferryman
 from ferryman_kernel.net import free_port
 from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo
+
+# Left out of make test-fast: routers restarted under clients.
+pytestmark = pytest.mark.slow
 
 OUTAGE_S = 4.5
 CLIENTS = 4

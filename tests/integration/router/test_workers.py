@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import psutil
+import pytest
 from metrics_scrape import scrape, total
 from router_platform import E2E
 
@@ -24,6 +25,9 @@ from ferryman_cli.up import is_serving
 from ferryman_kernel.net import free_port, free_ports
 from gpu_node.demo import echo
 from registry.writer import QuotaLimits
+
+# Left out of make test-fast: several router processes on one port.
+pytestmark = pytest.mark.slow
 
 LIMIT = 24
 START_TIMEOUT_S = 60.0
