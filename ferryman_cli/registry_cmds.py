@@ -12,9 +12,10 @@ from ferryman_cli.context import engine, migrated_engine, settings
 from ferryman_cli.output import JsonFlag, console, emit, fail, refusals, table
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
+from registry.specs import QuotaLimits
 from registry.states import ModelFormat
 from registry.validation import RegistryError
-from registry.writer import QuotaLimits, RegistryWriter, VersionSpec
+from registry.writer import RegistryWriter, VersionSpec
 
 db_app = typer.Typer(help="Registry database.", no_args_is_help=True)
 tenant_app = typer.Typer(help="Tenants.", no_args_is_help=True)

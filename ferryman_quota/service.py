@@ -73,14 +73,16 @@ def make_backend(settings: QuotaSettings) -> QuotaBackend:
 
 
 def to_limits(policy: PolicyRecord) -> Limits:
+    """A registry policy as the arithmetic counts it: its limits under its counters' scope."""
+    limits = policy.limits
     return Limits(
         scope=f"{policy.tenant}/{policy.model}" if policy.model else policy.tenant,
-        rpm=policy.rpm,
-        burst=policy.burst,
-        tpm=policy.tpm,
-        cost_per_day_usd=policy.cost_per_day_usd,
-        max_concurrency=policy.max_concurrency,
-        soft=policy.mode == "soft",
+        rpm=limits.rpm,
+        burst=limits.burst,
+        tpm=limits.tpm,
+        cost_per_day_usd=limits.cost_per_day_usd,
+        max_concurrency=limits.max_concurrency,
+        soft=limits.mode == "soft",
     )
 
 

@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session, select
 
 from ferryman_kernel.schema import IOSchema
+from registry.specs import QuotaLimits
 from registry.tables import ApiKey, ConfigRevision, Model, ModelVersion, Node, QuotaPolicy, Route, Tenant
 
 
@@ -64,16 +65,11 @@ class RouteRecord:
 
 @dataclass(frozen=True)
 class PolicyRecord:
+    """A tenant's quota policy, for all its traffic (``model`` empty) or one model's."""
+
     tenant: str
     model: str
-    rpm: int | None
-    tpm: int | None
-    cost_per_day_usd: float | None
-    burst: int | None
-    max_concurrency: int | None
-    mode: str
-    jobs_in_flight: int | None = None
-    job_items_per_day: int | None = None
+    limits: QuotaLimits
 
 
 @dataclass(frozen=True)
@@ -161,18 +157,7 @@ def load_snapshot(engine: Engine) -> ConfigSnapshot:
             owner = tenants_by_id.get(policy.tenant_id)
             if owner is not None:
                 snapshot.policies.setdefault(owner.name, []).append(
-                    PolicyRecord(
-                        tenant=owner.name,
-                        model=policy.model,
-                        rpm=policy.rpm,
-                        tpm=policy.tpm,
-                        cost_per_day_usd=policy.cost_per_day_usd,
-                        burst=policy.burst,
-                        max_concurrency=policy.max_concurrency,
-                        mode=policy.mode,
-                        jobs_in_flight=policy.jobs_in_flight,
-                        job_items_per_day=policy.job_items_per_day,
-                    )
+                    PolicyRecord(owner.name, policy.model, QuotaLimits.of(policy))
                 )
         return snapshot
 

@@ -1,10 +1,34 @@
-"""Registry rows as the wire specs services exchange."""
+"""Registry values the services exchange: a quota policy's limits (what writes take and
+snapshots carry), and a version as the wire spec a node loads."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, fields
 
 from ferryman.v1 import node_pb2
 from ferryman_kernel.schema import IOSchema
 from registry.tables import ModelVersion
+
+
+@dataclass(frozen=True)
+class QuotaLimits:
+    """Limits of one quota policy; None means unlimited."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    cost_per_day_usd: float | None = None
+    burst: int | None = None
+    max_concurrency: int | None = None
+    mode: str = "hard"
+    jobs_in_flight: int | None = None
+    """Unfinished durable jobs at once (tenant-wide only)."""
+    job_items_per_day: int | None = None
+    """Job items submitted per UTC day (tenant-wide only)."""
+
+    @classmethod
+    def of(cls, row: object) -> QuotaLimits:
+        """The limits a policy row (or anything with the same fields) holds."""
+        return cls(**{f.name: getattr(row, f.name) for f in fields(cls)})
 
 
 def version_spec(model: str, row: ModelVersion) -> node_pb2.ModelVersionSpec:

@@ -28,6 +28,7 @@ from registry.change import Change, WriterBase
 from registry.keys import NewKey, generate_key
 from registry.rollout.writes import RolloutWrites
 from registry.route_writes import RouteWrites
+from registry.specs import QuotaLimits
 from registry.states import (
     ModelFormat,
     NodeLifecycle,
@@ -50,22 +51,6 @@ from registry.tables import (
 )
 
 JOB_LIMITS = ("jobs_in_flight", "job_items_per_day")
-
-
-@dataclass(frozen=True)
-class QuotaLimits:
-    """Limits of one quota policy; None means unlimited."""
-
-    rpm: int | None = None
-    tpm: int | None = None
-    cost_per_day_usd: float | None = None
-    burst: int | None = None
-    max_concurrency: int | None = None
-    mode: str = "hard"
-    jobs_in_flight: int | None = None
-    """Unfinished durable jobs at once (tenant-wide only)."""
-    job_items_per_day: int | None = None
-    """Job items submitted per UTC day (tenant-wide only)."""
 
 
 @dataclass(frozen=True)

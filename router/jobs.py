@@ -170,8 +170,8 @@ class JobDesk:
                 job = await self._store.create(
                     record,
                     items,
-                    most_jobs=policy.jobs_in_flight if policy else None,
-                    most_items=policy.job_items_per_day if policy else None,
+                    most_jobs=policy.limits.jobs_in_flight if policy else None,
+                    most_items=policy.limits.job_items_per_day if policy else None,
                 )
         except LimitReached as exc:
             raise fail(

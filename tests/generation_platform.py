@@ -26,7 +26,8 @@ from gpu_node.server import serve_node
 from registry.db import make_engine
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
-from registry.writer import QuotaLimits, RegistryWriter
+from registry.specs import QuotaLimits
+from registry.writer import RegistryWriter
 from router.server import serve_router
 from router.settings import RouterSettings
 

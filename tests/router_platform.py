@@ -25,7 +25,8 @@ from gpu_node.demo import echo, minilm, mlp
 from registry.db import make_engine
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
-from registry.writer import QuotaLimits, RegistryWriter
+from registry.specs import QuotaLimits
+from registry.writer import RegistryWriter
 from router.server import serve_router
 from router.settings import RouterSettings
 

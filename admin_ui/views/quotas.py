@@ -10,9 +10,9 @@ from admin_ui.views import tenant_charts
 from ferryman.v1 import quota_pb2, quota_pb2_grpc
 from ferryman_kernel.security import sync_channel
 from registry.accounts import Permission
+from registry.specs import QuotaLimits
 from registry.tables import QuotaPolicy
 from registry.validation import RegistryError
-from registry.writer import QuotaLimits
 
 USAGE_TIMEOUT_S = 2.0
 

@@ -24,7 +24,8 @@ from gpu_node.demo.build import build_demo_artifacts
 from registry.db import make_engine
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
-from registry.writer import QuotaLimits, RegistryWriter, VersionSpec
+from registry.specs import QuotaLimits
+from registry.writer import RegistryWriter, VersionSpec
 
 TENANT = "bench"
 READY_TIMEOUT_S = 180.0

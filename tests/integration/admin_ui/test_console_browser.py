@@ -20,8 +20,9 @@ from ferryman_kernel.canary import Gates
 from ferryman_kernel.net import free_port
 from registry.db import make_engine
 from registry.migrate import upgrade
+from registry.specs import QuotaLimits
 from registry.tables import DeadLetter
-from registry.writer import QuotaLimits, RegistryWriter, VersionSpec
+from registry.writer import RegistryWriter, VersionSpec
 
 # Left out of make test-fast: a browser.
 pytestmark = pytest.mark.slow

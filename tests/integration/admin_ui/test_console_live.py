@@ -33,7 +33,8 @@ from ferryman_cli.bench.neighbors import ferryman_up
 from ferryman_kernel.net import free_port
 from registry.db import make_engine
 from registry.reader import RegistryReader
-from registry.writer import QuotaLimits, RegistryWriter, VersionSpec
+from registry.specs import QuotaLimits
+from registry.writer import RegistryWriter, VersionSpec
 
 # Left out of make test-fast: ferryman up, Prometheus and a browser.
 pytestmark = pytest.mark.slow

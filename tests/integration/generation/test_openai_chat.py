@@ -12,7 +12,7 @@ import pytest
 from generation_platform import MODEL, GenPlatform
 from real_clients import run_client
 
-from registry.writer import QuotaLimits
+from registry.specs import QuotaLimits
 
 # Left out of make test-fast: the real SmolLM2 model and the openai client.
 pytestmark = pytest.mark.slow

@@ -16,9 +16,10 @@ from sqlmodel import SQLModel
 
 from registry.migrate import current_revision, head_revision
 from registry.reader import RegistryReader
+from registry.specs import QuotaLimits
 from registry.tables import DeadLetter
 from registry.validation import RegistryError
-from registry.writer import QuotaLimits, RegistryWriter, VersionSpec
+from registry.writer import RegistryWriter, VersionSpec
 
 SCHEMA = {
     "inputs": [{"name": "input", "dtype": "FP32", "shape": [4]}],

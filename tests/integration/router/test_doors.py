@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from router_platform import E2E, EMBED, EMBED_VERSIONS
 
 from gpu_node.demo import echo
-from registry.writer import QuotaLimits
+from registry.specs import QuotaLimits
 
 TEXTS = ["a rose is a rose", "is a rose"]
 PROTOCOL = {

@@ -17,7 +17,7 @@ from router_platform import E2E
 from ferryman_kernel.net import free_port
 from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo
-from registry.writer import QuotaLimits
+from registry.specs import QuotaLimits
 
 SLOW_MS = 1500
 HANG_UP_AFTER_S = 0.3

@@ -13,7 +13,7 @@ import pytest
 from job_helpers import JOB_CHARGE_EVERY_S, Jobs, wait_job, worker
 
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc, jobs_pb2
-from registry.writer import QuotaLimits
+from registry.specs import QuotaLimits
 
 CHARGED_S = JOB_CHARGE_EVERY_S * 6
 """Long enough for the jobs router to have charged what a finished job cost."""

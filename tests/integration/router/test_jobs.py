@@ -32,7 +32,7 @@ from ferryman_kernel.net import free_port
 from ferryman_quota.cohost import CoHostedQuota
 from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo
-from registry.writer import QuotaLimits
+from registry.specs import QuotaLimits
 from router.server import serve_router
 from router.settings import RouterSettings
 

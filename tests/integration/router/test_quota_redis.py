@@ -25,7 +25,7 @@ from ferryman_quota.service import QuotaService
 from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo
 from registry.snapshot import ConfigSnapshot, PolicyRecord
-from registry.writer import QuotaLimits
+from registry.specs import QuotaLimits
 
 LIMIT = 40
 CLIENTS = 64
@@ -39,17 +39,7 @@ LOADED_BUDGET_S = 10.0
 
 
 def policy_snapshot(tenant: str, **limits: object) -> ConfigSnapshot:
-    record = PolicyRecord(
-        tenant=tenant,
-        model="",
-        rpm=None,
-        tpm=None,
-        cost_per_day_usd=None,
-        burst=None,
-        max_concurrency=None,
-        mode="hard",
-    )
-    record = PolicyRecord(**{**record.__dict__, **limits})
+    record = PolicyRecord(tenant, "", QuotaLimits(**limits))  # type: ignore[arg-type]
     return ConfigSnapshot(revision=1, policies={tenant: [record]})
 
 

@@ -16,7 +16,7 @@ from real_clients import run_client
 from router_platform import E2E
 
 import ferryman
-from registry.writer import QuotaLimits
+from registry.specs import QuotaLimits
 
 RNG = np.random.default_rng(21)
 TEXTS = ["The capital of France is Paris.", "Ferries cross rivers."]

@@ -20,7 +20,7 @@ from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from ferryman_kernel.net import free_port
 from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo
-from registry.writer import QuotaLimits
+from registry.specs import QuotaLimits
 
 # Left out of make test-fast: Redis stopped under load.
 pytestmark = pytest.mark.slow

@@ -31,7 +31,7 @@ from ferryman_quota.service import QuotaService
 from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo
 from registry.snapshot import ConfigSnapshot, PolicyRecord
-from registry.writer import QuotaLimits
+from registry.specs import QuotaLimits
 
 RUN_TIMEOUT_S = 30
 SLOW = {"delay_ms": "300"}
@@ -65,8 +65,7 @@ def new_tenant(e2e: E2E, limits: QuotaLimits) -> tuple[str, str]:
 
 def redis_usage(redis_url: str, tenant: str, **limits: object) -> dict[str, float]:
     """Usage straight from the routers' Redis counters."""
-    record = PolicyRecord(tenant, "", None, None, None, None, None, "hard")
-    record = PolicyRecord(**{**record.__dict__, **limits})
+    record = PolicyRecord(tenant, "", QuotaLimits(**limits))  # type: ignore[arg-type]
     snapshot = ConfigSnapshot(revision=1, policies={tenant: [record]})
 
     async def read() -> dict[str, float]:
@@ -221,7 +220,7 @@ async def test_reserves_stuck_behind_a_frozen_redis_take_nothing(tmp_path: Path)
     assert wait_for_redis(port)
     url = f"redis://127.0.0.1:{port}/0"
     tenant = "frozen"
-    record = PolicyRecord(tenant, "", 1000, None, None, None, 20, "hard")
+    record = PolicyRecord(tenant, "", QuotaLimits(rpm=1000, max_concurrency=20))
     snapshot = ConfigSnapshot(revision=1, policies={tenant: [record]})
     settings = QuotaSettings(backend="redis", redis_url=url, backend_timeout_s=0.25)
     client = aioredis.Redis.from_url(url, socket_timeout=0.25, socket_connect_timeout=0.25)
@@ -260,7 +259,7 @@ async def test_daily_spend_survives_a_redis_restart_only_with_aof(tmp_path: Path
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     tenant = "durable"
-    record = PolicyRecord(tenant, "", None, None, 1.0, None, None, "hard")
+    record = PolicyRecord(tenant, "", QuotaLimits(cost_per_day_usd=1.0))
     snapshot = ConfigSnapshot(revision=1, policies={tenant: [record]})
 
     async def spent_after(action: str) -> float:

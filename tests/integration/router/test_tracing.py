@@ -20,7 +20,7 @@ from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from ferryman_kernel.telemetry import traceparent
 from gpu_node.demo import echo
-from registry.writer import QuotaLimits
+from registry.specs import QuotaLimits
 
 SPAN_WAIT_S = 5.0
 

@@ -24,7 +24,7 @@ from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from ferryman_cli.up import is_serving
 from ferryman_kernel.net import free_port, free_ports
 from gpu_node.demo import echo
-from registry.writer import QuotaLimits
+from registry.specs import QuotaLimits
 
 # Left out of make test-fast: several router processes on one port.
 pytestmark = pytest.mark.slow
