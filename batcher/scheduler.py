@@ -79,7 +79,10 @@ class Load(Capacity):
 
 
 @dataclass(frozen=True)
-class Decision:
+class SchedulerOutput:
+    """What one scheduling step decided for a queue: what to fail, what to dispatch, when
+    to look again."""
+
     expired: list[int] = field(default_factory=list)
     """Indices of items that can no longer meet their deadline."""
     batch: list[int] = field(default_factory=list)
@@ -125,13 +128,13 @@ def decide(
     load: Load,
     draining: bool = False,
     fair: FairView | None = None,
-) -> Decision:
+) -> SchedulerOutput:
     """The scheduler's decision for one queue at time ``now``."""
     expired = [i for i, item in enumerate(items) if item.deadline - now < predictor.predict(item.rows)]
     gone = set(expired)
     live = [i for i in range(len(items)) if i not in gone]
     if not live:
-        return Decision(expired=expired)
+        return SchedulerOutput(expired=expired)
     # The next moment an item would become unmeetable: wake then to fail it early.
     expire_at = min(items[i].deadline - predictor.predict(items[i].rows) for i in live)
 
@@ -162,7 +165,7 @@ def decide(
         idle = load.idle_replicas > 0
         window = 0.0 if idle else adaptive_window(queued_rows, target, load.arrival_rate, config.max_window_s)
     if load.free_slots <= 0 or not batch:
-        return Decision(expired=expired, wake_at=expire_at, target_rows=target, window_s=window)
+        return SchedulerOutput(expired=expired, wake_at=expire_at, target_rows=target, window_s=window)
 
     predicted = predictor.predict(rows)
     slack = min(items[i].deadline for i in batch) - now - predicted
@@ -177,6 +180,8 @@ def decide(
     elif now - oldest >= window:
         reason = DispatchReason.WINDOW
     if reason is not None:
-        return Decision(expired=expired, batch=batch, reason=reason, target_rows=target, window_s=window)
+        return SchedulerOutput(
+            expired=expired, batch=batch, reason=reason, target_rows=target, window_s=window
+        )
     wake_at = min(oldest + window, now + slack - config.slack_margin_s, expire_at)
-    return Decision(expired=expired, wake_at=wake_at, target_rows=target, window_s=window)
+    return SchedulerOutput(expired=expired, wake_at=wake_at, target_rows=target, window_s=window)

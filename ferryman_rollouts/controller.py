@@ -29,7 +29,7 @@ from ferryman_kernel.canary import (
 from ferryman_kernel.scrape import Samples
 from ferryman_kernel.telemetry import tracer
 from ferryman_rollouts.metrics import RolloutMetrics
-from ferryman_rollouts.plan import Action, Decision, Situation, decide
+from ferryman_rollouts.plan import Action, Situation, StepPlan, decide
 from ferryman_rollouts.sources import MetricsSource
 from registry import validation as v
 from registry.reader import RegistryReader
@@ -80,7 +80,7 @@ class RolloutController:
             except TimeoutError:
                 pass
 
-    async def check(self) -> dict[str, Decision]:
+    async def check(self) -> dict[str, StepPlan]:
         """One check of every unfinished rollout: model -> what was decided."""
         rollouts = await asyncio.to_thread(self._reader.live_rollouts)
         live = {(r.id or 0, _started(r)) for r in rollouts}
@@ -94,7 +94,7 @@ class RolloutController:
                 samples = await asyncio.to_thread(self._source)
             except OSError as exc:
                 log.warning("cannot read router metrics (%s): no verdict this check", exc)
-        decisions: dict[str, Decision] = {}
+        decisions: dict[str, StepPlan] = {}
         for rollout in rollouts:
             placed = await asyncio.to_thread(self._reader.placed_on, rollout.model, rollout.candidate)
             placed_ready = ready if "*" in placed else ready & set(placed)
@@ -158,7 +158,7 @@ class RolloutController:
             )
         return combine(verdicts)
 
-    def _apply(self, rollout: Rollout, decision: Decision, situation: Situation) -> None:
+    def _apply(self, rollout: Rollout, decision: StepPlan, situation: Situation) -> None:
         """Write what was decided; a transition an operator made meanwhile wins (the state
         machine refuses ours) and the next check starts from it."""
         model, verdict = rollout.model, situation.verdict

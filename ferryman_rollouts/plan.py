@@ -36,31 +36,33 @@ class Situation:
 
 
 @dataclass(frozen=True)
-class Decision:
+class StepPlan:
+    """What one check of a rollout does next, and why (shown to operators as is)."""
+
     action: Action
     reason: str
 
 
-def decide(s: Situation) -> Decision:
+def decide(s: Situation) -> StepPlan:
     """The next move of one rollout."""
     if s.state == RolloutState.WARMING:
         cold = sorted(set(s.placed_nodes) - set(s.serving_nodes))
         if not s.serving_nodes:
-            return Decision(Action.WAIT, "no ready node serves the candidate yet")
+            return StepPlan(Action.WAIT, "no ready node serves the candidate yet")
         if cold:
-            return Decision(Action.WAIT, f"warming on {', '.join(cold)}")
-        return Decision(Action.WEIGH, f"warm on {', '.join(sorted(s.serving_nodes))}")
+            return StepPlan(Action.WAIT, f"warming on {', '.join(cold)}")
+        return StepPlan(Action.WEIGH, f"warm on {', '.join(sorted(s.serving_nodes))}")
     if s.state != RolloutState.RUNNING:
-        return Decision(Action.WAIT, f"{s.state.value.lower()}")
+        return StepPlan(Action.WAIT, f"{s.state.value.lower()}")
     lost = [node for node in s.weighed_nodes if node not in s.serving_nodes]
     if lost:
-        return Decision(Action.PAUSE, f"node {', '.join(lost)} stopped serving the candidate")
+        return StepPlan(Action.PAUSE, f"node {', '.join(lost)} stopped serving the candidate")
     if s.verdict is None:
-        return Decision(Action.WAIT, "collecting the first window")
+        return StepPlan(Action.WAIT, "collecting the first window")
     if s.verdict.outcome == Outcome.FAIL:
-        return Decision(Action.ROLL_BACK, "; ".join(s.verdict.reasons))
+        return StepPlan(Action.ROLL_BACK, "; ".join(s.verdict.reasons))
     if s.since_step_s < s.dwell_s:
-        return Decision(Action.WAIT, f"dwelling ({s.dwell_s - s.since_step_s:.0f} s to go)")
+        return StepPlan(Action.WAIT, f"dwelling ({s.dwell_s - s.since_step_s:.0f} s to go)")
     if s.verdict.outcome == Outcome.PASS:
-        return Decision(Action.ADVANCE, "; ".join(s.verdict.reasons) or "passed")
-    return Decision(Action.WAIT, "; ".join(s.verdict.reasons))
+        return StepPlan(Action.ADVANCE, "; ".join(s.verdict.reasons) or "passed")
+    return StepPlan(Action.WAIT, "; ".join(s.verdict.reasons))
