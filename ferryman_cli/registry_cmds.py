@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ferryman.priorities import PRIORITIES
 from ferryman_cli.context import engine, migrated_engine, settings
 from ferryman_cli.output import JsonFlag, console, emit, fail, refusals, table
 from registry.migrate import upgrade
@@ -22,6 +23,8 @@ tenant_app = typer.Typer(help="Tenants.", no_args_is_help=True)
 key_app = typer.Typer(help="API keys.", no_args_is_help=True)
 quota_app = typer.Typer(help="Quota policies.", no_args_is_help=True)
 model_app = typer.Typer(help="Models and versions.", no_args_is_help=True)
+
+PRIORITY_HELP = "Default priority: " + ", ".join(f"{v} {n}" for n, v in PRIORITIES.items()) + "."
 
 
 def writer() -> RegistryWriter:
@@ -48,7 +51,10 @@ def db_upgrade(as_json: JsonFlag = False) -> None:
 def tenant_create(
     name: str,
     tier: Annotated[str, typer.Option(help="Tier label.")] = "standard",
-    priority: Annotated[int, typer.Option(help="Default priority: 1 low, 2 normal, 3 high.")] = 2,
+    priority: Annotated[
+        int,
+        typer.Option(help=PRIORITY_HELP),
+    ] = 2,
     models: Annotated[str, typer.Option(help="Comma-separated model aliases allowed (default all).")] = "",
     weight: Annotated[float, typer.Option(help="Share of contended compute (relative; default 1).")] = 1.0,
     as_json: JsonFlag = False,

@@ -5,10 +5,9 @@ from __future__ import annotations
 import streamlit as st
 
 from admin_ui.context import Console
+from ferryman.priorities import PRIORITIES
 from registry.accounts import Permission
 from registry.validation import RegistryError
-
-PRIORITIES = {"low": 1, "normal": 2, "high": 3}
 
 
 def render(ctx: Console) -> None:
@@ -39,7 +38,12 @@ def render(ctx: Console) -> None:
         st.subheader("Create a tenant")
         name = st.text_input("Name", key="tenant_name")
         tier = st.text_input("Tier", value="standard", key="tenant_tier")
-        priority = st.selectbox("Default priority", list(PRIORITIES), index=1, key="tenant_priority")
+        priority = st.selectbox(
+            "Default priority",
+            list(PRIORITIES),
+            index=list(PRIORITIES).index("normal"),
+            key="tenant_priority",
+        )
         if st.form_submit_button("Create", key="create_submit"):
             try:
                 st.session_state["new_key"] = (
@@ -59,7 +63,10 @@ def render(ctx: Console) -> None:
         with st.form("edit_tenant_form"):
             tier = st.text_input("Tier", value=tenant.tier, key="edit_tier")
             priority = st.selectbox(
-                "Default priority", list(PRIORITIES), index=tenant.priority - 1, key="edit_prio"
+                "Default priority",
+                list(PRIORITIES),
+                index=list(PRIORITIES.values()).index(tenant.priority),
+                key="edit_prio",
             )
             disabled = st.checkbox("Disabled", value=tenant.disabled, key="edit_disabled")
             if st.form_submit_button("Save", key="edit_submit"):

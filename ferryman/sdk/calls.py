@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 
+from ferryman.priorities import PRIORITIES
 from ferryman.sdk.convert import to_inputs
 from ferryman.sdk.errors import DeadlineExceeded, FerrymanError, QuotaExceeded, RetryableError, from_status
 from ferryman.sdk.prediction import Prediction
@@ -33,11 +34,6 @@ RECONNECT_BACKOFF_MS = (100, 2000)
 """gRPC's reconnect backoff, first and longest (its defaults, 1 s and 120 s, keep a channel
 failing fast for seconds after its server is back: retries would find it still down)."""
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-PRIORITIES = {
-    "low": common_pb2.PRIORITY_LOW,
-    "normal": common_pb2.PRIORITY_NORMAL,
-    "high": common_pb2.PRIORITY_HIGH,
-}
 JITTER = 0.5
 """Backoff sleeps a random 50-100% of the step, so clients refused together do not retry together."""
 
