@@ -6,19 +6,19 @@ from __future__ import annotations
 import grpc
 from google.rpc import status_pb2
 
-from ferryman.errors import Reason, make_status
+from ferryman.errors import CallFailed, Reason, make_status
 from router.bounds import clip
 from router.routing import Choice
 
 
-class RequestFailed(Exception):
-    """The request ends with this google.rpc.Status (code, message, details); ``served``:
-    the version that ran it, when it failed there (its metrics and canary analysis count
-    the failure against that version, not against the alias)."""
+class RequestFailed(CallFailed):
+    """The request ends with this google.rpc.Status (code, message, details), as every door
+    answers it: the failure of the router's layer, a ``CallFailed`` like those of the ports
+    below it. ``served``: the version that ran it, when it failed there (its metrics and
+    canary analysis count the failure against that version, not against the alias)."""
 
     def __init__(self, status: status_pb2.Status, served: Choice | None = None) -> None:
-        super().__init__(status.message)
-        self.status = status
+        super().__init__(status)
         self.served = served
 
 
