@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from sqlalchemy.engine import make_url
 # Concurrent writers (CLI, console, nodes' heartbeats) wait this long for SQLite's
 # write lock instead of failing at once.
 SQLITE_BUSY_TIMEOUT_MS = 5000
+PRIVATE_FILE_MODE = 0o600
 
 
 def normalize_url(url: str) -> str:
@@ -28,7 +30,11 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True, **kwargs)
     if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        database = Path(parsed.database)
+        database.parent.mkdir(parents=True, exist_ok=True)
+        # The file holds key hashes, job data and uploaded files: this user's alone. SQLite
+        # gives its -wal and -shm files the database file's permissions.
+        os.close(os.open(database, os.O_CREAT | os.O_RDWR, PRIVATE_FILE_MODE))
     engine = create_engine(url, connect_args={"check_same_thread": False}, **kwargs)
 
     @event.listens_for(engine, "connect")

@@ -3,6 +3,7 @@ refused writes that change nothing, and keys that verify but never read back."""
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,8 @@ from keys import tenant_of
 from sqlalchemy import Engine, inspect, text
 from sqlmodel import SQLModel
 
-from registry.migrate import current_revision, head_revision
+from registry.db import make_engine
+from registry.migrate import current_revision, head_revision, upgrade
 from registry.reader import RegistryReader
 from registry.specs import QuotaLimits
 from registry.tables import DeadLetter
@@ -173,3 +175,14 @@ def test_operational_records_neither_bump_nor_audit(registry_engine: Engine) -> 
     assert [d.request_id for d in reader.dead_letters()] == ["r1"]
     with pytest.raises(RegistryError):
         writer.heartbeat("ghost", [])
+
+
+def test_an_embedded_registrys_files_are_its_users_alone(tmp_path: Path) -> None:
+    """registry.db holds key hashes, job data and uploaded files: 0600, as are its WAL files."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'data' / 'registry.db'}")
+    upgrade(engine)
+    RegistryWriter(engine).create_tenant("acme")
+    files = sorted((tmp_path / "data").glob("registry.db*"))
+    assert [f.name for f in files][:1] == ["registry.db"]
+    assert {f.name: stat.S_IMODE(f.stat().st_mode) for f in files} == {f.name: 0o600 for f in files}
+    engine.dispose()
