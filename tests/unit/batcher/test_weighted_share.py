@@ -109,6 +109,7 @@ async def test_weight_three_gets_three_times_the_compute_of_weight_one() -> None
     await service.close()
     assert directory.capacity(KEY).replicas == len(NODES)
     ratio = counted["gold"] / counted["basic"]
+    print(f"FIGURES weighted share: gold {counted['gold']} basic {counted['basic']} ratio {ratio:.2f}")
     # 3 by the weights; batches of two rows and the settling make it 2.4-3.6 in practice.
     assert 2.2 <= ratio <= 4.0, (counted, ratio)
 
