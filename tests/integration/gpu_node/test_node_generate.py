@@ -22,6 +22,9 @@ from ferryman_kernel.security import TOKEN_HEADER
 from gpu_node.demo import smollm2
 from gpu_node.server import serve_node
 
+# Left out of make test-fast: it loads the real SmolLM2 model.
+pytestmark = pytest.mark.slow
+
 CALL_S = 120.0
 KINDS = ("prompt", "completion")
 GAUGE_WAIT_S = 5.0

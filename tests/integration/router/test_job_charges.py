@@ -15,6 +15,9 @@ from job_helpers import JOB_CHARGE_EVERY_S, Jobs, wait_job, worker
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc, jobs_pb2
 from registry.specs import QuotaLimits
 
+# Left out of make test-fast: jobs charged over several charging periods.
+pytestmark = pytest.mark.slow
+
 CHARGED_S = JOB_CHARGE_EVERY_S * 6
 """Long enough for the jobs router to have charged what a finished job cost."""
 NO_LIMIT_USD = 1000.0

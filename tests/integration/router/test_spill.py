@@ -23,6 +23,9 @@ from ferryman.tensors import decode
 from ferryman.v1 import jobs_pb2
 from gpu_node.demo import echo
 
+# Left out of make test-fast: three times a version's capacity for seconds.
+pytestmark = pytest.mark.slow
+
 CAPACITY_PER_S = 2 * 2 * 4 / (SLOW_MS / 1000)
 """echo:slow: two nodes with two batch slots each, four rows a batch, one batch per SLOW_MS."""
 OVERLOAD = 3.0

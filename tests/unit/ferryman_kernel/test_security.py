@@ -8,6 +8,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from ferryman_kernel.security import TOKEN_FILE, shared_token
 
 PROCESSES = 16
@@ -15,6 +17,7 @@ WORKERS = 8
 WARM_S = 0.5
 
 
+@pytest.mark.slow  # left out of make test-fast: eight processes started at once
 def test_processes_starting_together_share_one_nonempty_token(tmp_path: Path) -> None:
     # Spawned, not forked: the test process has gRPC and torch threads a fork must not copy.
     # One pool for every attempt (each spawn imports ferryman, a second or more apiece), its
