@@ -9,7 +9,7 @@ import typer
 
 from ferryman.sdk import Client, FerrymanError
 from ferryman.sdk.client import endpoint
-from ferryman_cli.output import fail
+from ferryman_cli.output import fail, usd
 
 
 def generate(
@@ -67,4 +67,4 @@ def generate(
     else:
         usage = last.usage
         tokens = f"{usage.input_tokens} prompt + {usage.output_tokens} completion tokens"
-        typer.echo(f"\n[{last.finish_reason}; {tokens}, ${usage.cost_usd:.6f}]", err=True)
+        typer.echo(f"\n[{last.finish_reason}; {tokens}, ${usd(usage.cost_usd)}]", err=True)

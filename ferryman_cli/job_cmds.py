@@ -16,7 +16,7 @@ from ferryman.sdk import Client, FerrymanError
 from ferryman.sdk.client import endpoint
 from ferryman.tensors import decode
 from ferryman.v1 import jobs_pb2
-from ferryman_cli.output import JsonFlag, emit, fail, table
+from ferryman_cli.output import USD_PLACES, JsonFlag, emit, fail, table, usd
 
 job_app = typer.Typer(help="Durable jobs: many requests, run in leftover capacity at the job price.")
 
@@ -51,7 +51,10 @@ def _items(path: Path) -> tuple[str, list[tuple[str, Any]]]:
 
 
 def _view(job: jobs_pb2.Job) -> dict[str, Any]:
-    return MessageToDict(job, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    view = MessageToDict(job, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    # A float of dollars summed item by item carries binary noise (6.000000000000001e-07).
+    view["cost_usd"] = round(float(view.get("cost_usd", 0.0)), USD_PLACES)
+    return view
 
 
 def _show(jobs: list[jobs_pb2.Job], as_json: bool) -> None:
@@ -62,7 +65,7 @@ def _show(jobs: list[jobs_pb2.Job], as_json: bool) -> None:
             v["model"],
             v["state"].removeprefix("JOB_STATE_"),
             f"{v['succeeded']}+{v['failed']}/{v['total']}",
-            v["cost_usd"],
+            usd(v["cost_usd"]),
         ]
         for v in views
     ]

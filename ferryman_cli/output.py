@@ -55,3 +55,12 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> 
     for row in rows:
         out.add_row(*(str(cell) for cell in row))
     console.print(out)
+
+
+USD_PLACES = 10
+"""Decimal places of a printed cost: a thousandth of a cent per million items still shows."""
+
+
+def usd(value: float) -> str:
+    """A cost in dollars as a plain decimal (``0.0000006``, not ``6.000000000000001e-07``)."""
+    return f"{value:.{USD_PLACES}f}".rstrip("0").rstrip(".") or "0"

@@ -14,7 +14,14 @@ import grpc
 
 from ferryman.priorities import PRIORITIES
 from ferryman.sdk.convert import to_inputs
-from ferryman.sdk.errors import DeadlineExceeded, FerrymanError, QuotaExceeded, RetryableError, from_status
+from ferryman.sdk.errors import (
+    DeadlineExceeded,
+    FerrymanError,
+    InvalidOption,
+    QuotaExceeded,
+    RetryableError,
+    from_status,
+)
 from ferryman.sdk.prediction import Prediction
 from ferryman.v1 import common_pb2, inference_pb2
 
@@ -71,10 +78,12 @@ def priority_level(priority: str | int | None) -> int:
         return 0
     if isinstance(priority, str):
         if priority.lower() not in PRIORITIES:
-            raise ValueError(f"unknown priority {priority!r}: one of {', '.join(PRIORITIES)}")
+            raise InvalidOption(
+                "priority", f"unknown priority {priority[:64]!r}: one of {', '.join(PRIORITIES)}"
+            )
         return int(PRIORITIES[priority.lower()])
     if priority not in common_pb2.Priority.values():
-        raise ValueError(f"unknown priority {priority!r}")
+        raise InvalidOption("priority", f"unknown priority {priority!r}: one of {', '.join(PRIORITIES)}")
     return priority
 
 

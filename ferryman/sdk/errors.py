@@ -62,6 +62,24 @@ class InvalidInput(FerrymanError):
         self.violations = violations
 
 
+class InvalidOption(InvalidInput, ValueError):
+    """An option the client refused before sending anything (an unknown priority name):
+    ``violations`` names it. Also a ValueError, as a bad argument is."""
+
+    def __init__(self, option: str, description: str) -> None:
+        super().__init__(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{option}: {description}",
+            "INVALID_OPTION",
+            [(option, description)],
+        )
+
+
+class RequestIdReused(FerrymanError):
+    """The request id was already used for a different request (or for a generation, which
+    one id buys once): send this request under a new id. Never retried."""
+
+
 class QuotaExceeded(RetryableError):
     """Over a hard quota limit; ``violations`` lists (limit, description)."""
 
@@ -121,6 +139,8 @@ def from_status(status: status_pb2.Status) -> FerrymanError:
         return PermissionDenied(code, status.message, reason)
     if code == grpc.StatusCode.NOT_FOUND:
         return NotFound(code, status.message, reason)
+    if code == grpc.StatusCode.ALREADY_EXISTS and reason == Reason.REQUEST_ID_REUSED:
+        return RequestIdReused(code, status.message, reason)
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         bad = details.get("BadRequest")
         violations = [(v.field, v.description) for v in getattr(bad, "field_violations", [])]

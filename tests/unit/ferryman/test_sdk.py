@@ -54,6 +54,16 @@ def test_statuses_become_typed_errors() -> None:
         )
     )
     assert isinstance(invalid, errors.InvalidInput) and invalid.violations == [("inputs.x", "missing")]
+    reused = errors.from_status(
+        make_status(
+            grpc.StatusCode.ALREADY_EXISTS, "request_id 'r1' was already used", reason="REQUEST_ID_REUSED"
+        )
+    )
+    assert isinstance(reused, errors.RequestIdReused) and not isinstance(reused, errors.RetryableError)
+    other = errors.from_status(
+        make_status(grpc.StatusCode.ALREADY_EXISTS, "a second vote", reason="FEEDBACK_GIVEN")
+    )
+    assert type(other) is errors.FerrymanError
     model = errors.from_status(make_status(grpc.StatusCode.INTERNAL, "boom", reason="MODEL_ERROR"))
     assert isinstance(model, errors.ModelError) and model.reason == "MODEL_ERROR"
     for code, kind in [
@@ -111,10 +121,15 @@ def test_priorities_by_name_or_number_and_unknown_ones_refused() -> None:
     assert priority_level("LOW") == common_pb2.PRIORITY_LOW
     assert priority_level(None) == 0
     assert priority_level(common_pb2.PRIORITY_NORMAL) == common_pb2.PRIORITY_NORMAL
-    with pytest.raises(ValueError, match="unknown priority 'urgent'"):
+    with pytest.raises(errors.InvalidOption, match="unknown priority 'urgent'") as named:
         priority_level("urgent")
-    with pytest.raises(ValueError):
+    assert isinstance(named.value, errors.InvalidInput) and isinstance(named.value, ValueError)
+    assert named.value.violations[0][0] == "priority" and "low, normal, high" in named.value.message
+    with pytest.raises(errors.InvalidOption):
         priority_level(99)
+    with pytest.raises(errors.InvalidOption) as long:
+        priority_level("x" * 10_000)
+    assert len(str(long.value)) < 200, "a huge name is not echoed whole"
 
 
 def test_target_and_key_come_from_the_environment_like_the_cli(monkeypatch: pytest.MonkeyPatch) -> None:
