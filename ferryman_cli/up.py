@@ -268,10 +268,17 @@ def up(
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, request_stop)
+    rollouts = f"127.0.0.1:{free_port()}"
+    # Every port it starts, by what listens there (--json; what an operator's tools dial).
+    addresses: dict[str, str] = {"router": listen, "http": http_listen, "quota_internal": quota_internal}
+    addresses["batcher"] = batcher if separate_batcher else f"{listen} (in the router's process)"
+    addresses["rollouts"] = rollouts
+    addresses["console"] = f"127.0.0.1:{console_port}"
     try:
         for i in range(nodes):
             name = f"node-{i + 1}"
             node_listen = f"127.0.0.1:{free_port()}"
+            addresses[name] = node_listen
             node_args = ["serve", "node", "--listen", node_listen, "--name", name]
             platform.start_command(name, [*node_args, "--metrics-listen", metrics[name]], node_env)
         if separate_batcher:
@@ -301,7 +308,7 @@ def up(
             "rollouts",
             "rollouts",
             "--listen",
-            f"127.0.0.1:{free_port()}",
+            rollouts,
             "--metrics-listen",
             metrics["rollouts"],
             *(arg for url in routers for arg in ("--router-metrics", url)),
@@ -333,6 +340,7 @@ def up(
                         "console_url": f"http://127.0.0.1:{console_port}",
                         "console_password": password,
                         "metrics": {name: f"http://{address}/metrics" for name, address in metrics.items()},
+                        "addresses": addresses,
                         "snippet": code,
                         "curl": curl,
                         "pid": os.getpid(),

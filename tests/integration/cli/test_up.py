@@ -68,6 +68,21 @@ def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path, smollm2_art
         assert len(json.loads(curled.stdout)["data"][0]["embedding"]) == 384, "the printed curl line works"
         assert info["http"] in info["curl"]
         assert set(info["metrics"]) == {"router", "batcher", "rollouts", "node-1"}
+        addresses = info["addresses"]
+        assert set(addresses) == {
+            "router",
+            "http",
+            "quota_internal",
+            "batcher",
+            "rollouts",
+            "console",
+            "node-1",
+        }
+        assert addresses["router"] == router and "in the router's process" in addresses["batcher"]
+        # Each one is listening: the node and the internal quota port take a connection.
+        for name in ("node-1", "quota_internal", "rollouts", "console"):
+            host, port = addresses[name].rsplit(":", 1)
+            socket.create_connection((host, int(port)), timeout=5).close()
         assert "rollouts" in info["pids"]  # the rollout controller runs beside the router
         assert any(name == "process_cpu_seconds_total" for name, _ in scrape(info["metrics"]["rollouts"]))
         # Sized to this host: every core but the services' share for the one node's torch
