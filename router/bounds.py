@@ -3,6 +3,8 @@ bounds): ids, names, maps. Pure; returns field violations like ``router.validati
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ferryman.v1 import inference_pb2
 
 MAX_REQUEST_ID_CHARS = 128
@@ -54,10 +56,15 @@ def check_request(request: inference_pb2.PredictRequest) -> list[Violation]:
             for i, named in enumerate(request.inputs)
             if len(named.name) > MAX_NAME_CHARS
         ]
-    if len(request.parameters) > MAX_PARAMETERS:
-        violations.append(("parameters", f"more than {MAX_PARAMETERS} entries"))
-        return violations
-    for key, value in request.parameters.items():
+    return violations + check_parameters(request.parameters)
+
+
+def check_parameters(parameters: Mapping[str, str]) -> list[Violation]:
+    """Violations of a request's (or a job's) parameters: how many, and each key and value."""
+    if len(parameters) > MAX_PARAMETERS:
+        return [("parameters", f"more than {MAX_PARAMETERS} entries")]
+    violations: list[Violation] = []
+    for key, value in parameters.items():
         if len(key) > MAX_PARAMETER_KEY_CHARS:
             violations.append((f"parameters.{clip(key)}", f"key longer than {MAX_PARAMETER_KEY_CHARS}"))
         elif len(value) > MAX_PARAMETER_VALUE_CHARS:

@@ -25,7 +25,7 @@ from ferryman_kernel.schema_check import check_inputs
 from registry.cache import SnapshotCache
 from registry.snapshot import TenantRecord, VersionRecord
 from registry.states import ModelFormat
-from router.bounds import MAX_REQUEST_ID_CHARS, clip
+from router.bounds import MAX_REQUEST_ID_CHARS, check_parameters, clip
 from router.failures import RequestFailed, fail
 from router.job_charges import JobCharges
 from router.service import RouterService
@@ -118,6 +118,8 @@ class JobDesk:
             violations.append(("job_id", f"required, at most {MAX_REQUEST_ID_CHARS} characters"))
         if not 1 <= len(request.items) <= limits.job_max_items:
             violations.append(("items", f"1 to {limits.job_max_items} items"))
+        # The same bounds as a real-time request's: a job's parameters go to every item.
+        violations += check_parameters(request.parameters)
         window = seconds_of(request.completion_window) or limits.job_window_s
         if not 0 < window <= limits.job_max_window_s:
             violations.append(("completion_window", f"at most {limits.job_max_window_s:g} s"))

@@ -102,6 +102,22 @@ def test_bad_jobs_are_refused_with_the_item_named(jobs: Jobs) -> None:
             jobs_pb2.SubmitJobRequest(job_id="secret", model="secret", items=echo_items(1)),
             grpc.StatusCode.NOT_FOUND,
         ),
+        # A real-time request's parameter bounds hold for a job's too.
+        (
+            jobs_pb2.SubmitJobRequest(
+                job_id="many",
+                model="echo",
+                items=echo_items(1),
+                parameters={str(i): "" for i in range(10_000)},
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (
+            jobs_pb2.SubmitJobRequest(
+                job_id="huge", model="echo", items=echo_items(1), parameters={"k": "v" * (8 << 20)}
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
     ):
         with pytest.raises(grpc.RpcError) as refused:
             jobs.stub().SubmitJob(request, metadata=jobs.metadata(), timeout=30)
