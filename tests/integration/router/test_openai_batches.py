@@ -49,6 +49,19 @@ try:
     refused = ""
 except openai.BadRequestError as exc:
     refused = str(exc)
+twice = client.files.create(
+    file=("twice.jsonl", "\\n".join(json.dumps(l) for l in (lines[0], lines[0])).encode()), purpose="batch"
+)
+try:
+    client.batches.create(input_file_id=twice.id, endpoint="/v1/embeddings", completion_window="24h")
+    duplicate = ""
+except openai.BadRequestError as exc:
+    duplicate = str(exc)
+try:
+    client.batches.create(input_file_id=upload.id, endpoint="/v1/embeddings", completion_window="0h")
+    zero = ""
+except openai.BadRequestError as exc:
+    zero = str(exc)
 slow = client.files.create(
     file=("slow.jsonl", "\\n".join(json.dumps(l) for l in lines).encode()), purpose="batch"
 )
@@ -64,6 +77,8 @@ print(json.dumps({
     "direct": direct,
     "hidden": hidden,
     "refused": refused,
+    "duplicate": duplicate,
+    "zero": zero,
     "cancelled": cancelled.status,
 }))
 """
@@ -92,4 +107,6 @@ def test_a_batch_file_runs_with_the_real_openai_client(store: str, request: pyte
     np.testing.assert_allclose(embedding, out["direct"], rtol=1e-4, atol=1e-5)
     assert out["hidden"] == [True, True], "another tenant saw the batch or its file"
     assert "line 2" in out["refused"]
+    assert "line 2" in out["duplicate"] and "custom_id" in out["duplicate"]
+    assert "completion_window" in out["zero"], "a 0h window must not become 24 h"
     assert out["cancelled"] == "cancelled"

@@ -77,8 +77,9 @@ async def create_batch(caller: Authenticated) -> Response:
                 "metadata", f"keys of at most {MAX_METADATA_KEY} characters, values {MAX_METADATA_VALUE}"
             )
     window = WINDOW.match(request.completion_window)
-    if window is None:
-        raise invalid("completion_window", "hours, such as '24h'")
+    if window is None or int(window.group(1)) < 1:
+        # "0h" would be no window at all, which a job reads as the default (24 h).
+        raise invalid("completion_window", "hours, at least 1, such as '24h'")
     if not request.input_file_id.startswith(FILE_PREFIX):
         raise fail(grpc.StatusCode.NOT_FOUND, "no such file", Reason.UNKNOWN_REQUEST)
     content = (await desk.file(caller.tenant, request.input_file_id)).content

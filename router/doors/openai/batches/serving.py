@@ -77,6 +77,7 @@ def items_of(caller: Caller, content: bytes) -> tuple[str, list[jobs_pb2.JobItem
     """The batch's model and its items, from OpenAI batch input lines (the first bad line is
     named). Every line must call /v1/embeddings on the same model, which takes text."""
     model, items = "", []
+    seen: set[str] = set()
     for number, raw in enumerate(content.splitlines(), start=1):
         if not raw.strip():
             continue
@@ -86,6 +87,10 @@ def items_of(caller: Caller, content: bytes) -> tuple[str, list[jobs_pb2.JobItem
             text = body["input"]
         except (ValueError, KeyError, TypeError):
             raise invalid(f"line {number}", "not a batch request (custom_id, method, url, body)") from None
+        if custom_id in seen:
+            # Results are matched to requests by custom_id (OpenAI requires them unique).
+            raise invalid(f"line {number}", "custom_id repeats an earlier line's")
+        seen.add(custom_id)
         if line.get("url") != EMBEDDINGS:
             raise invalid(f"line {number}", f"only {EMBEDDINGS} requests are batched")
         if model and body.get("model") != model:
