@@ -28,6 +28,10 @@ TIMEOUT_PARAMETER = "timeout"
 """Request parameter (microseconds, as Triton's clients send it): the request's deadline."""
 USER_PARAMETER = "user"
 """Request parameter: the end user, for routes sticky on "user"."""
+MAX_TIMEOUT_US = 86_400 * 1_000_000
+"""A day: longer than any deadline a router keeps, and far from timedelta's overflow."""
+MAX_INT_BITS = 64
+"""The widest integer parameter (OIP's own are int64)."""
 RESERVED_PARAMETERS = frozenset({TIMEOUT_PARAMETER, USER_PARAMETER, "binary_data_output", "priority"})
 """Request parameters that steer the request; the rest are model parameters."""
 
@@ -57,14 +61,21 @@ def predict_request(
     )
     for key, value in parameters.items():
         if key == TIMEOUT_PARAMETER:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TIMEOUT_US:
                 raise problem_failure(
-                    TensorProblem("parameters.timeout", "microseconds, a non-negative integer")
+                    TensorProblem(
+                        "parameters.timeout", f"microseconds, an integer from 0 to {MAX_TIMEOUT_US}"
+                    )
                 )
             request.timeout.FromTimedelta(timedelta(microseconds=value))
         elif key == USER_PARAMETER:
             request.user = str(value)
         elif key not in RESERVED_PARAMETERS:
+            if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+                # Python will not even print an integer past 4,300 digits: refuse it first.
+                raise problem_failure(
+                    TensorProblem(f"parameters.{clip(key)}", f"an integer of {MAX_INT_BITS} bits at most")
+                )
             request.parameters[key] = str(value).lower() if isinstance(value, bool) else str(value)
     return request
 

@@ -57,6 +57,13 @@ try:
     duplicate = ""
 except openai.BadRequestError as exc:
     duplicate = str(exc)
+nesting = b'{"custom_id": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+deep = client.files.create(file=("deep.jsonl", nesting), purpose="batch")
+try:
+    client.batches.create(input_file_id=deep.id, endpoint="/v1/embeddings", completion_window="24h")
+    nested = ""
+except openai.BadRequestError as exc:
+    nested = str(exc)
 try:
     client.batches.create(input_file_id=upload.id, endpoint="/v1/embeddings", completion_window="0h")
     zero = ""
@@ -79,6 +86,7 @@ print(json.dumps({
     "refused": refused,
     "duplicate": duplicate,
     "zero": zero,
+    "nested": nested,
     "cancelled": cancelled.status,
 }))
 """
@@ -109,4 +117,5 @@ def test_a_batch_file_runs_with_the_real_openai_client(store: str, request: pyte
     assert "line 2" in out["refused"]
     assert "line 2" in out["duplicate"] and "custom_id" in out["duplicate"]
     assert "completion_window" in out["zero"], "a 0h window must not become 24 h"
+    assert "line 1" in out["nested"], "deep nesting is a bad line, not a 500"
     assert out["cancelled"] == "cancelled"

@@ -35,10 +35,19 @@ def test_steering_parameters_are_not_model_parameters() -> None:
     assert dict(request.parameters) == {"temperature": "0.5", "fast": "true"}
 
 
-@pytest.mark.parametrize("timeout", [-1, "soon", True, 1.5])
+@pytest.mark.parametrize("timeout", [-1, "soon", True, 1.5, 10**30])
 def test_a_timeout_must_be_non_negative_microseconds(timeout: object) -> None:
     with pytest.raises(RequestFailed, match="timeout"):
         predict_request("mlp", "", "", {"timeout": timeout}, [])  # type: ignore[dict-item]
+
+
+def test_a_huge_number_is_refused_with_its_name_clipped() -> None:
+    """Python prints no integer past 4,300 digits, and none past int64 reaches a model."""
+    for value in (2**64, -(2**64), 10**5000):
+        with pytest.raises(RequestFailed, match="64 bits") as refused:
+            predict_request("mlp", "", "", {"k" * 500: value}, [])
+        assert len(refused.value.status.message) < 300
+    assert predict_request("mlp", "", "", {"n": 2**63 - 1}, []).parameters["n"] == str(2**63 - 1)
 
 
 def test_an_empty_id_gets_a_fresh_one() -> None:

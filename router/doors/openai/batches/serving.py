@@ -85,7 +85,7 @@ def items_of(caller: Caller, content: bytes) -> tuple[str, list[jobs_pb2.JobItem
             line = json.loads(raw)
             body, custom_id = line["body"], str(line["custom_id"])
             text = body["input"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # deep nesting: RecursionError
             raise invalid(f"line {number}", "not a batch request (custom_id, method, url, body)") from None
         if custom_id in seen:
             # Results are matched to requests by custom_id (OpenAI requires them unique).
