@@ -8,6 +8,10 @@ STAMP := $(VENV)/.installed-stamp
 # The real clients the front-door tests drive (tritonclient, openai) live in their own venv.
 CLIENTS := $(VENV)/clients
 CLIENTS_STAMP := $(CLIENTS)/.installed-stamp
+# The pinned stub generator (protos/generator-requirements.txt) lives in a venv of its own:
+# the oldest grpcio-tools the SDK supports cannot share one with the platform's protobuf.
+PROTOC := $(VENV)/protoc
+PROTOC_STAMP := $(PROTOC)/.installed-stamp
 # buf (from the npm registry) lints the protos and builds them from protos/ alone.
 BUF_VERSION := 1.75.0
 BUF_STAMP := $(VENV)/buf/.installed-$(BUF_VERSION)
@@ -32,6 +36,11 @@ $(CLIENTS_STAMP): tests/clients-requirements.txt
 	$(CLIENTS)/bin/pip install --quiet --requirement tests/clients-requirements.txt
 	touch $(CLIENTS_STAMP)
 
+$(PROTOC_STAMP): protos/generator-requirements.txt
+	$(PYTHON) -m venv $(PROTOC)
+	$(PROTOC)/bin/pip install --quiet --requirement protos/generator-requirements.txt
+	touch $(PROTOC_STAMP)
+
 $(BUF_STAMP):
 	npm install --silent --prefix $(VENV)/buf @bufbuild/buf@$(BUF_VERSION)
 	touch $(BUF_STAMP)
@@ -41,7 +50,7 @@ install: $(STAMP)
 up: install
 	$(BIN)/ferryman up
 
-lint: install
+lint: install $(PROTOC_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
@@ -53,10 +62,10 @@ test: lint $(CLIENTS_STAMP) $(BUF_STAMP)
 
 # Before the full suite: unit tests and the integration tests that run the services in this
 # process (no platform of processes, no browser, no wheel builds): a few minutes.
-test-fast: install $(CLIENTS_STAMP) $(BUF_STAMP)
+test-fast: install $(CLIENTS_STAMP) $(BUF_STAMP) $(PROTOC_STAMP)
 	$(BIN)/python -m pytest tests -m "not slow" -q
 
-protos: install
+protos: install $(PROTOC_STAMP)
 	$(BIN)/python -m ferryman_cli.protogen
 
 # docs/configuration.md, generated from the settings models.

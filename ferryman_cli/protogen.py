@@ -10,10 +10,11 @@ own (it ships the ``google/rpc`` protos it imports), as any other language needs
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
-from importlib import resources
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -21,26 +22,40 @@ PROTO_ROOT = REPO_ROOT / "protos"
 PACKAGES = ("ferryman/v1", "ferryman/oip/v2")
 """Proto folders under protos/ whose stubs live at the same path under the repo root."""
 STUB_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+GENERATOR_REQUIREMENTS = PROTO_ROOT / "generator-requirements.txt"
+"""The one grpcio-tools that generates the stubs: the oldest whose runtime the SDK accepts.
+Stubs refuse any protobuf or grpcio runtime older than their generator, so the floors the
+SDK declares (sdk/pyproject.toml) are this generator's versions (a test holds them equal)."""
+GENERATOR_ENV = "FERRYMAN_PROTOC_PYTHON"
+DEFAULT_GENERATOR = REPO_ROOT / ".venv" / "protoc" / "bin" / "python"
+"""The interpreter with the pinned grpcio-tools: ``make protos`` installs it there; the
+``FERRYMAN_PROTOC_PYTHON`` environment variable names another."""
 
 
-def include_dirs() -> list[str]:
-    """Proto include paths: our protos and protobuf's well-known types, nothing else."""
-    return [str(PROTO_ROOT), str(resources.files("grpc_tools") / "_proto")]
+def generator() -> Path:
+    """The interpreter that runs the pinned grpcio-tools (GENERATOR_REQUIREMENTS)."""
+    python = Path(os.environ.get(GENERATOR_ENV) or DEFAULT_GENERATOR)
+    if not python.exists():
+        raise SystemExit(
+            f"no stub generator at {python}: `make protos` installs the pinned grpcio-tools "
+            f"({GENERATOR_REQUIREMENTS.name}) into .venv/protoc, or set {GENERATOR_ENV}"
+        )
+    return python
 
 
 def generate(out_dir: Path) -> None:
-    """Compile every proto of PACKAGES into ``out_dir`` (under the same relative paths)."""
-    from grpc_tools import protoc
-
+    """Compile every proto of PACKAGES into ``out_dir`` (under the same relative paths),
+    with only our protos and protobuf's well-known types on the include path (grpc_tools'
+    entry point adds the latter)."""
     protos = sorted(
         str(p.relative_to(PROTO_ROOT)) for package in PACKAGES for p in (PROTO_ROOT / package).glob("*.proto")
     )
-    args = ["grpc_tools.protoc"]
-    args += [f"-I{d}" for d in include_dirs()]
+    args = [str(generator()), "-m", "grpc_tools.protoc", f"-I{PROTO_ROOT}"]
     args += [f"--python_out={out_dir}", f"--pyi_out={out_dir}", f"--grpc_python_out={out_dir}"]
     args += protos
-    if protoc.main(args) != 0:
-        raise RuntimeError(f"protoc failed: {' '.join(args)}")
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"protoc failed: {' '.join(args)}\n{done.stderr}")
 
 
 def stub_files(directory: Path) -> dict[str, str]:

@@ -6,7 +6,7 @@ import warnings
 from ferryman.v1 import batcher_pb2 as ferryman_dot_v1_dot_batcher__pb2
 from ferryman.v1 import node_pb2 as ferryman_dot_v1_dot_node__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.75.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -19,14 +19,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in ferryman/v1/batcher_pb2_grpc.py depends on'
+        + f' but the generated code in ferryman/v1/batcher_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class BatcherStub:
+class BatcherStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -52,7 +52,7 @@ class BatcherStub:
                 _registered_method=True)
 
 
-class BatcherServicer:
+class BatcherServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Submit(self, request_iterator, context):
@@ -106,7 +106,7 @@ def add_BatcherServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class Batcher:
+class Batcher(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod

@@ -125,7 +125,7 @@ class TensorSpec(_message.Message):
     shape: _containers.RepeatedScalarFieldContainer[int]
     text: bool
     max_text_length: int
-    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[DataType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., text: _Optional[bool] = ..., max_text_length: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[_Union[DataType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., text: bool = ..., max_text_length: _Optional[int] = ...) -> None: ...
 
 class IOSchema(_message.Message):
     __slots__ = ("inputs", "outputs", "max_items", "max_bytes")

@@ -172,7 +172,7 @@ class UnloadModelResponse(_message.Message):
     __slots__ = ("unloaded",)
     UNLOADED_FIELD_NUMBER: _ClassVar[int]
     unloaded: bool
-    def __init__(self, unloaded: _Optional[bool] = ...) -> None: ...
+    def __init__(self, unloaded: bool = ...) -> None: ...
 
 class NodeInfoRequest(_message.Message):
     __slots__ = ()

@@ -67,7 +67,7 @@ class ReserveResponse(_message.Message):
     held: bool
     granted_tokens: int
     repeat: bool
-    def __init__(self, decision: _Optional[_Union[QuotaDecision, str]] = ..., violations: _Optional[_Iterable[_Union[QuotaViolation, _Mapping]]] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., held: _Optional[bool] = ..., granted_tokens: _Optional[int] = ..., repeat: _Optional[bool] = ...) -> None: ...
+    def __init__(self, decision: _Optional[_Union[QuotaDecision, str]] = ..., violations: _Optional[_Iterable[_Union[QuotaViolation, _Mapping]]] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., held: bool = ..., granted_tokens: _Optional[int] = ..., repeat: bool = ...) -> None: ...
 
 class CommitRequest(_message.Message):
     __slots__ = ("request_id", "actual_tokens", "actual_cost_usd")
@@ -103,7 +103,7 @@ class ChargeResponse(_message.Message):
     OVER_LIMIT_FIELD_NUMBER: _ClassVar[int]
     charged_usd: float
     over_limit: bool
-    def __init__(self, charged_usd: _Optional[float] = ..., over_limit: _Optional[bool] = ...) -> None: ...
+    def __init__(self, charged_usd: _Optional[float] = ..., over_limit: bool = ...) -> None: ...
 
 class RenewRequest(_message.Message):
     __slots__ = ("request_ids",)
@@ -121,7 +121,7 @@ class SettleResponse(_message.Message):
     __slots__ = ("applied",)
     APPLIED_FIELD_NUMBER: _ClassVar[int]
     applied: bool
-    def __init__(self, applied: _Optional[bool] = ...) -> None: ...
+    def __init__(self, applied: bool = ...) -> None: ...
 
 class GetUsageRequest(_message.Message):
     __slots__ = ("tenant",)

@@ -5,7 +5,7 @@ import warnings
 
 from ferryman.v1 import quota_pb2 as ferryman_dot_v1_dot_quota__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.75.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -18,14 +18,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in ferryman/v1/quota_pb2_grpc.py depends on'
+        + f' but the generated code in ferryman/v1/quota_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class QuotaStub:
+class QuotaStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -66,7 +66,7 @@ class QuotaStub:
                 _registered_method=True)
 
 
-class QuotaServicer:
+class QuotaServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Reserve(self, request, context):
@@ -153,7 +153,7 @@ def add_QuotaServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class Quota:
+class Quota(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -43,8 +44,15 @@ print(answer.version, answer.outputs["output"].shape)
 """
 
 
+BESIDE = ("tritonclient[grpc]", "openai", "grpcio-tools")
+"""What a tenant app has installed beside the SDK (each resolved with it, unpinned)."""
+
+
 def run(*command: str | Path, timeout: float = INSTALL_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=timeout)
+    """``command`` without the platform's path (ferryman_cli, imported by this test session,
+    puts the checkout on PYTHONPATH for its children): pip and apps see their own venv."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def build_wheels(tmp_path: Path) -> dict[str, Path]:
@@ -79,25 +87,28 @@ def test_each_wheel_holds_only_its_own_import_names(tmp_path: Path) -> None:
     assert not [n for n in platform_files if n.startswith("ferryman_cli/rooms/ferryman/")]
 
 
-def test_the_sdk_installs_alone_and_predicts(e2e: E2E, tmp_path: Path) -> None:
-    wheel = build_wheels(tmp_path)["ferryman"]
-    venv = tmp_path / "sdk-venv"
+def install(venv: Path, *what: str | Path) -> Path:
+    """A fresh virtual environment at ``venv`` with ``what`` installed; its python."""
     made = run(sys.executable, "-m", "venv", "--without-pip", venv)
     assert made.returncode == 0, made.stderr
     python = venv / "bin" / "python"
     # This environment's pip installs into the new one: no network for pip itself.
-    installed = run(
-        sys.executable,
-        "-m",
-        "pip",
-        "--python",
-        python,
-        "install",
-        "--constraint",
-        REPO / "constraints.txt",
-        wheel,
-    )
+    pip = (sys.executable, "-m", "pip", "--python", python)
+    installed = run(*pip, "install", "--constraint", REPO / "constraints.txt", *what)
     assert installed.returncode == 0, installed.stderr
+    return python
+
+
+def sdk_floors() -> list[str]:
+    """The SDK's dependencies at the lowest versions it declares (``name==floor``)."""
+    declared = tomllib.loads((REPO / "sdk" / "pyproject.toml").read_text())["project"]["dependencies"]
+    return [f"{d.split('>=')[0]}=={d.split('>=')[1].split(',')[0]}" for d in declared]
+
+
+def test_the_sdk_installs_alone_and_predicts(e2e: E2E, tmp_path: Path) -> None:
+    wheel = build_wheels(tmp_path)["ferryman"]
+    venv = tmp_path / "sdk-venv"
+    python = install(venv, wheel)
     listed = run(sys.executable, "-m", "pip", "--python", python, "list", "--format", "freeze")
     names = {line.split("==")[0].lower() for line in listed.stdout.splitlines()}
     assert {"ferryman", "grpcio", "protobuf", "numpy"} <= names
@@ -118,3 +129,35 @@ def test_the_sdk_installs_alone_and_predicts(e2e: E2E, tmp_path: Path) -> None:
         [python, "-c", "import router"], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=app_env
     )
     assert "No module named 'router'" in platform.stderr
+
+
+def test_the_sdk_at_its_floors_installs_beside_the_usual_clients(e2e: E2E, tmp_path: Path) -> None:
+    """``pip install ferryman 'tritonclient[grpc]' openai grpcio-tools`` with the SDK's
+    dependencies at their lowest declared versions: pip check is clean, and the SDK imports
+    (its stubs accept that runtime) and predicts; tritonclient imports beside it."""
+    wheel = build_wheels(tmp_path)["ferryman"]
+    floors = tmp_path / "floors.txt"
+    floors.write_text("\n".join(sdk_floors()) + "\n")
+    python = install(tmp_path / "app-venv", "--constraint", floors, wheel, *BESIDE)
+    checked = run(sys.executable, "-m", "pip", "--python", python, "check")
+    assert checked.returncode == 0, checked.stdout
+    listed = run(sys.executable, "-m", "pip", "--python", python, "list", "--format", "freeze")
+    versions = dict(line.split("==") for line in listed.stdout.splitlines() if "==" in line)
+    for floor in sdk_floors():
+        name, version = floor.split("==")
+        assert versions[name] == version, f"{name} {versions[name]}, not the floor {version}"
+    assert "tritonclient" in versions and "openai" in versions
+
+    app = SNIPPET + "import tritonclient.grpc, openai\n"
+    # As an app runs: away from the checkout, without the platform's path.
+    app_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    answered = subprocess.run(
+        [python, "-c", app, e2e.router, e2e.keys["acme"]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=app_env,
+    )
+    assert answered.returncode == 0, answered.stderr
+    assert answered.stdout.split()[-1] == "10)"

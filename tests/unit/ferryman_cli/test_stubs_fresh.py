@@ -27,3 +27,23 @@ def test_every_service_has_stubs() -> None:
     assert hasattr(batcher_pb2_grpc, "BatcherStub")
     assert hasattr(node_pb2_grpc, "NodeStub")
     assert hasattr(grpc_predict_v2_pb2_grpc, "GRPCInferenceServiceStub")
+
+
+def test_the_sdk_floors_are_the_generators_versions() -> None:
+    """Stubs refuse a runtime older than their generator: the SDK may not declare one."""
+    import tomllib
+
+    from ferryman_cli.protogen import GENERATOR_REQUIREMENTS
+
+    pinned = dict(
+        line.split("==")
+        for line in GENERATOR_REQUIREMENTS.read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    declared = tomllib.loads((REPO_ROOT / "sdk" / "pyproject.toml").read_text())["project"]["dependencies"]
+    floors = {d.split(">=")[0]: d.split(">=")[1].split(",")[0] for d in declared if ">=" in d}
+    assert floors["protobuf"] == pinned["protobuf"]
+    assert floors["grpcio"] == floors["grpcio-status"] == pinned["grpcio-tools"]
+    stub = (REPO_ROOT / "ferryman" / "v1" / "inference_pb2.py").read_text()
+    major, minor, patch = pinned["protobuf"].split(".")
+    assert f"_runtime_version.Domain.PUBLIC,\n    {major},\n    {minor},\n    {patch}," in stub
