@@ -20,6 +20,7 @@ MAX_NAME_CHARS = 128
 MAX_TOKENS = 10**9
 MAX_COST_USD = 1e6
 MAX_RENEW_IDS = 10_000
+MAX_ANSWER_BYTES = 1024 * 1024
 """Bounds on what any caller may ask of the Quota service, whoever it is."""
 
 
@@ -58,6 +59,11 @@ class Verdict:
     """Tokens reserved when fewer than asked were granted (``Ask.min_tokens``); 0: as asked."""
     repeat: bool = False
     """This answers a repeat of an earlier Reserve of the same request id."""
+    running: bool = False
+    """A repeat whose first call still runs: its answer is not known yet."""
+    answer: bytes = b""
+    """A repeat's kept answer (the first call's, as its Commit carried it); empty when none
+    was kept: too large, or the first caller stopped before it answered."""
 
 
 @dataclass(frozen=True)
@@ -83,13 +89,16 @@ class Ask:
 @dataclass(frozen=True)
 class ReserveCall:
     """One Reserve: the request's quota id, its tenant and model, what it asks for, and the
-    fingerprint that binds the id to this request (a repeat with another is a CONFLICT)."""
+    fingerprint that binds the id to this request (a repeat with another is a CONFLICT).
+    ``replayable``: the caller chose the id, so it may come again: it is bound, and the
+    answer its Commit carries kept, even for a tenant without limits."""
 
     request_id: str
     tenant: str
     model: str
     ask: Ask
     fingerprint: str
+    replayable: bool = False
 
 
 FROM_PROTO = {
@@ -105,7 +114,13 @@ class QuotaClient(Protocol):
 
     async def reserve(self, call: ReserveCall, budget_s: float) -> Verdict: ...
     async def renew(self, request_ids: list[str], budget_s: float) -> int: ...
-    async def commit(self, request_id: str, tokens: int, cost: float, budget_s: float) -> bool: ...
+    async def commit(
+        self, request_id: str, tokens: int, cost: float, budget_s: float, answer: bytes = b""
+    ) -> bool:
+        """Settle with what the request used; ``answer`` (at most MAX_ANSWER_BYTES) is kept
+        for repeats of a replayable request."""
+        ...
+
     async def release(self, request_id: str, budget_s: float) -> bool: ...
     async def charge(
         self, charge_id: str, tenant: str, model: str, total_cost: float, budget_s: float
@@ -115,8 +130,9 @@ class QuotaClient(Protocol):
         ...
 
     def unlimited(self, tenant: str, model: str) -> bool:
-        """True only when it is known here that no limit applies: Reserve would admit
-        without holding anything, so the router need not call it (nor fingerprint)."""
+        """True only when it is known here that no limit applies: Reserve of a request that
+        is not replayable would admit without holding anything, so the router need not call
+        it (nor fingerprint)."""
         ...
 
 
@@ -140,6 +156,7 @@ class RemoteQuota:
             fingerprint=call.fingerprint,
             min_tokens=call.ask.min_tokens,
             cost_per_token_usd=call.ask.cost_per_token,
+            replayable=call.replayable,
         )
         try:
             response: quota_pb2.ReserveResponse = await self._stub.Reserve(
@@ -155,6 +172,8 @@ class RemoteQuota:
             held=response.held,
             tokens=response.granted_tokens,
             repeat=response.repeat,
+            running=response.running,
+            answer=response.answer,
         )
 
     async def renew(self, request_ids: list[str], budget_s: float) -> int:
@@ -166,8 +185,12 @@ class RemoteQuota:
             return 0
         return int(response.renewed)
 
-    async def commit(self, request_id: str, tokens: int, cost: float, budget_s: float) -> bool:
-        request = quota_pb2.CommitRequest(request_id=request_id, actual_tokens=tokens, actual_cost_usd=cost)
+    async def commit(
+        self, request_id: str, tokens: int, cost: float, budget_s: float, answer: bytes = b""
+    ) -> bool:
+        request = quota_pb2.CommitRequest(
+            request_id=request_id, actual_tokens=tokens, actual_cost_usd=cost, answer=answer
+        )
         try:
             response: quota_pb2.SettleResponse = await self._stub.Commit(
                 request, timeout=budget_s, metadata=self._metadata

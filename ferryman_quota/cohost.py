@@ -31,8 +31,10 @@ class LocalQuota:
     async def renew(self, request_ids: list[str], budget_s: float) -> int:
         return await self.service.renew(request_ids)
 
-    async def commit(self, request_id: str, tokens: int, cost: float, budget_s: float) -> bool:
-        return await self.service.commit(request_id, tokens, cost)
+    async def commit(
+        self, request_id: str, tokens: int, cost: float, budget_s: float, answer: bytes = b""
+    ) -> bool:
+        return await self.service.commit(request_id, tokens, cost, answer)
 
     async def release(self, request_id: str, budget_s: float) -> bool:
         return await self.service.release(request_id)

@@ -36,14 +36,24 @@ class Reservation:
     """When the lease ends unless renewed."""
     fingerprint: str
     settled: bool = False
+    answer: bytes = b""
+    """The answer its commit carried, kept for repeats (within the tenant's budget)."""
 
 
 class MemoryQuota:
     """Quota counters in this process; every call is idempotent on request id."""
 
-    def __init__(self, reservation_ttl_s: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        reservation_ttl_s: float,
+        kept_per_tenant_bytes: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._ttl = reservation_ttl_s
         """How long a request id is remembered after its lease or settlement (idempotency)."""
+        self._kept_budget = kept_per_tenant_bytes
+        self._kept: dict[str, int] = {}
+        """Bytes of answers kept per tenant (a quota id's part before its first ``/``)."""
         self._clock = clock
         self._states: dict[str, Counters] = {}
         self._reservations: dict[str, Reservation] = {}
@@ -66,7 +76,7 @@ class MemoryQuota:
             if reservation is None:
                 continue
             if reservation.settled and reservation.expiry + self._ttl <= now:
-                del self._reservations[request_id]  # kept a while for idempotent retries
+                self._forget(request_id)  # kept a while for idempotent retries
                 continue
             if not reservation.settled and reservation.expiry <= now:
                 reservation.settled = True
@@ -86,7 +96,9 @@ class MemoryQuota:
             if known.fingerprint != fingerprint:
                 return Verdict(Decision.CONFLICT, held=False)
             # A retry is answered as the first call was; only that first call settles.
-            return replace(known.verdict, held=False, repeat=True)
+            return replace(
+                known.verdict, held=False, repeat=True, running=not known.settled, answer=known.answer
+            )
         asked = ask.tokens
         granted = grant([(p, self._state(p.scope)) for p in policies], now, ask)
         tokens, cost = granted.tokens, granted.cost
@@ -125,8 +137,23 @@ class MemoryQuota:
             renewed += 1
         return renewed
 
-    async def commit(self, request_id: str, tokens: int, cost: float) -> bool:
-        return self._settle(request_id, tokens, cost, refund=False)
+    async def commit(self, request_id: str, tokens: int, cost: float, answer: bytes = b"") -> bool:
+        settled = self._settle(request_id, tokens, cost, refund=False)
+        if settled and answer:
+            tenant = request_id.split("/", 1)[0]
+            kept = self._kept.get(tenant, 0)
+            if kept + len(answer) <= self._kept_budget:
+                self._reservations[request_id].answer = answer
+                self._kept[tenant] = kept + len(answer)
+        return settled
+
+    def _forget(self, request_id: str) -> None:
+        reservation = self._reservations.pop(request_id)
+        if reservation.answer:
+            tenant = request_id.split("/", 1)[0]
+            self._kept[tenant] -= len(reservation.answer)
+            if not self._kept[tenant]:
+                del self._kept[tenant]
 
     async def release(self, request_id: str) -> bool:
         return self._settle(request_id, 0, 0.0, refund=True)
@@ -144,7 +171,7 @@ class MemoryQuota:
             settle(self._state(scope), now, request_id, token_delta, cost_delta, refund)
         if refund:
             # Nothing was served under this id: a retry is a first request, charged once.
-            del self._reservations[request_id]
+            self._forget(request_id)
         return True
 
     async def charge(

@@ -4,7 +4,8 @@ script, all or nothing, so any number of routers share limits without overshoot.
 Counters of one tenant share a ``{tenant}`` hash tag. Reservation keys are named by
 request id alone (Commit and Release carry nothing else), so the scripts expect a
 standalone Redis (or Sentinel), not Redis Cluster. A reservation is a hash that
-remembers its verdict, so Reserve, Commit and Release are idempotent.
+remembers its verdict, its lease (``until``) and, once committed, the answer kept for
+repeats, so Reserve, Commit and Release are idempotent.
 """
 
 from __future__ import annotations
@@ -31,13 +32,15 @@ local min_tokens, cpt = tonumber(ARGV[12]), tonumber(ARGV[13])
 -- The windows of policy.py (WINDOW_S, DAY_S), passed in so the two never disagree.
 local WINDOW, DAY = tonumber(ARGV[14]), tonumber(ARGV[15])
 local P = 16
-local known = redis.call('HMGET', KEYS[1], 'verdict', 'fp')
+local known = redis.call('HMGET', KEYS[1], 'verdict', 'fp', 'state', 'expired', 'until', 'answer')
 if known[1] then
-  if known[2] ~= fp then return cjson.encode({'conflict', 0, {}, 0}) end
-  -- A retry is answered as the first call was; only that first call settles.
+  if known[2] ~= fp then return {cjson.encode({'conflict', 0, {}, 0})} end
+  -- A retry is answered as the first call was (with its kept answer, binary, beside the
+  -- verdict); only that first call settles.
   local verdict = cjson.decode(known[1])
   verdict[5] = 'retry'
-  return cjson.encode(verdict)
+  local running = known[3] == 'reserved' and not known[4] and tonumber(known[5] or now) > now
+  return {cjson.encode(verdict), running and '1' or '0', known[6] or ''}
 end
 local function base_of(scope) return prefix .. '{' .. string.match(scope, '^[^/]+') .. '}:' .. scope end
 -- A partial ask takes the most tokens every hard tpm and cost limit leaves, down to
@@ -70,7 +73,7 @@ end
 -- that caller has answered already and will never settle it.
 local clock = redis.call('TIME')
 if tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) > give_up then
-  return cjson.encode({'stale', 0, {}, 0})
+  return {cjson.encode({'stale', 0, {}, 0})}
 end
 local day = math.floor(now / DAY)
 local broken, plans = {}, {}
@@ -139,7 +142,7 @@ local granted = 0
 if tokens < asked then granted = tokens end
 local result = cjson.encode({decision, hard_wait, broken, granted})
 -- A refusal charges nothing and is not remembered: a retry after retry_after is judged anew.
-if decision == 'reject' then return result end
+if decision == 'reject' then return {result} end
 local scopes = {}
 for _, p in ipairs(plans) do
   table.insert(scopes, p.base)
@@ -159,18 +162,20 @@ for _, p in ipairs(plans) do
   redis.call('PEXPIRE', p.base .. ':inflight', 2 * ttl)
 end
 redis.call('HSET', KEYS[1], 'verdict', result, 'state', 'reserved', 'tokens', tokens, 'cost', cost,
-  'day', day, 'fp', fp, 'scopes', table.concat(scopes, '\\n'))
+  'day', day, 'fp', fp, 'scopes', table.concat(scopes, '\\n'), 'until', now + lease)
 redis.call('PEXPIRE', KEYS[1], 2 * ttl)
-return result
+return {result}
 """
 
 SETTLE = """
 local now, rid = tonumber(ARGV[1]), ARGV[2]
 local actual_tokens, actual_cost, refund = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5] == '1'
-local r = redis.call('HMGET', KEYS[1], 'state', 'expired', 'tokens', 'cost', 'day', 'scopes')
+local r = redis.call('HMGET', KEYS[1], 'state', 'expired', 'tokens', 'cost', 'day', 'scopes', 'until')
 if r[1] ~= 'reserved' then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'settled')
-if r[2] then return 0 end
+-- A lease that ran out unrenewed (its caller died) ended the reservation, charged in full.
+if r[2] or tonumber(r[7] or now + 1) <= now then return 0 end
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'answer', ARGV[6]) end
 local tokens, cost, day = tonumber(r[3]), tonumber(r[4]), r[5]
 local token_delta, cost_delta = actual_tokens - tokens, actual_cost - cost
 if refund then token_delta, cost_delta = -tokens, -cost end
@@ -198,11 +203,13 @@ local now, lease, prefix = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local renewed = 0
 for i = 4, #ARGV do
   local rid = ARGV[i]
-  local r = redis.call('HMGET', prefix .. 'res:' .. rid, 'state', 'expired', 'scopes')
-  if r[1] == 'reserved' and not r[2] then
+  local key = prefix .. 'res:' .. rid
+  local r = redis.call('HMGET', key, 'state', 'expired', 'scopes', 'until')
+  if r[1] == 'reserved' and not r[2] and tonumber(r[4] or now + 1) > now then
     for base in string.gmatch(r[3], '[^\\n]+') do
       redis.call('ZADD', base .. ':inflight', 'XX', now + lease, rid)
     end
+    redis.call('HSET', key, 'until', now + lease)
     renewed = renewed + 1
   end
 end
@@ -311,7 +318,9 @@ class RedisQuota:
                 _limit(p.max_concurrency),
                 "1" if p.soft else "0",
             ]
-        raw = await self._reserve(keys=[self._tag(call.request_id), f"{KEY_PREFIX}expired"], args=args)
+        raw, *repeat = await self._reserve(
+            keys=[self._tag(call.request_id), f"{KEY_PREFIX}expired"], args=args
+        )
         decision, wait_ms, broken, granted, *retry = json.loads(raw)
         if decision == STALE:
             raise TimeoutError("the reservation reached Redis after its caller gave up")
@@ -324,6 +333,8 @@ class RedisQuota:
             held=held,
             tokens=int(granted or 0),
             repeat=bool(retry),
+            running=bool(repeat) and repeat[0] == b"1",
+            answer=bytes(repeat[1]) if repeat else b"",
         )
 
     async def renew(self, request_ids: Sequence[str], lease_s: float) -> int:
@@ -332,12 +343,12 @@ class RedisQuota:
         args: list[str | int | float] = [self._ms(), int(lease_s * 1000), KEY_PREFIX, *request_ids]
         return int(await self._renew(keys=[], args=args))
 
-    async def commit(self, request_id: str, tokens: int, cost: float) -> bool:
-        args: list[str | int | float] = [self._ms(), request_id, tokens, cost, "0"]
+    async def commit(self, request_id: str, tokens: int, cost: float, answer: bytes = b"") -> bool:
+        args: list[str | int | float | bytes] = [self._ms(), request_id, tokens, cost, "0", answer]
         return bool(await self._settle(keys=[self._tag(request_id)], args=args))
 
     async def release(self, request_id: str) -> bool:
-        args: list[str | int | float] = [self._ms(), request_id, 0, 0, "1"]
+        args: list[str | int | float | bytes] = [self._ms(), request_id, 0, 0, "1", b""]
         return bool(await self._settle(keys=[self._tag(request_id)], args=args))
 
     async def charge(

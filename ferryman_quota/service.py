@@ -14,6 +14,7 @@ from redis.exceptions import RedisError
 
 from ferryman_kernel.logs import Throttled
 from ferryman_kernel.quota import (
+    MAX_ANSWER_BYTES,
     MAX_COST_USD,
     MAX_NAME_CHARS,
     MAX_RENEW_IDS,
@@ -52,7 +53,7 @@ class QuotaBackend(Protocol):
         self, call: ReserveCall, policies: Sequence[Limits], lease_s: float, budget_s: float
     ) -> Verdict: ...
     async def renew(self, request_ids: Sequence[str], lease_s: float) -> int: ...
-    async def commit(self, request_id: str, tokens: int, cost: float) -> bool: ...
+    async def commit(self, request_id: str, tokens: int, cost: float, answer: bytes = b"") -> bool: ...
     async def release(self, request_id: str) -> bool: ...
     async def usage(self, policies: Sequence[Limits]) -> list[tuple[str, float, float, str]]: ...
     async def expired_count(self) -> int: ...
@@ -69,7 +70,7 @@ def make_backend(settings: QuotaSettings) -> QuotaBackend:
             socket_connect_timeout=settings.backend_timeout_s,
         )
         return RedisQuota(client, settings.reservation_ttl_s)
-    return MemoryQuota(settings.reservation_ttl_s)
+    return MemoryQuota(settings.reservation_ttl_s, settings.kept_answers_per_tenant_bytes)
 
 
 def to_limits(policy: PolicyRecord) -> Limits:
@@ -104,15 +105,17 @@ class QuotaService:
 
     async def reserve(self, call: ReserveCall) -> Verdict:
         """Check and charge every limit of (tenant, model), idempotent on request id:
-        a repeat with the same fingerprint is answered as the first, another is a CONFLICT.
-        With ``min_tokens``, hard token and cost limits may grant fewer tokens (``Ask``)."""
+        a repeat with the same fingerprint is answered as the first (with the first call's
+        kept answer, or ``running``), another is a CONFLICT. A replayable call is bound even
+        without limits. With ``min_tokens``, hard token and cost limits may grant fewer
+        tokens (``Ask``)."""
         tenant, model, ask = call.tenant, call.model, call.ask
         check_call(call.request_id, ask.tokens, ask.cost)
         check_call(call.request_id, ask.min_tokens, ask.cost_per_token)
         if not tenant or len(tenant) > MAX_NAME_CHARS or len(model) > MAX_NAME_CHARS:
             raise InvalidQuotaCall(f"tenant and model names have at most {MAX_NAME_CHARS} characters")
         limits = self.limits(tenant, model)
-        if not limits:
+        if not limits and not call.replayable:
             return Verdict(Decision.ADMIT, held=False)
         budget = self._settings.backend_timeout_s
         try:
@@ -139,9 +142,14 @@ class QuotaService:
             self._log.warning("renew", "quota lease renewal failed (leases run on): %s", exc)
             return 0
 
-    async def commit(self, request_id: str, tokens: int, cost: float) -> bool:
+    async def commit(self, request_id: str, tokens: int, cost: float, answer: bytes = b"") -> bool:
+        """Settle with what the request used; ``answer`` is kept for its repeats when it
+        fits ``kept_answer_bytes`` (else they are refused)."""
         check_call(request_id, tokens, cost)
-        return await self._settle(lambda: self._backend.commit(request_id, tokens, cost))
+        if len(answer) > MAX_ANSWER_BYTES:
+            raise InvalidQuotaCall(f"an answer has at most {MAX_ANSWER_BYTES} bytes")
+        kept = answer if len(answer) <= self._settings.kept_answer_bytes else b""
+        return await self._settle(lambda: self._backend.commit(request_id, tokens, cost, kept))
 
     async def release(self, request_id: str) -> bool:
         check_call(request_id)

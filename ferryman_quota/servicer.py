@@ -24,6 +24,8 @@ def verdict_to_proto(verdict: Verdict) -> quota_pb2.ReserveResponse:
         held=verdict.held,
         granted_tokens=verdict.tokens,
         repeat=verdict.repeat,
+        running=verdict.running,
+        answer=verdict.answer,
         violations=[
             quota_pb2.QuotaViolation(limit=v.limit, current=v.current, maximum=v.maximum)
             for v in verdict.violations
@@ -51,7 +53,14 @@ class QuotaServicer(quota_pb2_grpc.QuotaServicer):
                 request.cost_per_token_usd,
             )
             verdict = await self._service.reserve(
-                ReserveCall(request.request_id, request.tenant, request.model, ask, request.fingerprint)
+                ReserveCall(
+                    request.request_id,
+                    request.tenant,
+                    request.model,
+                    ask,
+                    request.fingerprint,
+                    request.replayable,
+                )
             )
         except InvalidQuotaCall as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -76,7 +85,7 @@ class QuotaServicer(quota_pb2_grpc.QuotaServicer):
     ) -> quota_pb2.SettleResponse:
         try:
             applied = await self._service.commit(
-                request.request_id, request.actual_tokens, request.actual_cost_usd
+                request.request_id, request.actual_tokens, request.actual_cost_usd, request.answer
             )
         except InvalidQuotaCall as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

@@ -8,6 +8,10 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ferryman_kernel.config import ListenAddress, MessageBytes, MetricsListen
+from ferryman_kernel.quota import MAX_ANSWER_BYTES
+
+ANSWER_ENVELOPE_BYTES = 4096
+"""Room a Reserve reply needs beside the answer it carries (decision, violations)."""
 
 
 class QuotaSettings(BaseSettings):
@@ -37,10 +41,22 @@ class QuotaSettings(BaseSettings):
     """A reservation ends this long after its last renewal unless settled: callers renew
     the running ones (``FERRYMAN_ROUTER_LEASE_RENEW_S``, at most a third of this), so a
     crashed router's slots free within this."""
+    kept_answer_bytes: int = Field(default=256 * 1024, ge=0, le=MAX_ANSWER_BYTES)
+    """The largest answer kept for repeats of a request id the caller chose; a repeat of a
+    request whose answer was larger is refused (ALREADY_EXISTS), never run again."""
+    kept_answers_per_tenant_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    """The memory backend keeps at most this many bytes of one tenant's answers at once
+    (past it, new answers are not kept and their repeats refused); Redis keeps each for
+    its id's lifetime (``2 x reservation_ttl_s``) and is bounded by its own maxmemory."""
     max_message_bytes: MessageBytes = 4 * 1024 * 1024
 
     @model_validator(mode="after")
     def _agree(self) -> QuotaSettings:
         if self.backend == "redis" and not self.redis_url:
             raise ValueError("FERRYMAN_QUOTA_REDIS_URL is required with the redis backend")
+        if self.kept_answer_bytes + ANSWER_ENVELOPE_BYTES > self.max_message_bytes:
+            raise ValueError(
+                "FERRYMAN_QUOTA_KEPT_ANSWER_BYTES must leave room in FERRYMAN_QUOTA_MAX_MESSAGE_BYTES "
+                "for the Reserve that returns it"
+            )
         return self

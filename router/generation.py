@@ -181,7 +181,14 @@ class Generator:
             cost_per_token=version.price_per_1k_tokens_usd / 1000,
         )
         verdict = await self._reservations.reserve(
-            quota_id, tenant.name, model, ask, lambda: fingerprint(request), deadline
+            quota_id,
+            tenant.name,
+            model,
+            ask,
+            lambda: fingerprint(request),
+            deadline,
+            replayable=bool(request.request_id),
+            replays=False,
         )
         if verdict.repeat:
             # Sampling and streaming make a generation another answer each time: its id

@@ -18,6 +18,7 @@ import grpc
 
 from ferryman.errors import Reason
 from ferryman_kernel.quota import (
+    MAX_ANSWER_BYTES,
     MAX_RENEW_IDS,
     Ask,
     Decision,
@@ -35,6 +36,11 @@ from router.settings import RouterSettings
 SETTLE_TIMEOUT_S = 1.0
 """How long one Commit or Release may take; it runs off the answer's path."""
 log = logging.getLogger("ferryman.router")
+
+
+def request_id_of(quota_id: str) -> str:
+    """The client's request id in a quota id (``tenant/request id``)."""
+    return quota_id.split("/", 1)[-1]
 
 
 class Reservations:
@@ -56,31 +62,50 @@ class Reservations:
         return len(self._held)
 
     async def reserve(
-        self, quota_id: str, tenant: str, model: str, ask: Ask, digest: Callable[[], str], deadline: float
+        self,
+        quota_id: str,
+        tenant: str,
+        model: str,
+        ask: Ask,
+        digest: Callable[[], str],
+        deadline: float,
+        *,
+        replayable: bool,
+        replays: bool,
     ) -> Verdict:
         """Reserve ``ask`` for a request (within its deadline); a held reservation is renewed
         until ``commit_later`` or ``release_later``. Refusals raise RequestFailed.
-        ``digest`` fingerprints the request, only when a quota service needs it."""
+        ``digest`` fingerprints the request, only when a quota service needs it.
+
+        ``replayable``: the caller chose the id, so it is bound to this request for every
+        tenant. ``replays``: a repeat is answered with the first call's kept answer
+        (``Verdict.answer``), waiting while that call runs; one whose answer was not kept
+        is refused. Without it a repeat comes back as it is (``Verdict.repeat``)."""
         loop = asyncio.get_running_loop()
-        try:
-            if self._quota.unlimited(tenant, model):
-                verdict = Verdict(Decision.ADMIT, held=False)  # no call, no fingerprint
-            else:
-                with current_span(self._tracer, "quota.reserve", attributes={"ferryman.tenant": tenant}):
-                    verdict = await self._quota.reserve(
-                        ReserveCall(quota_id, tenant, model, ask, digest()),
-                        budget_s=min(self._settings.quota_timeout_s, deadline - loop.time()),
-                    )
-        except QuotaUnavailable as exc:
-            raise fail(grpc.StatusCode.UNAVAILABLE, str(exc), Reason.QUOTA_UNAVAILABLE) from None
+        if not replayable and self._quota.unlimited(tenant, model):
+            return Verdict(Decision.ADMIT, held=False)  # no call, no fingerprint
+        call = ReserveCall(quota_id, tenant, model, ask, digest(), replayable)
+        pause = self._settings.repeat_poll_s
+        while True:
+            verdict = await self._call(call, deadline)
+            if not (replays and verdict.repeat and verdict.running):
+                break
+            # The first call under this id still runs: its answer is this one's.
+            if loop.time() + pause >= deadline:
+                raise fail(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"the first request under request_id {clip(request_id_of(quota_id))!r} is still running",
+                    Reason.DEADLINE,
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, self._settings.repeat_poll_max_s)
         self._metrics.child(
             self._metrics.quota_decisions, self._metrics.tenant(tenant), verdict.decision.value
         ).inc()
-        request_id = quota_id.split("/", 1)[-1]
         if verdict.decision == Decision.CONFLICT:
             raise fail(
                 grpc.StatusCode.ALREADY_EXISTS,
-                f"request_id {clip(request_id)!r} was already used for a different request",
+                f"request_id {clip(request_id_of(quota_id))!r} was already used for a different request",
                 Reason.REQUEST_ID_REUSED,
             )
         if verdict.decision == Decision.REJECT:
@@ -95,14 +120,32 @@ class Reservations:
                 ],
                 retry_after=timedelta(seconds=max(verdict.retry_after_s, 0.001)),
             )
+        if replays and verdict.repeat and not verdict.answer:
+            raise fail(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"request_id {clip(request_id_of(quota_id))!r} was already answered and its answer "
+                "was not kept (too large, or its router stopped before answering): use a new id",
+                Reason.REQUEST_ID_REUSED,
+            )
         if verdict.held:
             self._held.add(quota_id)
         return verdict
 
-    def commit_later(self, quota_id: str, tokens: int, cost: float) -> None:
-        """Settle a held reservation with what the request used, off the answer's path."""
+    async def _call(self, call: ReserveCall, deadline: float) -> Verdict:
+        budget = min(self._settings.quota_timeout_s, deadline - asyncio.get_running_loop().time())
+        try:
+            with current_span(self._tracer, "quota.reserve", attributes={"ferryman.tenant": call.tenant}):
+                return await self._quota.reserve(call, budget_s=budget)
+        except QuotaUnavailable as exc:
+            raise fail(grpc.StatusCode.UNAVAILABLE, str(exc), Reason.QUOTA_UNAVAILABLE) from None
+
+    def commit_later(self, quota_id: str, tokens: int, cost: float, answer: bytes = b"") -> None:
+        """Settle a held reservation with what the request used, off the answer's path;
+        ``answer`` (a replayable request's, serialized) is kept for its repeats when it is
+        within MAX_ANSWER_BYTES."""
         self._held.discard(quota_id)
-        self._settle_later(self._quota.commit(quota_id, tokens, cost, budget_s=SETTLE_TIMEOUT_S))
+        kept = answer if len(answer) <= MAX_ANSWER_BYTES else b""
+        self._settle_later(self._quota.commit(quota_id, tokens, cost, budget_s=SETTLE_TIMEOUT_S, answer=kept))
 
     def release_later(self, quota_id: str) -> None:
         """Give a held reservation back (the request did not run), off the answer's path."""

@@ -144,6 +144,9 @@ class RouterService:
                 "the deadline passed before the request arrived",
                 Reason.DEADLINE,
             )
+        # An id the client chose may come again (a retry): it buys one request, answered
+        # again from the kept answer, for every tenant, with or without limits.
+        replayable = bool(request.request_id)
         request_id = request.request_id or uuid.uuid4().hex
         quota_id = f"{tenant.name}/{request_id}"
         admitted = self._check(request, tenant, degrade=False)
@@ -155,7 +158,11 @@ class RouterService:
             Ask(admitted.tokens, admitted.cost),
             lambda: fingerprint(request),
             deadline,
+            replayable=replayable,
+            replays=True,
         )
+        if verdict.repeat:
+            return inference_pb2.PredictResponse.FromString(verdict.answer)
         # A held reservation ends with the request, however it ends: answer, error, the
         # client's cancel or deadline. Leases cover the one way this cannot see: a crash.
         try:
@@ -168,7 +175,8 @@ class RouterService:
             raise
         if verdict.held:
             usage = response.usage
-            self._reservations.commit_later(quota_id, usage.input_tokens, usage.cost_usd)
+            answer = response.SerializeToString() if replayable else b""
+            self._reservations.commit_later(quota_id, usage.input_tokens, usage.cost_usd, answer)
         return response
 
     async def _serve(

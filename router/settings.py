@@ -48,6 +48,12 @@ class RouterSettings(BaseSettings):
     of the quota service's ``FERRYMAN_QUOTA_LEASE_S`` (checked when the router hosts it)."""
     quota_timeout_s: float = Field(default=0.5, gt=0)
     """Most of a request's budget a quota call may take."""
+    repeat_poll_s: float = Field(default=0.005, gt=0)
+    """A repeat of a request id whose first call still runs asks the quota store again
+    after this, then after twice as long each time, up to ``repeat_poll_max_s``: it is
+    answered with that call's answer, never run again."""
+    repeat_poll_max_s: float = Field(default=0.1, gt=0)
+    """The longest wait between two looks at a running first call (see repeat_poll_s)."""
     max_message_bytes: MessageBytes = 64 * 1024 * 1024
     max_generate_tokens: int = Field(default=4096, ge=1)
     """Most ``max_tokens`` one generation may ask for (nodes also cut it to the context)."""
@@ -127,6 +133,8 @@ class RouterSettings(BaseSettings):
             raise ValueError("FERRYMAN_ROUTER_LIMIT_MIN may not exceed FERRYMAN_ROUTER_LIMIT_INITIAL")
         if self.job_window_s > self.job_max_window_s:
             raise ValueError("FERRYMAN_ROUTER_JOB_WINDOW_S may not exceed FERRYMAN_ROUTER_JOB_MAX_WINDOW_S")
+        if self.repeat_poll_s > self.repeat_poll_max_s:
+            raise ValueError("FERRYMAN_ROUTER_REPEAT_POLL_S may not exceed FERRYMAN_ROUTER_REPEAT_POLL_MAX_S")
         return self
 
     def limit_config(self) -> LimitConfig:

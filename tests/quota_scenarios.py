@@ -42,9 +42,10 @@ class Harness:
         lease_s: float = LONG_LEASE_S,
         min_tokens: int = 0,
         cost_per_token: float = 0.0,
+        replayable: bool = False,
     ) -> Verdict:
         ask = Ask(tokens, cost, min_tokens, cost_per_token)
-        call = ReserveCall(request_id, "", "", ask, fingerprint or f"fp:{request_id}")
+        call = ReserveCall(request_id, "", "", ask, fingerprint or f"fp:{request_id}", replayable)
         return await self.backend.reserve(call, limits, lease_s, BUDGET_S)
 
     async def decisions(self, ids: Sequence[str], limits: Sequence[Limits]) -> list[Decision]:
@@ -237,6 +238,52 @@ async def a_charge_adds_only_what_is_new(q: Harness) -> None:
     assert (await q.usage(limits))["t:cost_per_day"] == pytest.approx(0.1)
 
 
+ANSWER = bytes(range(256)) * 8
+"""A kept answer: binary, every byte value (a serialized protobuf is no text)."""
+
+
+async def a_repeat_waits_for_the_first_then_gets_its_answer(q: Harness) -> None:
+    """With limits or without: the id buys one request; a repeat is told the first still
+    runs, then gets the answer its commit carried, and is never held or charged."""
+    for n, limits in enumerate(([], [Limits(scope="t", rpm=5)])):
+        rid = f"t/{n}"
+        first = await q.reserve(rid, limits, fingerprint="A", replayable=True)
+        assert first.decision == Decision.ADMIT and first.held and not first.repeat
+        running = await q.reserve(rid, limits, fingerprint="A", replayable=True)
+        assert running.repeat and running.running and not running.held and not running.answer
+        assert await q.backend.commit(rid, 0, 0, ANSWER)
+        for _ in range(3):
+            again = await q.reserve(rid, limits, fingerprint="A", replayable=True)
+            assert again.repeat and not again.running and not again.held and again.answer == ANSWER
+        other = await q.reserve(rid, limits, fingerprint="B", replayable=True)
+        assert other.decision == Decision.CONFLICT and not other.held
+    assert (await q.usage([Limits(scope="t", rpm=5)]))["t:rpm"] == 1
+
+
+async def a_repeat_of_a_lost_first_call_is_not_run_again(q: Harness) -> None:
+    """The first call's router died (its lease ran out unrenewed): a repeat is neither
+    running nor answered (the caller refuses it), and a late commit keeps no answer."""
+    for n, limits in enumerate(([], [Limits(scope="t", max_concurrency=1)])):
+        rid = f"lost/{n}"
+        assert (await q.reserve(rid, limits, fingerprint="A", lease_s=10, replayable=True)).held
+        q.clock.now += 11
+        lost = await q.reserve(rid, limits, fingerprint="A", lease_s=10, replayable=True)
+        assert lost.repeat and not lost.running and not lost.answer and not lost.held
+        assert not await q.backend.commit(rid, 0, 0, ANSWER)
+        late = await q.reserve(rid, limits, fingerprint="A", lease_s=10, replayable=True)
+        assert late.repeat and not late.answer
+
+
+async def a_committed_answer_outlives_its_lease(q: Harness) -> None:
+    rid = "t/kept"
+    assert (await q.reserve(rid, [], fingerprint="A", lease_s=10, replayable=True)).held
+    assert await q.backend.renew([rid], 10) == 1
+    assert await q.backend.commit(rid, 0, 0, ANSWER)
+    q.clock.now += 60  # the lease is long over; the id is remembered for its TTL
+    again = await q.reserve(rid, [], fingerprint="A", lease_s=10, replayable=True)
+    assert again.repeat and again.answer == ANSWER
+
+
 SCENARIOS: list[Callable[[Harness], Awaitable[None]]] = [
     rpm_admits_n_in_any_minute,
     rpm_log_slides_and_a_refund_frees_its_place,
@@ -251,4 +298,7 @@ SCENARIOS: list[Callable[[Harness], Awaitable[None]]] = [
     reserving_the_bound_never_overshoots_cost,
     a_partial_ask_takes_what_the_limits_leave,
     a_charge_adds_only_what_is_new,
+    a_repeat_waits_for_the_first_then_gets_its_answer,
+    a_repeat_of_a_lost_first_call_is_not_run_again,
+    a_committed_answer_outlives_its_lease,
 ]

@@ -24,7 +24,7 @@ QUOTA_DECISION_REJECT: QuotaDecision
 QUOTA_DECISION_CONFLICT: QuotaDecision
 
 class ReserveRequest(_message.Message):
-    __slots__ = ("request_id", "tenant", "model", "estimated_tokens", "estimated_cost_usd", "fingerprint", "min_tokens", "cost_per_token_usd")
+    __slots__ = ("request_id", "tenant", "model", "estimated_tokens", "estimated_cost_usd", "fingerprint", "min_tokens", "cost_per_token_usd", "replayable")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +33,7 @@ class ReserveRequest(_message.Message):
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     MIN_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COST_PER_TOKEN_USD_FIELD_NUMBER: _ClassVar[int]
+    REPLAYABLE_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tenant: str
     model: str
@@ -41,7 +42,8 @@ class ReserveRequest(_message.Message):
     fingerprint: str
     min_tokens: int
     cost_per_token_usd: float
-    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., estimated_tokens: _Optional[int] = ..., estimated_cost_usd: _Optional[float] = ..., fingerprint: _Optional[str] = ..., min_tokens: _Optional[int] = ..., cost_per_token_usd: _Optional[float] = ...) -> None: ...
+    replayable: bool
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., estimated_tokens: _Optional[int] = ..., estimated_cost_usd: _Optional[float] = ..., fingerprint: _Optional[str] = ..., min_tokens: _Optional[int] = ..., cost_per_token_usd: _Optional[float] = ..., replayable: bool = ...) -> None: ...
 
 class QuotaViolation(_message.Message):
     __slots__ = ("limit", "current", "maximum")
@@ -54,30 +56,36 @@ class QuotaViolation(_message.Message):
     def __init__(self, limit: _Optional[str] = ..., current: _Optional[float] = ..., maximum: _Optional[float] = ...) -> None: ...
 
 class ReserveResponse(_message.Message):
-    __slots__ = ("decision", "violations", "retry_after", "held", "granted_tokens", "repeat")
+    __slots__ = ("decision", "violations", "retry_after", "held", "granted_tokens", "repeat", "running", "answer")
     DECISION_FIELD_NUMBER: _ClassVar[int]
     VIOLATIONS_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
     GRANTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     REPEAT_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
     decision: QuotaDecision
     violations: _containers.RepeatedCompositeFieldContainer[QuotaViolation]
     retry_after: _duration_pb2.Duration
     held: bool
     granted_tokens: int
     repeat: bool
-    def __init__(self, decision: _Optional[_Union[QuotaDecision, str]] = ..., violations: _Optional[_Iterable[_Union[QuotaViolation, _Mapping]]] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., held: bool = ..., granted_tokens: _Optional[int] = ..., repeat: bool = ...) -> None: ...
+    running: bool
+    answer: bytes
+    def __init__(self, decision: _Optional[_Union[QuotaDecision, str]] = ..., violations: _Optional[_Iterable[_Union[QuotaViolation, _Mapping]]] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., held: bool = ..., granted_tokens: _Optional[int] = ..., repeat: bool = ..., running: bool = ..., answer: _Optional[bytes] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
-    __slots__ = ("request_id", "actual_tokens", "actual_cost_usd")
+    __slots__ = ("request_id", "actual_tokens", "actual_cost_usd", "answer")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ACTUAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ACTUAL_COST_USD_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     actual_tokens: int
     actual_cost_usd: float
-    def __init__(self, request_id: _Optional[str] = ..., actual_tokens: _Optional[int] = ..., actual_cost_usd: _Optional[float] = ...) -> None: ...
+    answer: bytes
+    def __init__(self, request_id: _Optional[str] = ..., actual_tokens: _Optional[int] = ..., actual_cost_usd: _Optional[float] = ..., answer: _Optional[bytes] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("request_id",)

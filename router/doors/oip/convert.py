@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
@@ -54,11 +53,9 @@ def predict_request(
     parameters: Mapping[str, Scalar],
     inputs: Sequence[common_pb2.NamedTensor],
 ) -> inference_pb2.PredictRequest:
-    """The neutral request of an OIP inference request (an empty id gets a fresh one, so a
-    stream's answers can be matched to it)."""
-    request = inference_pb2.PredictRequest(
-        request_id=request_id or uuid.uuid4().hex, model=model, version=version, inputs=inputs
-    )
+    """The neutral request of an OIP inference request (an empty id stays empty: the router
+    names it, and only an id the client chose binds a repeat to its answer)."""
+    request = inference_pb2.PredictRequest(request_id=request_id, model=model, version=version, inputs=inputs)
     for key, value in parameters.items():
         if key == TIMEOUT_PARAMETER:
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TIMEOUT_US:

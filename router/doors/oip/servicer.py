@@ -4,6 +4,7 @@ codes and google.rpc details, as on ferryman.v1.Inference."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 
 import grpc
@@ -190,6 +191,9 @@ class OipServicer:
                 except RequestFailed as failed:
                     yield Rejected(request.id, failed.status)
                     continue
+                if not converted.request_id:
+                    # A stream's answers are matched to their requests by id.
+                    converted.request_id = uuid.uuid4().hex
                 wanted[converted.request_id] = outputs
                 yield converted
 

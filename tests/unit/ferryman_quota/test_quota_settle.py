@@ -25,16 +25,16 @@ class Slow(MemoryQuota):
     """Memory counters whose settles time out ``stalls`` times before they go through."""
 
     def __init__(self, stalls: int) -> None:
-        super().__init__(reservation_ttl_s=300, clock=lambda: NOW)
+        super().__init__(reservation_ttl_s=300, kept_per_tenant_bytes=0, clock=lambda: NOW)
         self.stalls = stalls
         self.settles = 0
 
-    async def commit(self, request_id: str, tokens: int, cost: float) -> bool:
+    async def commit(self, request_id: str, tokens: int, cost: float, answer: bytes = b"") -> bool:
         self.settles += 1
         if self.stalls:
             self.stalls -= 1
             raise TimeoutError("backend too slow")
-        return await super().commit(request_id, tokens, cost)
+        return await super().commit(request_id, tokens, cost, answer)
 
     async def usage(self, policies: Sequence[Limits]) -> list[tuple[str, float, float, str]]:
         return await super().usage(policies)

@@ -50,9 +50,10 @@ def test_a_huge_number_is_refused_with_its_name_clipped() -> None:
     assert predict_request("mlp", "", "", {"n": 2**63 - 1}, []).parameters["n"] == str(2**63 - 1)
 
 
-def test_an_empty_id_gets_a_fresh_one() -> None:
-    first, second = (predict_request("mlp", "", "", {}, []) for _ in range(2))
-    assert first.request_id and second.request_id and first.request_id != second.request_id
+def test_an_empty_id_stays_empty_for_the_router_to_name() -> None:
+    """Only an id the client chose binds a repeat to its answer: the door invents none."""
+    assert predict_request("mlp", "", "", {}, []).request_id == ""
+    assert predict_request("mlp", "", "mine", {}, []).request_id == "mine"
 
 
 def test_metadata_and_config_describe_items_the_triton_way() -> None:
