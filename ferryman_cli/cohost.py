@@ -30,7 +30,7 @@ async def serve_router_with_batcher(
     """Run a router whose batcher lives in the same process, until SIGTERM/SIGINT (or
     ``stop``); the batcher drains after the router stops taking requests."""
     metrics = BatcherMetrics()
-    metrics_server = serve_metrics(batcher.metrics_listen, metrics.registry)
+    metrics_server = serve_metrics(batcher.metrics_listen, metrics.registry, common.handshake_timeout_s)
     host = BatcherHost(batcher, common, metrics)
     await host.start()
     with otlp_metrics(metrics.registry, "batcher"):

@@ -163,7 +163,9 @@ async def run_service(
     metrics endpoint for the block; the server stopped and closers run after it."""
     setup_tracing(spec.name)
     runtime = ServiceRuntime(spec, common.security(), stop or stop_on_signals(), common.server_options())
-    metrics_server = serve_metrics(spec.metrics_listen, spec.metrics) if spec.metrics else None
+    metrics_server = (
+        serve_metrics(spec.metrics_listen, spec.metrics, common.handshake_timeout_s) if spec.metrics else None
+    )
     with otlp_metrics(spec.metrics, spec.name) if spec.metrics else nullcontext():
         try:
             yield runtime

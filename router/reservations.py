@@ -81,24 +81,12 @@ class Reservations:
         tenant. ``replays``: a repeat is answered with the first call's kept answer
         (``Verdict.answer``), waiting while that call runs; one whose answer was not kept
         is refused. Without it a repeat comes back as it is (``Verdict.repeat``)."""
-        loop = asyncio.get_running_loop()
         if not replayable and self._quota.unlimited(tenant, model):
-            return Verdict(Decision.ADMIT, held=False)  # no call, no fingerprint
-        call = ReserveCall(quota_id, tenant, model, ask, digest(), replayable)
-        pause = self._settings.repeat_poll_s
-        while True:
-            verdict = await self._call(call, deadline)
-            if not (replays and verdict.repeat and verdict.running):
-                break
-            # The first call under this id still runs: its answer is this one's.
-            if loop.time() + pause >= deadline:
-                raise fail(
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    f"the first request under request_id {clip(request_id_of(quota_id))!r} is still running",
-                    Reason.DEADLINE,
-                )
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, self._settings.repeat_poll_max_s)
+            verdict = Verdict(Decision.ADMIT, held=False)  # no call, no fingerprint
+        else:
+            verdict = await self._settled_verdict(
+                ReserveCall(quota_id, tenant, model, ask, digest(), replayable), deadline, replays
+            )
         self._metrics.child(
             self._metrics.quota_decisions, self._metrics.tenant(tenant), verdict.decision.value
         ).inc()
@@ -130,6 +118,26 @@ class Reservations:
         if verdict.held:
             self._held.add(quota_id)
         return verdict
+
+    async def _settled_verdict(self, call: ReserveCall, deadline: float, replays: bool) -> Verdict:
+        """The quota store's verdict; with ``replays``, a repeat whose first call still runs
+        asks again (backing off) until that call has answered or the deadline comes."""
+        loop = asyncio.get_running_loop()
+        pause = self._settings.repeat_poll_s
+        while True:
+            verdict = await self._call(call, deadline)
+            if not (replays and verdict.repeat and verdict.running):
+                return verdict
+            # The first call under this id still runs: its answer is this one's.
+            if loop.time() + pause >= deadline:
+                raise fail(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"the first request under request_id {clip(request_id_of(call.request_id))!r} "
+                    "is still running",
+                    Reason.DEADLINE,
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, self._settings.repeat_poll_max_s)
 
     async def _call(self, call: ReserveCall, deadline: float) -> Verdict:
         budget = min(self._settings.quota_timeout_s, deadline - asyncio.get_running_loop().time())

@@ -14,6 +14,7 @@ import grpc
 from ferryman.v1 import inference_pb2, jobs_pb2, jobs_pb2_grpc, quota_pb2
 from ferryman_jobs.port import jobs_enabled, open_job_queue
 from ferryman_kernel.config import CommonSettings
+from ferryman_kernel.connections import GuardLimits
 from ferryman_kernel.quota import RENEWALS_PER_LEASE, QuotaClient, RemoteQuota
 from ferryman_kernel.runtime import ServiceRuntime, ServiceSpec, run_service
 from ferryman_kernel.security import aio_channel
@@ -173,7 +174,13 @@ async def serve_router(
             http = HttpDoor(
                 gateway,
                 settings.http_listen,
-                settings.http_max_connections,
+                GuardLimits(
+                    max_connections=settings.http_max_connections,
+                    max_per_peer=settings.http_max_connections_per_peer,
+                    header_timeout_s=settings.http_header_timeout_s,
+                    body_timeout_s=settings.http_body_timeout_s,
+                    max_header_bytes=settings.http_max_header_bytes,
+                ),
                 common.tls_cert,
                 common.tls_key,
                 reuse_port=settings.reuse_port,

@@ -20,8 +20,19 @@ class RouterSettings(BaseSettings):
     """host:port of the HTTP doors (OIP v2 REST on /v2, OpenAI-compatible on /v1, the OpenAPI
     document on /openapi.json); empty serves none. TLS settings apply to it too."""
     http_max_connections: int = Field(default=1024, ge=1)
-    """Open HTTP connections (and requests in flight) past which the HTTP port answers 503 at
-    once: a flood of idle or slow connections cannot exhaust the router."""
+    """Open HTTP connections the HTTP port keeps. Past it a new connection sheds the one that
+    has waited longest for a request (a flood of idle or half-open connections sheds
+    itself); only when every connection is inside a request does a new one get 503."""
+    http_max_connections_per_peer: int = Field(default=256, ge=1)
+    """Open HTTP connections one client address keeps (shed as above; a peer with this many
+    requests in flight gets no more connections)."""
+    http_header_timeout_s: float = Field(default=10.0, gt=0)
+    """A connection must send a request's line and headers within this of opening (or of
+    its last answer); else it is closed (408 when it had sent part of them)."""
+    http_body_timeout_s: float = Field(default=60.0, gt=0)
+    """A request's body must arrive whole within this of its headers; else it is closed."""
+    http_max_header_bytes: int = Field(default=64 * 1024, ge=1024)
+    """Most bytes of a request line and headers; more is refused 431 before any work."""
     batchers: str = "127.0.0.1:7003"
     """Comma-separated batcher addresses; each model goes to one by rendezvous hashing. A
     name stands for every address it resolves to (a Kubernetes headless Service: one per
@@ -133,6 +144,11 @@ class RouterSettings(BaseSettings):
             raise ValueError("FERRYMAN_ROUTER_LIMIT_MIN may not exceed FERRYMAN_ROUTER_LIMIT_INITIAL")
         if self.job_window_s > self.job_max_window_s:
             raise ValueError("FERRYMAN_ROUTER_JOB_WINDOW_S may not exceed FERRYMAN_ROUTER_JOB_MAX_WINDOW_S")
+        if self.http_max_connections_per_peer > self.http_max_connections:
+            raise ValueError(
+                "FERRYMAN_ROUTER_HTTP_MAX_CONNECTIONS_PER_PEER may not exceed "
+                "FERRYMAN_ROUTER_HTTP_MAX_CONNECTIONS"
+            )
         if self.repeat_poll_s > self.repeat_poll_max_s:
             raise ValueError("FERRYMAN_ROUTER_REPEAT_POLL_S may not exceed FERRYMAN_ROUTER_REPEAT_POLL_MAX_S")
         return self

@@ -15,9 +15,11 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 
+from ferryman_kernel.connections import ConnectionGuard, GuardLimits
 from ferryman_kernel.net import cannot_listen
 from router.doors.http import errors
 from router.doors.http.caller import JSON, OPENAI_PREFIX, invalid_request
+from router.doors.http.guard import guarded
 from router.doors.oip.rest import protocol as oip_rest
 from router.doors.oip.rest import routes as oip_rest_routes
 from router.doors.openai import models
@@ -114,7 +116,7 @@ class HttpDoor:
         self,
         gateway: Gateway,
         listen: str,
-        max_connections: int,
+        limits: GuardLimits,
         certfile: str = "",
         keyfile: str = "",
         reuse_port: bool = False,
@@ -140,8 +142,10 @@ class HttpDoor:
             access_log=False,
             # uvicorn warns once per refused or malformed request: a flood would flood the log.
             log_level="error",
-            http="httptools",
-            limit_concurrency=max_connections,
+            # The guard sheds idle and half-open connections past its bound and closes slow
+            # ones; uvicorn's own bound (503) then counts only connections inside a request.
+            http=guarded(ConnectionGuard(limits)),
+            limit_concurrency=limits.max_connections + 1,
             ssl_certfile=certfile or None,
             ssl_keyfile=keyfile or None,
             timeout_graceful_shutdown=2,

@@ -101,24 +101,44 @@ def test_another_tenants_private_model_is_unknown_to_every_catalogue_route(e2e: 
         assert error.code == 404
 
 
-def test_a_flood_of_idle_connections_is_refused_at_the_limit(e2e: E2E) -> None:
+def test_idle_connections_at_the_limit_make_room_and_only_served_ones_refuse(e2e: E2E) -> None:
+    """Idle connections at the limit: a new one sheds the longest-waiting and is served.
+    Every connection inside a request: a new one is refused 503 (the port is really full)."""
     http = f"127.0.0.1:{free_port()}"
-    e2e.start_router(QuotaSettings(), http_listen=http, http_max_connections=CONNECTION_LIMIT)
+    e2e.start_router(
+        QuotaSettings(),
+        http_listen=http,
+        http_max_connections=CONNECTION_LIMIT,
+        http_max_connections_per_peer=CONNECTION_LIMIT,
+    )
     host, port = http.split(":")
     idle = [socket.create_connection((host, int(port)), timeout=TIMEOUT_S) for _ in range(CONNECTION_LIMIT)]
     try:
-        time.sleep(0.2)  # accepted: each holds a slot without sending a byte
-        try:
-            urllib.request.urlopen(f"http://{http}/v2/health/live", timeout=TIMEOUT_S)
-            raise AssertionError("served past the connection limit")
-        except urllib.error.HTTPError as error:
-            assert error.code == 503
+        time.sleep(0.2)  # accepted: each holds a place without sending a byte
+        with urllib.request.urlopen(f"http://{http}/v2/health/live", timeout=TIMEOUT_S) as live:
+            assert live.status == 200, "served past the idle connections"
+        assert idle[0].recv(1) == b"", "the longest-waiting connection was shed"
     finally:
         for sock in idle:
             sock.close()
-    time.sleep(0.2)
-    with urllib.request.urlopen(f"http://{http}/v2/health/live", timeout=TIMEOUT_S) as live:
-        assert live.status == 200, "served again once the idle connections went"
+    url, key = f"http://{http}/v2/models/echo/infer", e2e.keys["acme"]
+    body = echo_body(1.0, delay_ms=SLOW_MS)
+    busy = []
+    for _ in range(CONNECTION_LIMIT):
+        sock = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
+        sock.sendall(
+            b"POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (key.encode(), len(body), body)
+        )
+        busy.append(sock)
+    try:
+        time.sleep(SLOW_MS / 1000 / 3)  # read whole and being served
+        status, _ = post(url, echo_body(1.0), key)
+        assert status == 503, "every connection is being served: the port is full"
+    finally:
+        for sock in busy:
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200"), "the served ones were answered"
+            sock.close()
 
 
 def test_statistics_of_every_model_answer_at_their_own_path(e2e: E2E) -> None:

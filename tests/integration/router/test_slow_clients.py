@@ -1,0 +1,206 @@
+"""Slow and idle clients cannot hold a door (slowloris): with 1,100 half-open connections on
+the HTTP port, 500 on the gRPC port and 1,100 on the metrics port, legitimate calls are
+answered within their deadline, and every half-open connection is closed within its
+bound (a few seconds here; the defaults are 10 s for HTTP headers, 5 s for the gRPC
+preface and metrics headers). Part of the abuse suite."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import grpc
+import numpy as np
+import pytest
+from harness import ServiceThread
+from router_platform import E2E
+
+from ferryman.tensors import encode
+from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+from ferryman_kernel.net import free_port
+from ferryman_quota.cohost import CoHostedQuota
+from ferryman_quota.settings import QuotaSettings
+from gpu_node.demo import echo
+from router.server import serve_router
+from router.settings import RouterSettings
+
+pytestmark = pytest.mark.abuse
+
+HTTP_HALF_OPEN = 1100
+GRPC_HALF_OPEN = 500
+METRICS_HALF_OPEN = 1100
+BOUND_S = 2.0
+"""The header and handshake deadlines of the router under attack."""
+CLOSED_WITHIN_S = 20.0
+"""Closing is asserted as a property: well past the bound, however loaded the machine."""
+LEGIT_CALLS = 20
+DEADLINE_S = 10.0
+HTTP_OPENINGS = (b"", b"GET /v2/hea", b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Le")
+"""Silent, part of a request line, part of the headers."""
+GRPC_OPENING = b"PRI * HTTP/2.0\r\n"
+"""Part of the HTTP/2 preface."""
+
+
+@pytest.fixture(scope="module")
+def guarded(e2e: E2E) -> Iterator[tuple[str, str, str]]:
+    """A router with short bounds: its gRPC, HTTP and metrics addresses."""
+    http, metrics = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    settings = RouterSettings(
+        listen="127.0.0.1:0",
+        batchers=e2e.batcher,
+        http_listen=http,
+        metrics_listen=metrics,
+        http_header_timeout_s=BOUND_S,
+    )
+    common = e2e.common.model_copy(update={"handshake_timeout_s": BOUND_S})
+    thread = ServiceThread(
+        lambda stop, ready: serve_router(settings, CoHostedQuota(QuotaSettings()), common, stop, ready),
+        "router",
+    )
+    address = thread.start()
+    try:
+        yield address, http, metrics
+    finally:
+        thread.stop()
+
+
+def half_open(address: str, count: int, openings: tuple[bytes, ...]) -> list[socket.socket]:
+    host, port = address.rsplit(":", 1)
+    socks = []
+    for i in range(count):
+        sock = socket.create_connection((host, int(port)), timeout=DEADLINE_S)
+        if opening := openings[i % len(openings)]:
+            with contextlib.suppress(OSError):  # shed while opening: the defence working
+                sock.sendall(opening)
+        socks.append(sock)
+    return socks
+
+
+def all_closed(socks: list[socket.socket], within_s: float) -> int:
+    """How many of ``socks`` the server closed within ``within_s`` (what it sends is read)."""
+    deadline = time.monotonic() + within_s
+    open_ones = list(socks)
+    while open_ones and time.monotonic() < deadline:
+        still = []
+        for sock in open_ones:
+            sock.setblocking(False)
+            try:
+                while data := sock.recv(65536):
+                    del data
+            except BlockingIOError:
+                still.append(sock)
+            except OSError:
+                pass  # reset: closed
+        open_ones = still
+        time.sleep(0.1)
+    for sock in socks:
+        sock.close()
+    return len(socks) - len(open_ones)
+
+
+def infer_over_http(http: str, key: str, value: float) -> int:
+    body = json.dumps(
+        {
+            "inputs": [
+                {"name": "input", "datatype": "FP32", "shape": [1, echo.WIDTH], "data": [value] * echo.WIDTH}
+            ]
+        }
+    ).encode()
+    request = urllib.request.Request(
+        f"http://{http}/v2/models/echo/infer", data=body, headers={"Authorization": f"Bearer {key}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=DEADLINE_S) as response:
+            assert len(json.loads(response.read())["outputs"][0]["data"]) == echo.WIDTH
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_half_open_http_connections_leave_real_clients_served(
+    e2e: E2E, guarded: tuple[str, str, str]
+) -> None:
+    _, http, _ = guarded
+    flood = half_open(http, HTTP_HALF_OPEN, HTTP_OPENINGS)
+    try:
+        started = time.monotonic()
+        answers = [infer_over_http(http, e2e.keys["acme"], float(i)) for i in range(LEGIT_CALLS)]
+        assert answers == [200] * LEGIT_CALLS
+        assert time.monotonic() - started < LEGIT_CALLS * DEADLINE_S
+    finally:
+        closed = all_closed(flood, CLOSED_WITHIN_S)
+    assert closed == HTTP_HALF_OPEN, f"{HTTP_HALF_OPEN - closed} half-open connections outlived their bound"
+
+
+def test_a_trickling_client_is_closed_at_its_header_deadline(guarded: tuple[str, str, str]) -> None:
+    """A byte every half second keeps a read going, not the connection: the deadline is for
+    the whole request line and headers."""
+    _, http, _ = guarded
+    host, port = http.split(":")
+    sock = socket.create_connection((host, int(port)), timeout=DEADLINE_S)
+    started = time.monotonic()
+    answer = b""
+    for byte in b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 200:
+        try:
+            sock.sendall(bytes([byte]))
+            sock.settimeout(0.5)
+            answer = sock.recv(65536)
+        except TimeoutError:
+            continue
+        except OSError:
+            break
+        if answer:
+            break
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:40]
+    assert time.monotonic() - started < CLOSED_WITHIN_S
+
+
+def test_oversized_headers_are_refused_before_any_work(guarded: tuple[str, str, str]) -> None:
+    _, http, _ = guarded
+    host, port = http.split(":")
+    with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as sock:
+        headers = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 1000) for i in range(100))
+        with contextlib.suppress(OSError):  # closed while still sending: read what it said
+            sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 431")
+
+
+def test_half_open_grpc_connections_leave_real_clients_served(
+    e2e: E2E, guarded: tuple[str, str, str]
+) -> None:
+    router, _, _ = guarded
+    flood = half_open(router, GRPC_HALF_OPEN, (b"", GRPC_OPENING))
+    try:
+        x = encode(np.ones((1, echo.WIDTH), np.float32))
+        with grpc.insecure_channel(router) as channel:
+            stub = inference_pb2_grpc.InferenceStub(channel)
+            for _ in range(LEGIT_CALLS):
+                answer: inference_pb2.PredictResponse = stub.Predict(
+                    inference_pb2.PredictRequest(
+                        model="echo", inputs=[common_pb2.NamedTensor(name="input", tensor=x)]
+                    ),
+                    metadata=(("authorization", f"Bearer {e2e.keys['acme']}"),),
+                    timeout=DEADLINE_S,
+                )
+                assert answer.version
+    finally:
+        closed = all_closed(flood, CLOSED_WITHIN_S)
+    assert closed == GRPC_HALF_OPEN
+
+
+def test_half_open_metrics_connections_leave_scrapes_served(guarded: tuple[str, str, str]) -> None:
+    _, _, metrics = guarded
+    flood = half_open(metrics, METRICS_HALF_OPEN, (b"", b"GET /metr"))
+    try:
+        for _ in range(5):
+            with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=DEADLINE_S) as scrape:
+                assert b"ferryman_requests" in scrape.read()
+    finally:
+        closed = all_closed(flood, CLOSED_WITHIN_S)
+    assert closed == METRICS_HALF_OPEN
