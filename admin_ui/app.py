@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import streamlit as st
 
 from admin_ui import session
-from admin_ui.auth import MAX_NAME_CHARS, MAX_PASSWORD_CHARS, LoginThrottle, authenticate
-from admin_ui.context import Console, NotAllowed, build_console
+from admin_ui.auth import MAX_NAME_CHARS, MAX_PASSWORD_CHARS, LoginThrottle, log_in
+from admin_ui.context import Console, NotAllowed, Person, build_console
 from admin_ui.views import PAGES
 
 
@@ -38,19 +40,18 @@ def login(ctx: Console) -> None:
         name = st.text_input("Name", key="login_name", max_chars=MAX_NAME_CHARS)
         password = st.text_input("Password", type="password", key="password", max_chars=MAX_PASSWORD_CHARS)
         if st.form_submit_button("Log in", key="login_submit"):
-            if (wait := throttle().wait_s()) > 0:
-                st.error(f"Too many wrong passwords: logins are locked for {wait:.0f} s more.")
-                return
             try:
-                person = authenticate(ctx.reader, name.strip(), password)
+                outcome = log_in(throttle(), ctx.reader, name.strip(), password, st.context.ip_address or "")
             except Exception:  # nothing of the registry's error reaches an unauthenticated user
                 st.error("The registry cannot be reached; try again shortly.")
                 return
-            throttle().record(person is not None)
-            if person is not None:
-                session.start(ctx, person)
+            if isinstance(outcome, Person):
+                session.start(ctx, outcome)
                 st.rerun()
-            st.error("Wrong name or password.")
+            elif outcome > 0:
+                st.error(f"Too many attempts: try again in {math.ceil(outcome)} s.")
+            else:
+                st.error("Wrong name or password.")
 
 
 def main() -> None:

@@ -10,7 +10,9 @@ import os
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from admin_ui.context import Person
 from registry.accounts import Role
@@ -81,35 +83,86 @@ def authenticate(reader: RegistryReader, name: str, password: str) -> Person | N
 
 
 FREE_ATTEMPTS = 5
-"""Wrong passwords allowed before logins are slowed down."""
+"""Password checks an account (or a client address) gets before they are slowed down."""
 BASE_LOCKOUT_S = 2.0
 MAX_LOCKOUT_S = 900.0
+MAX_TRACKED = 10_000
+"""Accounts and addresses remembered at once (the least recently tried are forgotten)."""
+
+
+@dataclass
+class _Record:
+    failures: int = 0
+    """Attempts counted against the key since its last success (counted before the check)."""
+    locked_until: float = 0.0
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A password check the throttle let through; ``wait_s`` > 0: refused, retry after it."""
+
+    keys: tuple[str, ...] = ()
+    wait_s: float = 0.0
 
 
 class LoginThrottle:
-    """Slows password guessing: after FREE_ATTEMPTS failures every further one locks logins
-    for twice as long as the last (2 s, 4 s, ... up to 15 min); a success resets it.
+    """Slows password guessing per account and per client address, never for everyone.
+
+    An attempt is counted as a failure before its password is checked, in the same step as
+    the check that it may go ahead (one lock), so concurrent sessions cannot slip checks
+    in between: of any burst, FREE_ATTEMPTS checks go through for an account or an address,
+    and each attempt after them locks that key for twice as long as the last (2 s, 4 s, ...
+    up to 15 min). A success clears its account and address. One attacker can slow down
+    the accounts it names and its own address, not another operator's login.
 
     One per console process, across sessions: a new browser session must not reset it.
-    (An attacker can thereby delay the operator's login; the notice says until when.)"""
+    Behind a proxy every client has the proxy's address: the account keys still hold."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._failures = 0
-        self._locked_until = 0.0
+        self._records: OrderedDict[str, _Record] = OrderedDict()
 
-    def wait_s(self) -> float:
-        """Seconds until a login may be tried again (0 when now)."""
+    def begin(self, account: str, address: str) -> Attempt:
+        """Count an attempt for ``account`` from ``address`` and say whether it may go on."""
+        keys = (f"account:{account[:MAX_NAME_CHARS]}", f"address:{address}")
+        now = self._clock()
         with self._lock:
-            return max(0.0, self._locked_until - self._clock())
+            records = [self._record(key) for key in keys]
+            wait = max(r.locked_until - now for r in records)
+            if wait > 0:
+                return Attempt(wait_s=wait)
+            for record in records:
+                record.failures += 1
+                if record.failures >= FREE_ATTEMPTS:
+                    extra = record.failures - FREE_ATTEMPTS
+                    record.locked_until = now + min(MAX_LOCKOUT_S, BASE_LOCKOUT_S * 2**extra)
+            return Attempt(keys=keys)
 
-    def record(self, success: bool) -> None:
+    def succeeded(self, attempt: Attempt) -> None:
+        """The attempt's password was right: its account and address start afresh."""
         with self._lock:
-            if success:
-                self._failures, self._locked_until = 0, 0.0
-                return
-            self._failures += 1
-            if self._failures > FREE_ATTEMPTS:
-                lockout = min(MAX_LOCKOUT_S, BASE_LOCKOUT_S * 2 ** (self._failures - FREE_ATTEMPTS - 1))
-                self._locked_until = self._clock() + lockout
+            for key in attempt.keys:
+                self._records.pop(key, None)
+
+    def _record(self, key: str) -> _Record:
+        record = self._records.pop(key, None) or _Record()
+        self._records[key] = record  # the most recently tried last
+        while len(self._records) > MAX_TRACKED:
+            self._records.popitem(last=False)
+        return record
+
+
+def log_in(
+    throttle: LoginThrottle, reader: RegistryReader, name: str, password: str, address: str
+) -> Person | float:
+    """The person these credentials name, or the seconds to wait before trying again
+    (0.0: wrong name or password). The throttle counts the attempt before the check."""
+    attempt = throttle.begin(name, address)
+    if attempt.wait_s > 0:
+        return attempt.wait_s
+    person = authenticate(reader, name, password)
+    if person is None:
+        return 0.0
+    throttle.succeeded(attempt)
+    return person

@@ -23,6 +23,8 @@ from ferryman_quota.settings import QuotaSettings
 from gpu_node.demo import echo
 from registry.specs import QuotaLimits
 
+pytestmark = pytest.mark.abuse
+
 TIMEOUT_S = 60.0
 REPLAYS_PER_ID = 40
 IDS = 5

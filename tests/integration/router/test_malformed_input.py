@@ -19,7 +19,7 @@ from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from router.settings import RouterSettings
 
 # Left out of make test-fast: a long fuzz of every door.
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.abuse]
 
 REQUESTS = 10_000
 KINDS = 10

@@ -33,6 +33,8 @@ from gpu_node.demo import echo
 from registry.snapshot import ConfigSnapshot, PolicyRecord
 from registry.specs import QuotaLimits
 
+pytestmark = pytest.mark.abuse
+
 RUN_TIMEOUT_S = 30
 SLOW = {"delay_ms": "300"}
 """A slow echo in a queue of its own: what it teaches the batcher stays out of others' tests."""
