@@ -10,6 +10,7 @@ from typing import Annotated
 
 import grpc
 from fastapi import APIRouter, Query, Response
+from fastapi.responses import StreamingResponse
 
 from ferryman.errors import Reason
 from ferryman.v1 import jobs_pb2
@@ -43,22 +44,26 @@ router = APIRouter(prefix="/v1", tags=["OpenAI-compatible batches"])
 async def create_file(caller: Authenticated) -> Response:
     desk = desk_of(caller)
     body = await read_body(caller.request, caller.gateway.max_message_bytes)
-    purpose, filename, content = uploaded(body, caller.request.headers.get("content-type", ""))
+    # Parsing a multipart upload of many megabytes is CPU work: off the event loop.
+    purpose, filename, content = await asyncio.to_thread(
+        uploaded, body, caller.request.headers.get("content-type", "")
+    )
     stored = await desk.put_file(caller.tenant, FILE_PREFIX + uuid.uuid4().hex, filename, content)
     return JSON(file_object(stored.file_id, stored.filename, len(content), stored.created, purpose))
 
 
 @router.get("/files/{file_id}", summary="A file's description.")
 async def get_file(caller: Authenticated, file_id: str) -> Response:
-    filename, created, content = await file_content(caller, file_id[:MAX_REQUEST_ID_CHARS])
+    content = await file_content(caller, file_id[:MAX_REQUEST_ID_CHARS])
     purpose = "batch" if file_id.startswith(FILE_PREFIX) else "batch_output"
-    return JSON(file_object(file_id, filename, len(content), created, purpose))
+    return JSON(file_object(file_id, content.filename, await content.size(), content.created, purpose))
 
 
 @router.get("/files/{file_id}/content", summary="A file's content.")
 async def get_file_content(caller: Authenticated, file_id: str) -> Response:
-    _, _, content = await file_content(caller, file_id[:MAX_REQUEST_ID_CHARS])
-    return Response(content, media_type="application/jsonl")
+    content = await file_content(caller, file_id[:MAX_REQUEST_ID_CHARS])
+    # Sent as it is made, a page at a time, each after the one before has gone out.
+    return StreamingResponse(content.chunks(), media_type="application/jsonl")
 
 
 @router.post(

@@ -3,13 +3,18 @@ requests becomes one job's items, and its results become the output and error fi
 
 from __future__ import annotations
 
+import asyncio
 import email.parser
 import email.policy
+import functools
 import json
 import re
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
+import orjson
 
 from ferryman.errors import Reason, status_code
 from ferryman.tensors import decode
@@ -19,13 +24,16 @@ from router.doors.http.caller import Caller
 from router.doors.http.errors import http_status
 from router.doors.openai.batches.protocol import BATCH_PREFIX, ERRORS, FILE_PREFIX, META, OUTPUT, batch_object
 from router.failures import fail, invalid
-from router.jobs import MAX_RESULTS, JobDesk
+from router.jobs import JobDesk
 
 EMBEDDINGS = "/v1/embeddings"
 
 WINDOW = re.compile(r"^(\d{1,3})h$")
 
 MAX_LIST = 100
+OUTPUT_PAGE_ITEMS = 16
+"""Items of a batch's output file read and formatted at a time (16 items of 32 texts'
+384-float embeddings: ~4 MB of JSON)."""
 
 
 def desk_of(caller: Caller) -> JobDesk:
@@ -59,18 +67,39 @@ def uploaded(body: bytes, content_type: str) -> tuple[str, str, bytes]:
     return purpose, (filename or "input.jsonl")[:256], content
 
 
-async def file_content(caller: Caller, file_id: str) -> tuple[str, float, bytes]:
-    """(filename, created, content) of an uploaded file or a batch's output or error file."""
+@dataclass(frozen=True)
+class FileContent:
+    """A file to send: its name, when it was made, and its bytes in chunks (a batch's output
+    is never held whole: each chunk is made when the one before it has been sent)."""
+
+    filename: str
+    created: float
+    chunks: Callable[[], AsyncIterator[bytes]]
+
+    async def size(self) -> int:
+        """Its length in bytes, counted chunk by chunk."""
+        return sum([len(chunk) async for chunk in self.chunks()])
+
+
+async def file_content(caller: Caller, file_id: str) -> FileContent:
+    """An uploaded file, or a batch's output or error file."""
     desk = desk_of(caller)
     for suffix in (OUTPUT, ERRORS):
         if file_id.startswith(BATCH_PREFIX) and file_id.endswith(suffix):
             job = await desk.job(caller.tenant, file_id.removesuffix(suffix))
-            lines = await result_lines(desk, caller, job, errors=suffix == ERRORS)
-            return f"{job.job_id}{suffix}.jsonl", job.finished or job.created, lines
+            return FileContent(
+                f"{job.job_id}{suffix}.jsonl",
+                job.finished or job.created,
+                functools.partial(result_chunks, desk, caller, job, errors=suffix == ERRORS),
+            )
     if not file_id.startswith(FILE_PREFIX):
         raise fail(grpc.StatusCode.NOT_FOUND, "no such file", Reason.UNKNOWN_REQUEST)
     stored = await desk.file(caller.tenant, file_id)
-    return stored.filename, stored.created, stored.content
+
+    async def whole() -> AsyncIterator[bytes]:
+        yield stored.content  # an upload: bounded by the message size, and kept whole anyway
+
+    return FileContent(stored.filename, stored.created, whole)
 
 
 def items_of(caller: Caller, content: bytes) -> tuple[str, list[jobs_pb2.JobItem]]:
@@ -121,35 +150,45 @@ async def batch_of(desk: JobDesk, caller: Caller, job: JobRecord) -> dict[str, A
     return batch_object(job, meta)
 
 
-async def result_lines(desk: JobDesk, caller: Caller, job: JobRecord, errors: bool) -> bytes:
-    """The batch's output (or error) file: one OpenAI batch output line per item."""
+async def result_chunks(desk: JobDesk, caller: Caller, job: JobRecord, errors: bool) -> AsyncIterator[bytes]:
+    """The batch's output (or error) file, OUTPUT_PAGE_ITEMS items at a time: read from the
+    job store, then formatted in a worker thread (a page of embeddings is megabytes of JSON:
+    on the event loop it would stall every other tenant's call)."""
+    for offset in range(0, job.total, OUTPUT_PAGE_ITEMS):
+        page = await desk.results(caller.tenant, job.job_id, offset, OUTPUT_PAGE_ITEMS)
+        if chunk := await asyncio.to_thread(output_lines, job, page, errors):
+            yield chunk
+
+
+def output_lines(job: JobRecord, results: list[jobs_pb2.JobItemResult], errors: bool) -> bytes:
+    """OpenAI batch output lines of ``results`` (the failed ones for the error file)."""
     lines: list[bytes] = []
-    for offset in range(0, job.total, MAX_RESULTS):
-        for result in await desk.results(caller.tenant, job.job_id, offset, MAX_RESULTS):
-            failed = result.HasField("error")
-            if failed != errors:
-                continue
-            line: dict[str, Any] = {"id": f"batch_req_{result.index}", "custom_id": result.custom_id}
-            if failed:
-                code = status_code(result.error)
-                line["response"] = {"status_code": http_status(result.error), "body": {}}
-                line["error"] = {"code": code.name.lower(), "message": result.error.message}
-            else:
-                rows = decode(result.outputs[0].tensor).astype("<f4").reshape(max(1, result.usage.items), -1)
-                tokens = result.usage.input_tokens
-                line["response"] = {
-                    "status_code": 200,
-                    "request_id": f"{job.job_id}/{result.index}",
-                    "body": {
-                        "object": "list",
-                        "data": [
-                            {"object": "embedding", "index": i, "embedding": r}
-                            for i, r in enumerate(rows.tolist())
-                        ],
-                        "model": job.model,
-                        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-                    },
-                }
-                line["error"] = None
-            lines.append(json.dumps(line).encode())
-    return b"\n".join(lines) + (b"\n" if lines else b"")
+    for result in results:
+        failed = result.HasField("error")
+        if failed != errors:
+            continue
+        line: dict[str, Any] = {"id": f"batch_req_{result.index}", "custom_id": result.custom_id}
+        if failed:
+            code = status_code(result.error)
+            line["response"] = {"status_code": http_status(result.error), "body": {}}
+            line["error"] = {"code": code.name.lower(), "message": result.error.message}
+        else:
+            rows = decode(result.outputs[0].tensor).astype("<f4").reshape(max(1, result.usage.items), -1)
+            tokens = result.usage.input_tokens
+            line["response"] = {
+                "status_code": 200,
+                "request_id": f"{job.job_id}/{result.index}",
+                "body": {
+                    "object": "list",
+                    # float32 rows as they are: no Python float per value, each printed
+                    # as the shortest text that reads back as the same float32.
+                    "data": [
+                        {"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(rows)
+                    ],
+                    "model": job.model,
+                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                },
+            }
+            line["error"] = None
+        lines.append(orjson.dumps(line, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+    return b"".join(lines)
