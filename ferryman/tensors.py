@@ -7,6 +7,7 @@ Shared by the SDK (numpy in, numpy out), the router (validation) and the node
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -50,12 +51,23 @@ class TensorError(ValueError):
     """A tensor whose dtype, shape or byte length is inconsistent."""
 
 
+ECHO_DIMS = 8
+"""Dimensions of a shape an error message repeats (a tenant may send a million)."""
+
+
+def shape_text(shape: Sequence[int]) -> str:
+    """``shape`` as an error shows it: its first ECHO_DIMS dimensions, the rest counted."""
+    more = len(shape) - ECHO_DIMS
+    dims = ", ".join(str(d) for d in shape[:ECHO_DIMS])
+    return f"[{dims}, … {more} more]" if more > 0 else f"[{dims}]"
+
+
 def expected_nbytes(tensor: common_pb2.Tensor) -> int:
     """Bytes the tensor's dtype and shape call for; raises TensorError if impossible."""
     if tensor.dtype not in ITEMSIZE_BY_DTYPE:
         raise TensorError(f"unsupported dtype {tensor.dtype}")
     if any(d < 0 for d in tensor.shape):
-        raise TensorError(f"negative dimension in shape {list(tensor.shape)}")
+        raise TensorError(f"negative dimension in shape {shape_text(tensor.shape)}")
     return math.prod(tensor.shape) * ITEMSIZE_BY_DTYPE[tensor.dtype]
 
 
@@ -64,7 +76,7 @@ def check_tensor(tensor: common_pb2.Tensor) -> None:
     want = expected_nbytes(tensor)
     if len(tensor.data) != want:
         raise TensorError(
-            f"data has {len(tensor.data)} bytes, shape {list(tensor.shape)} of "
+            f"data has {len(tensor.data)} bytes, shape {shape_text(tensor.shape)} of "
             f"{NAME_BY_DTYPE.get(tensor.dtype, tensor.dtype)} needs {want}"
         )
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ferryman.tensors import DTYPE_BY_NAME, ITEMSIZE_BY_DTYPE, NAME_BY_DTYPE
+from ferryman.tensors import DTYPE_BY_NAME, ITEMSIZE_BY_DTYPE, NAME_BY_DTYPE, shape_text
 from ferryman.v1 import common_pb2
 from ferryman_kernel.schema import IOSchema
 
@@ -76,11 +76,15 @@ def check_inputs(inputs: Sequence[common_pb2.NamedTensor], schema: IOSchema) -> 
         if len(shape) != 1 + len(spec.shape) or any(
             d < 1 or (w != -1 and w != d) for w, d in zip(spec.shape, shape[1:], strict=False)
         ):
-            violations.append((f"{where}.shape", f"expected [{', '.join(expected)}], got {shape}"))
+            violations.append(
+                (f"{where}.shape", f"expected [{', '.join(expected)}], got {shape_text(shape)}")
+            )
             continue
         need = math.prod(shape) * ITEMSIZE_BY_DTYPE[want]
         if len(tensor.data) != need:
-            violations.append((f"{where}.data", f"has {len(tensor.data)} bytes, shape {shape} needs {need}"))
+            violations.append(
+                (f"{where}.data", f"has {len(tensor.data)} bytes, shape {shape_text(shape)} needs {need}")
+            )
             continue
         rows.add(shape[0])
         signature.append(tuple(shape[1:]))

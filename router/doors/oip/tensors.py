@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 
 from ferryman.oip.v2 import grpc_predict_v2_pb2 as oip
-from ferryman.tensors import DTYPE_BY_NAME, NAME_BY_DTYPE, NUMPY_BY_DTYPE, TensorError, check_tensor
+from ferryman.tensors import (
+    DTYPE_BY_NAME,
+    NAME_BY_DTYPE,
+    NUMPY_BY_DTYPE,
+    TensorError,
+    check_tensor,
+    shape_text,
+)
 from ferryman.v1 import common_pb2
 from router.bounds import MAX_INPUTS, clip
 
@@ -63,7 +70,7 @@ def wire_dtype(datatype: str, field: str) -> common_pb2.DataType:
 
 def element_count(shape: Sequence[int], field: str) -> int:
     if not shape or any(d < 0 for d in shape):
-        raise TensorProblem(f"{field}.shape", f"needs non-negative dimensions, got {list(shape)[:8]}")
+        raise TensorProblem(f"{field}.shape", f"needs non-negative dimensions, got {shape_text(shape)}")
     count = math.prod(shape)
     if count > MAX_ELEMENTS:
         raise TensorProblem(f"{field}.shape", f"more than {MAX_ELEMENTS} elements")
@@ -74,7 +81,7 @@ def text_items(shape: Sequence[int], field: str) -> int:
     count = element_count(shape, field)
     if len(shape) > 2 or (len(shape) == 2 and shape[1] != 1):
         raise TensorProblem(
-            f"{field}.shape", f"BYTES inputs are one string per item: [n] or [n, 1], got {list(shape)}"
+            f"{field}.shape", f"BYTES inputs are one string per item: [n] or [n, 1], got {shape_text(shape)}"
         )
     if count > MAX_TEXT_ELEMENTS:
         raise TensorProblem(f"{field}.shape", f"more than {MAX_TEXT_ELEMENTS} strings")
@@ -144,7 +151,7 @@ def from_values(
         count = text_items(shape, field)
         flat = list(np.asarray(values, dtype=object).reshape(-1)) if values else []
         if len(flat) != count:
-            raise TensorProblem(f"{field}.data", f"{len(flat)} elements for shape {list(shape)}")
+            raise TensorProblem(f"{field}.data", f"{len(flat)} elements for shape {shape_text(shape)}")
         if all(isinstance(v, bytes) for v in flat):
             return text_input(name, decode_strings(flat, field))
         if not all(isinstance(v, str) for v in flat):
@@ -160,7 +167,7 @@ def from_values(
     except (ValueError, TypeError, OverflowError) as exc:
         raise TensorProblem(f"{field}.data", f"not {datatype} numbers: {clip(str(exc))}") from None
     if array.size != count:
-        raise TensorProblem(f"{field}.data", f"{array.size} elements for shape {list(shape)}")
+        raise TensorProblem(f"{field}.data", f"{array.size} elements for shape {shape_text(shape)}")
     return tensor_input(name, dtype, shape, array.tobytes(), field)
 
 
