@@ -129,11 +129,16 @@ def load_snapshot(engine: Engine) -> ConfigSnapshot:
                 snapshot.keys[key.prefix] = KeyRecord(owner.name, key.key_hash, key.revoked_at is not None)
         for row in s.exec(select(ModelVersion)):
             model = models_by_id[row.model_id]
+            schema = IOSchema.model_validate(row.io_schema)
+            # One request is batched whole: its items are bounded by the batch size too, so the
+            # router refuses what the batcher could never take (MiniLM's schema says 64, its
+            # batches hold 32), on every door and for jobs alike.
+            schema = schema.model_copy(update={"max_items": min(schema.max_items, row.max_batch_size)})
             snapshot.versions[f"{model.name}:{row.version}"] = VersionRecord(
                 model=model.name,
                 version=row.version,
                 status=row.status,
-                schema=IOSchema.model_validate(row.io_schema),
+                schema=schema,
                 max_batch_size=row.max_batch_size,
                 price_per_1k_tokens_usd=row.price_per_1k_tokens_usd,
                 price_per_item_usd=row.price_per_item_usd,

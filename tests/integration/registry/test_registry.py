@@ -18,6 +18,7 @@ from sqlmodel import SQLModel
 from registry.db import make_engine
 from registry.migrate import current_revision, head_revision, upgrade
 from registry.reader import RegistryReader
+from registry.snapshot import load_snapshot
 from registry.specs import QuotaLimits
 from registry.tables import DeadLetter
 from registry.validation import RegistryError
@@ -186,3 +187,19 @@ def test_an_embedded_registrys_files_are_its_users_alone(tmp_path: Path) -> None
     assert [f.name for f in files][:1] == ["registry.db"]
     assert {f.name: stat.S_IMODE(f.stat().st_mode) for f in files} == {f.name: 0o600 for f in files}
     engine.dispose()
+
+
+def test_a_versions_item_limit_is_its_schemas_or_its_batch_size_whichever_is_less(
+    registry_engine: Engine, artifact: Path
+) -> None:
+    """One request is batched whole: every reader of the snapshot (router, jobs, the OIP
+    config) sees the item limit the batcher will hold to."""
+    writer = RegistryWriter(registry_engine, actor="test")
+    for version, max_items in (("1", 64), ("2", 8)):
+        schema = {**SCHEMA, "max_items": max_items}
+        writer.register_version(
+            VersionSpec("mlp", version, str(artifact), "torch_export", schema, max_batch_size=32)
+        )
+    versions = load_snapshot(registry_engine).versions
+    assert versions["mlp:1"].schema.max_items == 32
+    assert versions["mlp:2"].schema.max_items == 8
