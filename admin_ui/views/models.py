@@ -28,8 +28,9 @@ def render(ctx: Console) -> None:
                     f"format `{row.format}`, max batch {row.max_batch_size}, "
                     f"cacheable {row.cacheable}, shareable {row.shareable}"
                 )
-                st.write(f"artifact `{row.artifact_uri}`")
-                st.write(f"sha256 `{row.sha256}`")
+                # Plain text: a path or URI may hold markup (an image that a browser fetches).
+                st.text(f"artifact {row.artifact_uri}")
+                st.text(f"sha256 {row.sha256}")
                 st.json(row.io_schema)
     if not ctx.can(Permission.MANAGE):
         return

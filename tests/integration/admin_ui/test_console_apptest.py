@@ -157,6 +157,23 @@ def test_model_descriptions_are_plain_text(
     assert not any("tracker.invalid" in c.value for c in at.caption)
 
 
+def test_an_artifact_uri_is_plain_text(
+    registry: tuple[RegistryWriter, RegistryReader], tmp_path: Path
+) -> None:
+    """A file name may hold markup: rendered, it made the operator's browser fetch an image."""
+    writer, _ = registry
+    artifact = tmp_path / "m` ![pixel](https:tracker.invalid) `.pt2"  # a file name has no slash
+    artifact.write_bytes(b"weights")
+    writer.register_version(
+        VersionSpec(
+            model="pathy", version="1", artifact=str(artifact), format="torch_export", io_schema=SCHEMA
+        )
+    )
+    at = open_page(logged_in(), "Models")
+    assert any(str(artifact) in t.value for t in at.text)
+    assert not any("tracker.invalid" in m.value for m in at.markdown)
+
+
 def test_a_rollout_starts_shows_its_verdict_and_pauses_resumes_and_aborts(
     registry: tuple[RegistryWriter, RegistryReader],
 ) -> None:
