@@ -135,18 +135,24 @@ class SlotPolicy:
     """Active tenants with nothing queued: the next arrival is likely theirs."""
     contended: bool = False
     """A tenant's work waits for these replicas."""
+    long: bool = False
+    """The batch to place is long work (``long_batch_s``): it leaves a replica's last free
+    slot to short work, so a short call waits at most a short batch."""
 
     def allows(self, tenant: str, held: Mapping[str, int], inflight: int) -> bool:
         """Whether ``tenant`` may take a slot on a replica with ``inflight`` batches, held
         by tenant as ``held``.
 
-        Beyond its cap, the last free slot of several is kept for an idle active tenant holding none
-        there: batches are not preempted, so a tenant that sends short requests now and
-        then would otherwise wait for someone's long batch to finish, every time. Tenants
+        Beyond its cap, the last free slot of several is kept for an idle active tenant
+        holding none there, and from long work whoever is active: batches are not preempted,
+        so a tenant that sends short requests now and then would otherwise wait for
+        someone's long batch to finish, every time. Tenants
         that are waiting compete for free slots by virtual time instead (``outranked``).
         """
         if inflight >= self.limit or held.get(tenant, 0) >= self.caps.get(tenant, self.limit):
             return False
+        if self.long and inflight >= self.limit - 1 and self.limit > 1:
+            return False  # batches are not preempted: one slot stays for work that ends soon
         if is_background(tenant):
             # Leftover capacity only: no tenant waiting, and (of several) the last slot kept
             # for the next tenant to arrive. A node's only slot is taken when idle.

@@ -73,6 +73,7 @@ class VersionQueue:
         """The last decision left a free slot to another queue's tenant."""
         self._clock = clock
         self._retry_wait_s = settings.retry_backoff_s
+        self._long_batch_s = settings.long_batch_s
         self._wakeup = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
         self._labels = {"model": self.model, "version": self.version}
@@ -240,6 +241,7 @@ class VersionQueue:
             caps={t: self._fair.slot_cap(t, limit, now) for t in tenants},
             idle=frozenset(self._fair.active(now) - tenants),
             contended=bool(tenants - background),
+            long=self._long_batch_s is not None and self.predictor.predict(1) > self._long_batch_s,
         )
         blocked = self._directory.blocked(self.version_key, policy, tenants)
         ledger = self._fair.view()

@@ -49,6 +49,11 @@ class BatcherSettings(BaseSettings):
     fixed_window_s: float | None = Field(default=None, ge=0)
     """Replace the adaptive window with a fixed one (benchmarks compare the two)."""
 
+    long_batch_s: float | None = Field(default=1.0, gt=0)
+    """A version whose one-row batch is predicted to take longer than this runs long work:
+    its batches never take a replica's last free batch slot (of several), so another
+    tenant's short call never waits out someone's multi-second handler, whoever is active.
+    None: long work may take every slot."""
     fair_active_s: float = Field(default=5.0, gt=0)
     """A tenant with work within this long counts as active: while others are active, a
     tenant holds at most its weighted share of each node's batch slots."""

@@ -167,6 +167,17 @@ def test_the_last_free_slot_is_kept_for_an_idle_tenant_with_none() -> None:
     assert SlotPolicy(limit=2).allows("a", {"a": 1}, inflight=1)
 
 
+def test_long_work_never_takes_the_last_free_slot_whoever_is_active() -> None:
+    long = SlotPolicy(limit=3, long=True)
+    assert long.allows("heavy", {}, inflight=0)
+    assert long.allows("heavy", {"heavy": 1}, inflight=1)
+    assert not long.allows("heavy", {"heavy": 2}, inflight=2), "alone, it still leaves one"
+    assert not long.allows("other", {"heavy": 2}, inflight=2), "another tenant's long work too"
+    assert SlotPolicy(limit=3).allows("light", {"heavy": 2}, inflight=2), "short work takes it"
+    # A node's only slot cannot be kept: long work runs there, one batch at a time.
+    assert SlotPolicy(limit=1, long=True).allows("heavy", {}, inflight=0)
+
+
 def test_a_nodes_only_slot_is_never_kept_idle() -> None:
     # One batch at a time (a CPU node's default): keeping its only slot for an idle tenant
     # would stop the node for everyone until that tenant sent something.
