@@ -27,6 +27,15 @@ class ConsoleSettings(BaseSettings):
 
     port: int = Field(default=8501, ge=1, le=65535)
     """Port the console's web server listens on (``ferryman admin --port``)."""
+    max_connections: int = Field(default=1024, ge=1)
+    """Open connections the console's port keeps; past it a new one sheds the connection
+    that has waited longest for a request (its sessions' WebSockets are not counted)."""
+    max_connections_per_peer: int = Field(default=256, ge=1)
+    """Open connections one client address keeps (shed as above)."""
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    """A connection must send a request's headers within this (else it is closed)."""
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024)
+    """Most bytes of a request line and headers (more: 431)."""
     metrics_urls: str = ""
     """Comma-separated /metrics URLs of routers and batchers (``ferryman up --json`` prints them)."""
     prometheus_url: str = ""

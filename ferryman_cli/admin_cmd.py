@@ -24,7 +24,7 @@ def console_command(port: int, address: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "streamlit",
+        "admin_ui.serve",  # Streamlit's command line, its server under a connection guard
         "run",
         str(app),
         "--server.port",

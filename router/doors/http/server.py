@@ -16,10 +16,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 
 from ferryman_kernel.connections import ConnectionGuard, GuardLimits
+from ferryman_kernel.http_guard import guarded
 from ferryman_kernel.net import cannot_listen
 from router.doors.http import errors
 from router.doors.http.caller import JSON, OPENAI_PREFIX, invalid_request
-from router.doors.http.guard import guarded
 from router.doors.oip.rest import protocol as oip_rest
 from router.doors.oip.rest import routes as oip_rest_routes
 from router.doors.openai import models

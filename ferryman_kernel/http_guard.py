@@ -1,6 +1,8 @@
 """uvicorn's HTTP protocol under a ``ConnectionGuard`` (ferryman_kernel/connections.py):
 every connection and phase told to the guard, what it sheds closed, and a phase that
-outlives its deadline ended (408 when part of a request had come)."""
+outlives its deadline ended (408 when part of a request had come). The router's HTTP doors
+and the console's web server (Streamlit's uvicorn) run under it; a connection upgraded to
+a WebSocket (the console's sessions) leaves the guard with its HTTP request."""
 
 from __future__ import annotations
 
@@ -89,6 +91,11 @@ def guarded(guard: ConnectionGuard[Any]) -> type[HttpToolsProtocol]:
                 self._request_bytes = 0
                 self._begun = False
                 self._arm(guard.entered(self, Phase.WAITING))
+
+        def handle_websocket_upgrade(self) -> None:
+            self._arm(None)  # a session's socket lives on: no HTTP deadline applies any more
+            guard.closed(self)
+            super().handle_websocket_upgrade()
 
         def data_received(self, data: bytes) -> None:
             self._begun = True
