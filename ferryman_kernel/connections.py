@@ -13,7 +13,7 @@ answer), and a peer already holding its bound of requests in service gets no mor
 
 ``ConnectionGuard`` is the policy, a pure function of what it is told (not thread-safe:
 a threaded server holds a lock around it). The router's HTTP door
-(``router/doors/http/guard.py``) and the metrics port (``ferryman_kernel.metrics_http``)
+(``ferryman_kernel.http_guard``), the console and the metrics port (``ferryman_kernel.metrics_http``)
 tell it and act on its answers.
 """
 
