@@ -78,6 +78,11 @@ def build_app(gateway: Gateway, jobs: JobDesk | None = None) -> FastAPI:
     async def invalid(request: Request, exc: RequestValidationError) -> Response:
         return failure_response(request, invalid_request(exc.errors(), skip=1).status)
 
+    # What load balancers, vLLM's clients and guidellm probe: 200 while the router takes
+    # requests, 503 while it drains (the same answer as OIP's /v2/health/ready).
+    app.add_api_route(
+        "/health", oip_rest_routes.ready, methods=["GET"], summary="Takes requests (200) or not (503)."
+    )
     app.include_router(oip_rest_routes.router)
     app.include_router(models.router)
     app.include_router(embeddings_routes.router)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import urllib.request
 from typing import Any
 
 import grpc
@@ -113,6 +114,14 @@ try:
     client.embeddings.create(model="no-such-model", input="x")
 except openai.NotFoundError as exc:
     out["unknown"] = exc.status_code
+out["structured"] = []
+schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}
+for response_format in ({"type": "json_object"}, schema):
+    try:
+        client.chat.completions.create(model="minilm", messages=[{"role": "user", "content": "hi"}],
+                                       response_format=response_format)
+    except openai.BadRequestError as exc:
+        out["structured"].append([exc.status_code, exc.body["message"]])
 print(json.dumps(out))
 """
 
@@ -178,6 +187,14 @@ def test_openai_client_embeddings_match_ferryman_client(e2e: E2E) -> None:
     assert {"minilm", "mlp", "embed"} <= set(out["models"]) and "secret" not in out["models"]
     assert out["bad_key"] == [401, "authentication_error"]
     assert out["unknown"] == 404
+    # Structured output is refused, never ignored (the answer would not be JSON).
+    assert [code for code, _ in out["structured"]] == [400, 400], out["structured"]
+    assert all("response_format" in message for _, message in out["structured"]), out["structured"]
+
+
+def test_health_is_what_load_balancers_and_guidellm_probe(e2e: E2E) -> None:
+    with urllib.request.urlopen(f"{e2e.http}/health", timeout=CURL_TIMEOUT_S) as health:
+        assert health.status == 200 and json.loads(health.read()) == {"ready": True}
 
 
 def curl(*args: str) -> tuple[int, dict[str, str], Any]:

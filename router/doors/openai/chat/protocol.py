@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -28,6 +28,13 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class ResponseFormat(BaseModel):
+    """OpenAI's ``response_format``: plain text, JSON mode, or a JSON schema."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+
 class Sampled(BaseModel):
     """What both endpoints take besides their prompt."""
 
@@ -42,6 +49,8 @@ class Sampled(BaseModel):
     stream_options: StreamOptions | None = None
     user: str = Field(default="", max_length=MAX_USER_CHARS)
     n: Literal[1] = 1
+    response_format: ResponseFormat | None = None
+    """Only ``text`` is served: JSON mode and schemas are refused (400), never ignored."""
 
 
 class ChatRequest(Sampled):

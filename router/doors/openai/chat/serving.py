@@ -18,7 +18,7 @@ from ferryman.errors import Reason
 from ferryman.v1 import common_pb2, inference_pb2
 from router.doors.http.caller import JSON, Caller
 from router.doors.openai.chat.protocol import DEFAULT_MAX_TOKENS, ChatRequest, CompletionRequest
-from router.failures import fail
+from router.failures import fail, invalid
 from router.generation import MAX_STOPS
 from router.spans import Door
 
@@ -44,6 +44,13 @@ def stops(value: str | list[str] | None) -> list[str]:
 
 def neutral(request: ChatRequest | CompletionRequest, request_id: str) -> inference_pb2.GenerateRequest:
     """The gateway's GenerateRequest for an OpenAI request (a developer turn is a system turn)."""
+    if request.response_format is not None and request.response_format.type != "text":
+        # Ignored, the answer would be free text where the caller parses JSON.
+        raise invalid(
+            "response_format",
+            f"{request.response_format.type} is not supported: answers are plain text "
+            "(no constrained decoding yet)",
+        )
     neutral = inference_pb2.GenerateRequest(
         request_id=request_id,
         model=request.model,
