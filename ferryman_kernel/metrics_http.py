@@ -15,6 +15,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
@@ -123,13 +124,29 @@ class GuardedServer(ThreadingWSGIServer):
                     self._end(request)
 
 
+_WITH_PROCESS: weakref.WeakSet[CollectorRegistry] = weakref.WeakSet()
+"""Registries given the ``process_*`` collector already."""
+_PROCESS_LOCK = threading.Lock()
+
+
+def with_process_metrics(registry: CollectorRegistry) -> None:
+    """Add the standard ``process_*`` metrics (CPU, memory, open files, start time) to
+    ``registry`` once: the Prometheus endpoint and the OTLP pusher both want them, and a
+    registry that does not describe its collectors takes a second copy without a word
+    (every family twice: ``promtool check metrics`` fails)."""
+    with _PROCESS_LOCK:
+        if registry not in _WITH_PROCESS:
+            ProcessCollector(registry=registry)
+            _WITH_PROCESS.add(registry)
+
+
 def serve_metrics(listen: str, registry: CollectorRegistry, timeout_s: float) -> WSGIServer | None:
     """Serve ``registry`` at http://listen/metrics in a daemon thread, with the standard
     ``process_*`` metrics (CPU, memory, open files, start time) beside it; a connection
     sends its request within ``timeout_s``. None when ``listen`` is empty."""
     if not listen:
         return None
-    ProcessCollector(registry=registry)
+    with_process_metrics(registry)
     host, _, port = listen.rpartition(":")
     server = GuardedServer((host or "0.0.0.0", int(port)), _Handler, timeout_s)
     server.set_app(make_wsgi_app(registry))

@@ -13,7 +13,6 @@ the exporter's own ``OTEL_EXPORTER_OTLP_[METRICS_]*`` variables.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -38,9 +37,10 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric as Family
 
+from ferryman_kernel.metrics_http import with_process_metrics
 from ferryman_kernel.telemetry import otlp_protocol, resource, sdk_disabled
 
 log = logging.getLogger("ferryman.metrics")
@@ -206,8 +206,7 @@ def otlp_metrics(registry: CollectorRegistry, service: str) -> Iterator[OtlpMetr
     if not otlp_metrics_enabled():
         yield None
         return
-    with contextlib.suppress(ValueError):  # the Prometheus endpoint registered them already
-        ProcessCollector(registry=registry)
+    with_process_metrics(registry)
     pusher = OtlpMetricsPusher(registry, resource(service), metric_exporter())
     pusher.start()
     try:

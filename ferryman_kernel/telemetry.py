@@ -2,9 +2,10 @@
 context through gRPC metadata and through the ``traceparent`` fields of the internal
 protos (so a node's batch span can link to every request span in the batch).
 
-Export: OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``
-is set, over gRPC or ``http/protobuf`` (``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL``), the
-console with ``FERRYMAN_TRACE_CONSOLE=true``. The SDK's standard variables hold:
+Export: as ``OTEL_TRACES_EXPORTER`` says (``otlp``, ``console``, ``none``); unset, OTLP when
+``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set, and the
+console with ``FERRYMAN_TRACE_CONSOLE=true``. OTLP goes over gRPC or ``http/protobuf``
+(``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL``). The SDK's standard variables hold:
 ``OTEL_SDK_DISABLED``, ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES``,
 ``OTEL_TRACES_SAMPLER`` (else ``FERRYMAN_TRACE_SAMPLE_RATIO``, parent-based, so a trace is
 kept or dropped whole). Metrics go out over OTLP too with ``OTEL_METRICS_EXPORTER=otlp``
@@ -83,6 +84,27 @@ def otlp_protocol(signal: str) -> str:
     return protocol
 
 
+TRACE_EXPORTERS = ("otlp", "console", "none")
+"""What ``OTEL_TRACES_EXPORTER`` may name (comma-separated)."""
+
+
+def trace_exporters(console: bool) -> frozenset[str]:
+    """Where spans go: ``OTEL_TRACES_EXPORTER`` when set (``otlp``, ``console``, ``none``);
+    else OTLP when an OTLP endpoint is set, and the console with ``FERRYMAN_TRACE_CONSOLE``.
+    Anything else is refused in one line naming what is supported."""
+    named = os.environ.get("OTEL_TRACES_EXPORTER", "").strip()
+    if named:
+        chosen = {e.strip().lower() for e in named.split(",") if e.strip()}
+        if unknown := chosen - set(TRACE_EXPORTERS):
+            supported = ", ".join(TRACE_EXPORTERS)
+            raise ValueError(
+                f"OTEL_TRACES_EXPORTER: {', '.join(sorted(unknown))} is not supported ({supported})"
+            )
+        return frozenset(chosen - {"none"})
+    otlp = any(os.environ.get(f"OTEL_EXPORTER_OTLP_{kind}ENDPOINT") for kind in ("", "TRACES_"))
+    return frozenset({"otlp"} if otlp else set()) | frozenset({"console"} if console else set())
+
+
 def setup_tracing(service: str) -> None:
     """Install this process's tracer provider once (a provider already installed stays)."""
     if _recording():
@@ -90,8 +112,8 @@ def setup_tracing(service: str) -> None:
     settings = TraceSettings()
     if sdk_disabled():
         return
-    otlp = any(os.environ.get(f"OTEL_EXPORTER_OTLP_{kind}ENDPOINT") for kind in ("", "TRACES_"))
-    if not (settings.enabled if settings.enabled is not None else otlp or settings.console):
+    exporters = trace_exporters(settings.console)
+    if not (settings.enabled if settings.enabled is not None else exporters):
         return  # the API's no-op tracer: spans don't record, incoming trace context still propagates
     provider = TracerProvider(
         resource=resource(service),
@@ -101,9 +123,9 @@ def setup_tracing(service: str) -> None:
         else ParentBased(TraceIdRatioBased(settings.sample_ratio)),
         span_limits=SpanLimits(max_links=MAX_LINKS),
     )
-    if otlp:
+    if "otlp" in exporters:
         provider.add_span_processor(BatchSpanProcessor(otlp_exporter()))
-    if settings.console:
+    if "console" in exporters:
         provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
     trace.set_tracer_provider(provider)
 
