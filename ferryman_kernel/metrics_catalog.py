@@ -6,7 +6,10 @@ from __future__ import annotations
 CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     # router
     "ferryman_requests": ("counter", ("tenant", "model", "version", "code", "protocol")),
-    "ferryman_request_latency_seconds": ("histogram", ("tenant", "model", "version", "code", "protocol")),
+    "ferryman_request_latency_seconds": (
+        "histogram",
+        ("tenant", "model", "version", "code", "protocol", "kind"),
+    ),
     "ferryman_request_service_seconds": ("histogram", ("model", "version")),
     "ferryman_quota_decisions": ("counter", ("tenant", "decision")),
     "ferryman_fallbacks": ("counter", ("tenant", "model")),

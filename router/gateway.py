@@ -31,7 +31,7 @@ from router.door_limit import DoorLimit
 from router.failures import RequestFailed, fail
 from router.generation import Generator
 from router.handlers import Undecodable, undecodable
-from router.metrics import RouterMetrics
+from router.metrics import GENERATE, PREDICT, RouterMetrics
 from router.routing import Choice
 from router.service import RouterService
 from router.settings import RouterSettings
@@ -202,7 +202,8 @@ class Gateway:
         model_label, version_label = (
             (served.model, served.version) if served else self._labels(request.model, request.version)
         )
-        self._metrics.observe(tenant, model_label, version_label, code, door.protocol, elapsed)
+        kind = GENERATE if isinstance(request, inference_pb2.GenerateRequest) else PREDICT
+        self._metrics.observe(tenant, model_label, version_label, code, door.protocol, elapsed, kind)
         span.set_attributes(failure_attributes(door, status))
         if is_server_fault(status_code(status)):
             span.set_status(Status(StatusCode.ERROR, status.message))
@@ -260,7 +261,7 @@ class Gateway:
                 **({"http.response.status_code": HTTP_OK} if door.http else {"rpc.grpc.status_code": 0}),
             }
         )
-        self._metrics.observe(tenant, last.model, last.version, "OK", door.protocol, elapsed)
+        self._metrics.observe(tenant, last.model, last.version, "OK", door.protocol, elapsed, GENERATE)
         log_request(tenant, last.model, last.version, last.request_id, "OK", elapsed)
 
     async def _answer(
@@ -308,7 +309,9 @@ class Gateway:
                     **({"http.response.status_code": HTTP_OK} if door.http else {"rpc.grpc.status_code": 0}),
                 }
             )
-            self._metrics.observe(tenant.name, response.model, response.version, "OK", protocol, elapsed)
+            self._metrics.observe(
+                tenant.name, response.model, response.version, "OK", protocol, elapsed, PREDICT
+            )
             queued = seconds_of(response.timing.queue)
             self._metrics.child(self._metrics.service, response.model, response.version).observe(
                 elapsed - queued

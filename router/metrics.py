@@ -12,6 +12,11 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2
 OTHER_TENANTS = "other"
 
 
+PREDICT = "predict"
+GENERATE = "generate"
+"""The ``kind`` of a request in ``ferryman_request_latency_seconds``."""
+
+
 class RouterMetrics:
     """Per-request metrics; tenant labels are bounded so cardinality stays bounded."""
 
@@ -26,8 +31,9 @@ class RouterMetrics:
         )
         self.latency = Histogram(
             "ferryman_request_latency_seconds",
-            "Time from arrival to answer at the router.",
-            labels,
+            "Time from arrival to answer at the router, by kind: predict (an answer) or generate "
+            "(a whole stream: generations are judged by TTFT and TPOT, never by this).",
+            [*labels, "kind"],
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
@@ -131,12 +137,13 @@ class RouterMetrics:
         return found
 
     def observe(
-        self, tenant: str, model: str, version: str, code: str, protocol: str, seconds: float
+        self, tenant: str, model: str, version: str, code: str, protocol: str, seconds: float, kind: str
     ) -> None:
-        """One answered request; ``protocol`` names the front door it came through."""
+        """One answered request; ``protocol`` names the front door it came through, ``kind``
+        whether it was a prediction or a generation (``PREDICT``, ``GENERATE``)."""
         values = (self.tenant(tenant), model, version or "-", code, protocol)
         self.child(self.requests, *values).inc()
-        self.child(self.latency, *values).observe(seconds)
+        self.child(self.latency, *values, kind).observe(seconds)
 
     def served(self, tenant: str, model: str, usage: common_pb2.Usage, fallback_of: str = "") -> None:
         """Tokens and cost of an answered request; ``fallback_of`` names the model it fell back from."""

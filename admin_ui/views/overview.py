@@ -20,6 +20,12 @@ CHARTS = [
     Shown("batching", "Queue wait p50 / p99"),
     Shown("batching", "Coalesced and cache hits"),
     Shown("overview", "Shed requests by reason"),
+    # Generations, judged by their first token and their pace, not their whole streams.
+    Shown("overview", "Time to first token p50 / p99"),
+    Shown("overview", "Time per output token p50 / p99"),
+    Shown("overview", "Generated tokens per second by model"),
+    Shown("overview", "Generations running and waiting"),
+    Shown("overview", "KV cache slots and preemptions"),
 ]
 
 
