@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,11 @@ UNITS: dict[str, tuple[str, float]] = {
     "currencyUSD": ("USD", 1.0),
 }
 """Grafana unit -> (axis title, factor from the query's value)."""
+TIME_TITLE = "time (UTC)"
+TIME_FORMAT = "%H:%M"
+SIGNIFICANT = 3
+"""Significant digits of a number in a caption."""
+MS_PER_S = 1000.0
 LEGEND = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 
 
@@ -137,6 +143,17 @@ class Mark:
     text: str
 
 
+def time_axis(domain: Sequence[datetime]) -> alt.X:
+    """24-hour UTC, said on the axis: a 12-hour clock without am/pm in the browser's own
+    zone read 17:13 as 05:13."""
+    return alt.X(
+        "time:T",
+        title=TIME_TITLE,
+        scale=alt.Scale(domain=list(domain), type="utc"),
+        axis=alt.Axis(format=TIME_FORMAT, formatType="utc"),
+    )
+
+
 def draw(
     chosen: Panel,
     data: pd.DataFrame,
@@ -148,7 +165,7 @@ def draw(
     """One chart: title, unit on the axis, a legend per series, marks and limit lines."""
     axis, factor = UNITS.get(chosen.unit, ("", 1.0))
     domain = [datetime.fromtimestamp(window.start, UTC), datetime.fromtimestamp(window.end, UTC)]
-    x = alt.X("time:T", title=None, scale=alt.Scale(domain=domain))
+    x = time_axis(domain)
     now = latest(data, axis)
     if data.empty:
         data = pd.DataFrame({"time": domain, "series": ["no data yet"] * 2, "value": [None, None]})
@@ -157,9 +174,13 @@ def draw(
         .mark_line(point=len(data) < 3)
         .encode(
             x=x,
-            y=alt.Y("value:Q", title=axis, axis=alt.Axis(format=".3~r")),
+            y=alt.Y("value:Q", title=axis, axis=alt.Axis(format=",.3~r")),
             color=alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom")),
-            tooltip=["time:T", "series:N", alt.Tooltip("value:Q", format=".4g")],
+            tooltip=[
+                alt.Tooltip("time:T", title=TIME_TITLE, format=f"{TIME_FORMAT}:%S", formatType="utc"),
+                "series:N",
+                alt.Tooltip("value:Q", format=",.4~r"),
+            ],
         )
     ]
     if marks:
@@ -216,7 +237,21 @@ def latest(data: pd.DataFrame, unit: str) -> str:
     if data.empty:
         return "no data yet"
     last = data.sort_values("time").groupby("series")["value"].last()
-    return "; ".join(f"{name} {value:.3g} {unit}".rstrip() for name, value in last.items())
+    return "; ".join(f"{name} {plain(value, unit)}" for name, value in last.items())
+
+
+def plain(value: float, unit: str) -> str:
+    """A number as a person reads it at a glance: three significant digits, no exponent,
+    thousands separated, milliseconds past a second in seconds (3.5 s, 3,840, 0.012)."""
+    if unit == "ms" and abs(value) >= MS_PER_S:
+        value, unit = value / MS_PER_S, "s"
+    if not math.isfinite(value) or value == 0:
+        return f"{value:g} {unit}".rstrip()
+    digits = max(0, SIGNIFICANT - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:,.{digits}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return f"{text} {unit}".rstrip()
 
 
 def label(range_s: float) -> str:
