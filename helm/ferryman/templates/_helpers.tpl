@@ -135,3 +135,15 @@ livenessProbe:
 {{- define "ferryman.bundledRedis" -}}
 {{- if and .Values.redisServer.enabled (not .Values.redis.url) (not .Values.redis.existingSecret) -}}true{{- end -}}
 {{- end -}}
+
+{{/* The ingress rule of a metrics port: only the monitoring selector's pods scrape it (the
+router's carry per-tenant figures). */}}
+{{- define "ferryman.metricsIngress" -}}
+- from:
+    - namespaceSelector:
+        {{- toYaml .Values.networkPolicy.monitoring.namespaceSelector | nindent 8 }}
+      podSelector:
+        {{- toYaml .Values.networkPolicy.monitoring.podSelector | nindent 8 }}
+  ports:
+    - port: metrics
+{{- end -}}

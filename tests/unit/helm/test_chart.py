@@ -122,8 +122,16 @@ def test_node_pools_request_gpus_and_drain_gracefully() -> None:
     assert gpu_container["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert gpu["spec"]["template"]["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
     assert gpu["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > 90
-    assert "preStop" in gpu_container["lifecycle"]
+    # An exec, not the sleep action (Kubernetes 1.30): the chart says it supports 1.27.
+    assert gpu_container["lifecycle"]["preStop"] == {"exec": {"command": ["sleep", "5"]}}
+    assert yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"] == ">=1.27.0-0"
     assert "nvidia.com/gpu" not in containers(cpu)[0]["resources"]["limits"]
+    # GPU pods: the NVIDIA runtime class and a memory-backed /dev/shm (64 MiB by default).
+    gpu_pod = gpu["spec"]["template"]["spec"]
+    assert gpu_pod["runtimeClassName"] == "nvidia"
+    assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}} in gpu_pod["volumes"]
+    assert {"name": "shm", "mountPath": "/dev/shm"} in gpu_container["volumeMounts"]
+    assert "shm" not in [v["name"] for v in cpu["spec"]["template"]["spec"]["volumes"]]
     env = {e["name"]: e.get("value") for e in gpu_container["env"]}
     assert env["FERRYMAN_NODE_POOL"] == "gpu" and env["FERRYMAN_NODE_DRAIN_GRACE_S"] == "90"
     assert env["FERRYMAN_NODE_GENERATION_SLOTS"] == "8" and env["FERRYMAN_NODE_GENERATION_ADMISSION"] == "vtc"
@@ -202,6 +210,13 @@ def pods(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] in ("Deployment", "Job") and "ferryman" in containers(d)[0]["image"]]
 
 
+MONITORING = {
+    "namespaceSelector": {},
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+}
+"""The default monitoring selector (values.yaml: networkPolicy.monitoring)."""
+
+
 def test_internal_apis_are_reachable_only_by_their_callers() -> None:
     docs = render(ALL_ON)
     policies = {d["metadata"]["name"]: d["spec"] for d in by_kind(docs, "NetworkPolicy")}
@@ -210,21 +225,75 @@ def test_internal_apis_are_reachable_only_by_their_callers() -> None:
         "fm-ferryman-batcher",
         "fm-ferryman-quota",
         "fm-ferryman-rollouts",
+        "fm-ferryman-console",
+        "fm-ferryman-postgresql",
+        "fm-ferryman-redis",
     } | {f"fm-ferryman-node-{pool}" for pool in ("gpu", "cpu")}
-    assert policies["fm-ferryman-rollouts"]["ingress"] == [{"ports": [{"port": "metrics"}]}]  # serves no API
+    scrape = {"from": [MONITORING], "ports": [{"port": "metrics"}]}
+    assert policies["fm-ferryman-rollouts"]["ingress"] == [scrape]  # serves no API
 
     def callers(name: str) -> set[str]:
-        (internal, _metrics) = policies[name]["ingress"]
-        assert internal["ports"] == [{"port": "grpc"}]
+        (internal, metrics) = policies[name]["ingress"]
+        assert internal["ports"] == [{"port": "grpc"}] and metrics == scrape
         return {p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in internal["from"]}
 
     assert callers("fm-ferryman-batcher") == {"router"}
     assert callers("fm-ferryman-quota") == {"router", "console"}
     assert callers("fm-ferryman-node-gpu") == callers("fm-ferryman-node-cpu") == {"batcher", "console"}
-    tenants = policies["fm-ferryman-router"]["ingress"][0]
+    tenants, router_metrics = policies["fm-ferryman-router"]["ingress"]
     assert "from" not in tenants  # tenants come from anywhere, to the gRPC and HTTP doors
-    assert {"port": "grpc"} in tenants["ports"] and {"port": "http"} in tenants["ports"]
+    assert tenants["ports"] == [{"port": "grpc"}, {"port": "http"}]
+    assert router_metrics == scrape, "per-tenant figures: the monitoring selector only"
+    assert policies["fm-ferryman-console"]["ingress"] == [{"ports": [{"port": "http"}]}]
+    for store, port in (("postgresql", "postgresql"), ("redis", "redis")):
+        (rule,) = policies[f"fm-ferryman-{store}"]["ingress"]
+        assert rule["ports"] == [{"port": port}]
+        assert rule["from"] == [
+            {
+                "podSelector": {
+                    "matchLabels": {"app.kubernetes.io/name": "ferryman", "app.kubernetes.io/instance": "fm"}
+                }
+            }
+        ]
     assert not by_kind(render({**DEFAULTS, "networkPolicy": {"enabled": False}}), "NetworkPolicy")
+
+
+@pytest.mark.parametrize("values", [{}, ALL_ON], ids=["no-values", "all-on"])
+def test_network_policies_select_every_workload(values: dict[str, Any]) -> None:
+    docs = render(values)
+    selectors = [d["spec"]["podSelector"]["matchLabels"] for d in by_kind(docs, "NetworkPolicy")]
+    workloads = by_kind(docs, "Deployment") + by_kind(docs, "StatefulSet")
+    assert len(workloads) >= 8
+    for workload in workloads:
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        assert any(all(labels.get(k) == v for k, v in s.items()) for s in selectors), workload["metadata"][
+            "name"
+        ]
+    for policy in by_kind(docs, "NetworkPolicy"):
+        for rule in policy["spec"]["ingress"]:
+            if {"port": "metrics"} in rule["ports"]:
+                assert rule.get("from") == [MONITORING], policy["metadata"]["name"]
+
+
+def test_the_bundled_redis_has_a_password_its_url_carries() -> None:
+    docs = render({})
+    (redis,) = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "fm-ferryman-redis"]
+    (container,) = containers(redis)
+    assert "--requirepass" in container["command"][-1] and "$REDIS_PASSWORD" in container["command"][-1]
+    secrets = {d["metadata"]["name"]: d for d in by_kind(docs, "Secret")}
+    password = secrets["fm-ferryman-redis"]["stringData"]["password"]
+    assert len(password) >= 32
+    urls = [v for v in secrets["fm-ferryman-config"]["stringData"].values() if v.startswith("redis://")]
+    assert urls == [f"redis://:{password}@fm-ferryman-redis:6379/0"]
+    given = render({"redisServer": {"enabled": True, "image": "redis:7-alpine", "password": "chosen-one"}})
+    assert {d["metadata"]["name"]: d for d in by_kind(given, "Secret")}["fm-ferryman-redis"][
+        "stringData"
+    ] == {"password": "chosen-one"}
+
+
+def test_the_rollouts_controller_is_scraped_through_its_service(manifests: list[dict[str, Any]]) -> None:
+    (service,) = [d for d in by_kind(manifests, "Service") if d["metadata"]["name"] == "fm-ferryman-rollouts"]
+    assert "metrics" in [p["name"] for p in service["spec"]["ports"]]
 
 
 def test_one_rollout_controller_reads_the_routers_from_prometheus(manifests: list[dict[str, Any]]) -> None:
