@@ -7,10 +7,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
 from ferryman.priorities import PRIORITIES
+from ferryman.v1 import node_pb2
 from ferryman_cli.context import engine, migrated_engine, settings
 from ferryman_cli.output import JsonFlag, console, emit, fail, refusals, table
+from ferryman_kernel.artifacts import artifact_path
+from ferryman_kernel.schema import IOSchema
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
 from registry.specs import QuotaLimits
@@ -255,9 +259,18 @@ def model_register(
     owner: Annotated[
         list[str] | None, typer.Option(help="New model: a tenant that may use it (repeat).")
     ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(help="Load the artifact here and call it at batch 1 and 2 before registering."),
+    ] = True,
     as_json: JsonFlag = False,
 ) -> None:
-    """Register a model version (the model is created on first use, private unless --public)."""
+    """Register a model version (the model is created on first use, private unless --public).
+
+    Before it is registered, a version is loaded here and called at a batch of 1 and of 2,
+    as a node will: a program exported with a static batch of 1, a missing handler or a
+    schema the model does not take is refused with the node's own reason (skipped for
+    artifacts that are not on this machine and for causal LMs, whose nodes check them)."""
     spec = VersionSpec(
         model=name,
         version=version,
@@ -275,13 +288,55 @@ def model_register(
         published=public,
         owners=tuple(owner or ()),
     )
+    checked = _check_before_registering(spec) if check else "not checked (--no-check)"
     with refusals():
         row = writer().register_version(spec)
     emit(
-        {"model": name, "version": version, "sha256": row.sha256, "status": row.status},
+        {"model": name, "version": version, "sha256": row.sha256, "status": row.status, "checked": checked},
         as_json,
         lambda: console.print(f"registered {name}:{version} (sha256 {row.sha256[:12]}…, {row.status})"),
     )
+
+
+def _check_before_registering(spec: VersionSpec) -> str:
+    """Load and call ``spec`` as a node would (refusing it with the node's reason), or say
+    why that cannot be done here."""
+    from gpu_node.loader import CHECKED_SIZES, LoadError, check_version
+
+    if spec.format not in ModelFormat.__members__.values():
+        return "not checked: an unknown format (the registry says which it takes)"
+    if ModelFormat(spec.format) == ModelFormat.CAUSAL_LM:
+        return "not checked here: a causal LM is checked by its node's warm-up"
+    path = artifact_path(spec.artifact)
+    if path is None:
+        return "not checked here: the artifact is not on this machine"
+    if not path.exists():
+        return "not checked: no such artifact (the registry says so)"
+    try:
+        schema = IOSchema.model_validate(spec.io_schema)
+    except ValidationError:
+        return "not checked: the schema is refused (the registry says why)"
+    node_spec = node_pb2.ModelVersionSpec(
+        model=spec.model,
+        version=spec.version,
+        artifact_uri=spec.artifact,
+        sha256=spec.sha256,
+        format=spec.format,
+        handler=spec.handler,
+        schema=schema.to_proto(),
+        max_batch_size=spec.max_batch_size,
+    )
+    try:
+        check_version(node_spec)
+    except LoadError as exc:
+        hint = ""
+        if "batch 2" in str(exc) and ModelFormat(spec.format) == ModelFormat.TORCH_EXPORT:
+            hint = (
+                " (export it with a dynamic batch dimension and an example batch of 2 or more: "
+                'torch.export.export(model, (x,), dynamic_shapes={"x": {0: torch.export.Dim("batch")}}))'
+            )
+        fail(f"{spec.model}:{spec.version} would not serve: {exc}{hint}")
+    return f"loaded and called at batch {' and '.join(map(str, CHECKED_SIZES))}"
 
 
 @model_app.command("access")

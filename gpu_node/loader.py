@@ -102,11 +102,36 @@ def load_version(
         best = float("inf")
         for _ in range(runs):
             started = time.perf_counter()
-            try:
-                result = predict_splitting(runtime, inputs, size, {})
-                split_outputs(result.outputs, [size], schema)
-            except Exception as exc:
-                raise LoadError(f"warm-up at batch {size} failed: {type(exc).__name__}: {exc}") from exc
+            try_batch(runtime, schema, inputs, size)
             best = min(best, time.perf_counter() - started)
         profile.seconds[size] = best
     return runtime, schema, profile
+
+
+def try_batch(runtime: Runtime, schema: IOSchema, inputs: dict[str, BatchInput], size: int) -> None:
+    """Run a batch of ``size`` example items and split its outputs, as a request would."""
+    try:
+        result = predict_splitting(runtime, inputs, size, {})
+        split_outputs(result.outputs, [size], schema)
+    except Exception as exc:
+        raise LoadError(f"warm-up at batch {size} failed: {type(exc).__name__}: {exc}") from exc
+
+
+CHECKED_SIZES = (1, 2)
+"""Batches a version is called at before it is registered: one row, and more than one (a
+program exported with torch's default static batch of 1 fails only there)."""
+
+
+def check_version(spec: node_pb2.ModelVersionSpec) -> None:
+    """What a node would do with ``spec``, done before it is registered: find and check the
+    artifact, load it on the CPU and call it at a batch of 1 and of 2 (within its largest
+    batch). Raises LoadError with the reason a node would give."""
+    schema = parse_schema(spec)
+    path = locate(spec)
+    device = torch.device("cpu")
+    try:
+        runtime = load_runtime(spec.format, path, schema, spec.handler, device)
+    except Exception as exc:
+        raise LoadError(f"loading {path} as {spec.format} failed: {type(exc).__name__}: {exc}") from exc
+    for size in (s for s in CHECKED_SIZES if s <= max(1, spec.max_batch_size)):
+        try_batch(runtime, schema, example_inputs(schema, size, device), size)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from ferryman_cli import context
@@ -125,6 +126,7 @@ def test_model_and_route_flow(cli: CliRunner, tmp_path: Path) -> None:
             "torch_export",
             "--schema",
             SCHEMA,
+            "--no-check",  # a stand-in artifact: nothing to load
         )
         assert registered["status"] == "REGISTERED" and len(registered["sha256"]) == 64
     route = run_json(cli, "route", "set", "mlp", "1=90", "2=10", "--sticky", "user")
@@ -168,6 +170,7 @@ def test_model_and_route_flow(cli: CliRunner, tmp_path: Path) -> None:
                 "torch_export",
                 "--schema",
                 SCHEMA,
+                "--no-check",  # a stand-in artifact: nothing to load
             ],
             "not found",
         ),
@@ -209,6 +212,7 @@ def test_bad_input_exits_nonzero_with_one_line_and_changes_nothing(
         "torch_export",
         "--schema",
         SCHEMA,
+        "--no-check",  # a stand-in artifact: nothing to load
     )
     run(cli, "route", "set", "mlp", "1=100")
     from registry.reader import RegistryReader
@@ -287,3 +291,32 @@ def test_a_batcher_address_without_a_port_is_one_line_not_a_traceback(tmp_path: 
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert lines == ["error: batcher address 'nohost' is not host:port"], lines
+
+
+class Tiny(torch.nn.Module):
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return input[:, :2] * 2
+
+
+def test_a_program_exported_with_a_static_batch_is_refused_with_its_reason(
+    cli: CliRunner, tmp_path: Path
+) -> None:
+    """torch.export's default fixes the batch at 1: the program would load, then fail every
+    batch of two on the node. It is refused at registration, saying why and how to fix it;
+    exported with a dynamic batch it is registered, checked."""
+    run(cli, "db", "upgrade")
+    static, dynamic = tmp_path / "static.pt2", tmp_path / "dynamic.pt2"
+    torch.export.save(torch.export.export(Tiny(), (torch.randn(1, 4),)), static)
+    # An example of one row would pin the batch at 1 even marked dynamic: export with two.
+    batch = {"input": {0: torch.export.Dim("batch")}}
+    torch.export.save(torch.export.export(Tiny(), (torch.randn(2, 4),), dynamic_shapes=batch), dynamic)
+    args = ["model", "register", "tiny", "--format", "torch_export", "--schema", SCHEMA]
+    args += ["--max-batch-size", "8"]
+    refused = run(cli, *args, "--version", "1", "--artifact", str(static), ok=False)
+    message = " ".join(refused.output.split())
+    assert "tiny:1 would not serve" in message and "batch 2" in message and "dynamic_shapes" in message
+    assert "Traceback" not in refused.output
+    assert run_json(cli, "model", "list") == []  # nothing registered
+    registered = run_json(cli, *args, "--version", "2", "--artifact", str(dynamic))
+    assert registered["status"] == "REGISTERED"
+    assert registered["checked"] == "loaded and called at batch 1 and 2"
