@@ -8,6 +8,7 @@ streams and jobs as ``ferryman.sdk.client`` describes).
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -51,15 +52,21 @@ class AsyncClient(Endpoint):
 
     async def get_model(self, model: str, *, metadata: Metadata | None = None) -> inference_pb2.ModelInfo:
         self._check_open()
+        try:
+            return await self._model_info(model, metadata, self._timeout)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    async def _model_info(
+        self, model: str, metadata: Metadata | None, timeout_s: float
+    ) -> inference_pb2.ModelInfo:
+        """The model's schema, asked once per client (gRPC's own errors come out as they are)."""
         if model not in self._models:
-            try:
-                self._models[model] = await self._stub.GetModel(
-                    inference_pb2.GetModelRequest(model=model),
-                    metadata=call_metadata(self._metadata, metadata),
-                    timeout=self._timeout,
-                )
-            except grpc.RpcError as exc:
-                raise from_rpc_error(exc) from None
+            self._models[model] = await self._stub.GetModel(
+                inference_pb2.GetModelRequest(model=model),
+                metadata=call_metadata(self._metadata, metadata),
+                timeout=timeout_s,
+            )
         return self._models[model]
 
     async def list_models(self, *, metadata: Metadata | None = None) -> list[inference_pb2.ModelInfo]:
@@ -107,36 +114,45 @@ class AsyncClient(Endpoint):
         self._check_open()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + call_timeout(timeout, self._timeout)
-        info = await self.get_model(model, metadata=metadata) if needs_schema(inputs) else None
-        request = build_request(
-            model,
-            inputs,
-            info,
-            user=user,
-            priority=priority,
-            version=version,
-            parameters=parameters,
-            request_id=request_id,
-            spill_to_job=spill_to_job,
-        )
+        # The id is chosen first: every error, the schema lookup's included, carries it.
+        rid = request_id or uuid.uuid4().hex
+        request: inference_pb2.PredictRequest | None = None
         call = call_metadata(self._metadata, metadata)
         try:
             for attempt in range(self._retries + 1):
                 remaining = deadline - loop.time()
                 if remaining <= 0:
-                    raise tagged(out_of_time(), request.request_id)
+                    raise tagged(out_of_time(), rid)
                 if self._throttle.admit():
                     try:
+                        if request is None:
+                            # The schema lookup is the call's first step, within its budget and
+                            # retries (numpy inputs need it; an unreachable router is retried).
+                            needed = needs_schema(inputs)
+                            info = await self._model_info(model, metadata, remaining) if needed else None
+                            request = build_request(
+                                model,
+                                inputs,
+                                info,
+                                user=user,
+                                priority=priority,
+                                version=version,
+                                parameters=parameters,
+                                request_id=rid,
+                                spill_to_job=spill_to_job,
+                            )
                         response = await self._stub.Predict(request, metadata=call, timeout=remaining)
                         self._throttle.answered(grpc.StatusCode.OK)
                         return Prediction.from_proto(response)
                     except grpc.RpcError as exc:
-                        error = tagged(from_rpc_error(exc), request.request_id)
+                        error = tagged(from_rpc_error(exc), rid)
                         self._throttle.answered(error.code, error.reason)
                 else:
-                    error = tagged(throttled(), request.request_id)
+                    error = tagged(throttled(), rid)
                 await asyncio.sleep(retry_or_raise(error, attempt, self._retries, loop.time(), deadline))
         except DeadlineExceeded as late:
+            if request is None:
+                raise  # the schema was never had: nothing was sent to spill
             raise await spilled_late_async(self._channel, request, late, tuple(call)) from None
         raise AssertionError("unreachable")
 

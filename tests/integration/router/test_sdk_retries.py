@@ -22,6 +22,10 @@ pytestmark = pytest.mark.slow
 
 OUTAGE_S = 4.5
 CLIENTS = 4
+LOOKUP_TIMEOUT_S = 1.0
+"""A short budget for the call that finds no router at all."""
+ROUTER_LATE_S = 1.0
+"""How long after the call starts its router comes up (the default retries span seconds)."""
 PAUSE_S = 0.05
 
 
@@ -58,3 +62,25 @@ def test_clients_with_default_settings_see_no_error_across_a_router_restart(e2e:
     report("router restart under SDK clients", outage_s=OUTAGE_S, answered=sum(answered), failed=sum(failed))
     assert before > 0 and sum(answered) > before, "served before and after the restart"
     assert sum(failed) == 0, f"{sum(failed)} calls failed across a {OUTAGE_S} s router restart: {errors}"
+
+
+def test_the_schema_lookup_is_retried_within_the_call_and_carries_its_id(e2e: E2E) -> None:
+    """numpy inputs need the model's schema first: that lookup is the call's first step, so
+    an unreachable router is retried as the Predict would be (it failed in 0.01 s with no
+    request id), and a call made while the router is still starting is answered."""
+    listen = f"127.0.0.1:{free_port()}"
+    x = np.full((1, echo.WIDTH), 1.0, np.float32)
+    with (
+        ferryman.Client(listen, e2e.keys["acme"], timeout=LOOKUP_TIMEOUT_S) as sdk,
+        pytest.raises(ferryman.Unavailable) as down,
+    ):
+        sdk.predict("echo", x, request_id="lookup-1")
+    assert down.value.request_id == "lookup-1"
+    starter = threading.Timer(ROUTER_LATE_S, lambda: e2e.start_router(QuotaSettings(), listen=listen))
+    starter.start()
+    try:
+        with ferryman.Client(listen, e2e.keys["acme"]) as sdk:  # default timeout and retries
+            answer = sdk.predict("echo", x, request_id="lookup-2")
+    finally:
+        starter.join()
+    assert answer.request_id == "lookup-2" and answer.outputs
