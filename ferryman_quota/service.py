@@ -64,11 +64,17 @@ class QuotaBackend(Protocol):
 
 def make_backend(settings: QuotaSettings) -> QuotaBackend:
     if settings.backend == "redis":
-        client = aioredis.Redis.from_url(
+        # A bounded pool whose calls wait for a free connection (within the backend timeout):
+        # redis-py's default pool holds 100 and fails the 101st call at once ("Too many
+        # connections"), and every request with an id of its own reserves here.
+        pool = aioredis.BlockingConnectionPool.from_url(
             settings.redis_url,
+            max_connections=settings.redis_max_connections,
+            timeout=settings.backend_timeout_s,
             socket_timeout=settings.backend_timeout_s,
             socket_connect_timeout=settings.backend_timeout_s,
         )
+        client = aioredis.Redis(connection_pool=pool)
         return RedisQuota(client, settings.reservation_ttl_s)
     return MemoryQuota(settings.reservation_ttl_s, settings.kept_answers_per_tenant_bytes)
 

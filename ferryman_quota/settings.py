@@ -41,6 +41,9 @@ class QuotaSettings(BaseSettings):
     """A reservation ends this long after its last renewal unless settled: callers renew
     the running ones (``FERRYMAN_ROUTER_LEASE_RENEW_S``, at most a third of this), so a
     crashed router's slots free within this."""
+    redis_max_connections: int = Field(default=64, ge=1)
+    """Connections to Redis the quota service keeps at most; a call past them waits for one
+    (within ``backend_timeout_s``) instead of failing."""
     kept_answer_bytes: int = Field(default=256 * 1024, ge=0, le=MAX_ANSWER_BYTES)
     """The largest answer kept for repeats of a request id the caller chose; a repeat of a
     request whose answer was larger is refused (ALREADY_EXISTS), never run again."""
