@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 import grpc
 from google.rpc import status_pb2
 from opentelemetry import trace
+from opentelemetry.context import Context
 
 from batcher.breaker import BreakerState
 from batcher.dead_letters import DeadLetters
@@ -143,6 +144,10 @@ class Dispatcher:
             batch_id = uuid.uuid4().hex[:BATCH_ID_CHARS]
             with self._tracer.start_as_current_span(
                 "batcher.dispatch",
+                # A root, linked to every request of the batch: the task that dispatches runs
+                # in the context of whichever request woke the queue (in-process, that is a
+                # request's own span), and the batch belongs to all of them, none its parent.
+                context=Context(),
                 links=links([e.traceparent for e in entries]),
                 attributes={
                     "ferryman.model": model,

@@ -13,6 +13,7 @@ from batcher.settings import BatcherSettings
 from ferryman_kernel.config import CommonSettings
 from ferryman_kernel.metrics_http import serve_metrics
 from ferryman_kernel.metrics_otlp import otlp_metrics
+from ferryman_kernel.telemetry import setup_tracing
 from ferryman_quota.cohost import CoHostedQuota
 from ferryman_quota.settings import QuotaSettings
 from router.server import serve_router
@@ -29,6 +30,9 @@ async def serve_router_with_batcher(
 ) -> int:
     """Run a router whose batcher lives in the same process, until SIGTERM/SIGINT (or
     ``stop``); the batcher drains after the router stops taking requests."""
+    # Before the batcher takes its tracer: one made while nothing records stays a no-op, and
+    # the in-process batcher's queue and dispatch spans were lost ("ferryman up"'s topology).
+    setup_tracing("router")
     metrics = BatcherMetrics()
     metrics_server = serve_metrics(batcher.metrics_listen, metrics.registry, common.handshake_timeout_s)
     host = BatcherHost(batcher, common, metrics)

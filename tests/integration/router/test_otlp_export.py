@@ -44,6 +44,8 @@ class Received:
     parent: bytes
     attributes: dict[str, Any]
     status: int
+    links: tuple[bytes, ...] = ()
+    """Span ids of the spans it links to."""
 
 
 def plain(value: AnyValue) -> Any:
@@ -72,6 +74,7 @@ class Collector(trace_service_pb2_grpc.TraceServiceServicer):
                             parent=span.parent_span_id,
                             attributes={a.key: plain(a.value) for a in span.attributes},
                             status=span.status.code,
+                            links=tuple(link.span_id for link in span.links),
                         )
                     )
         return trace_service_pb2.ExportTraceServiceResponse()
@@ -128,6 +131,17 @@ class Collected:
 
 @pytest.fixture(scope="module")
 def collected() -> Iterator[Collected]:
+    # The batcher in its own process: its spans carry its own service name.
+    yield from collecting(separate_batcher=True)
+
+
+@pytest.fixture(scope="module")
+def cohosted() -> Iterator[Collected]:
+    """``ferryman up``'s topology: the batcher inside the router's process."""
+    yield from collecting(separate_batcher=False)
+
+
+def collecting(separate_batcher: bool) -> Iterator[Collected]:
     collector = Collector()
     metrics = MetricsCollector()
     server = grpc.server(futures.ThreadPoolExecutor(4), options=[("grpc.so_reuseport", 0)])
@@ -148,8 +162,7 @@ def collected() -> Iterator[Collected]:
         "FERRYMAN_BATCHER_MAX_INFLIGHT_PER_NODE": "1",
     }
     try:
-        # The batcher in its own process: its spans carry its own service name.
-        with platform(PlatformSpec(env=env, separate_batcher=True)) as running:
+        with platform(PlatformSpec(env=env, separate_batcher=separate_batcher)) as running:
             yield Collected(collector, metrics, running, f"http://{router_metrics}/metrics")
     finally:
         server.stop(grace=None)
@@ -231,3 +244,30 @@ def test_metrics_are_pushed_over_otlp_with_the_prometheus_numbers(collected: Col
     for service in ("ferryman-batcher", "ferryman-node"):
         assert any(s == service for s, _, _ in list(metrics.latest)), f"{service} pushes its metrics too"
     assert metrics.value("ferryman-router", "process_resident_memory_bytes") > 0
+
+
+CONCURRENT = 16
+"""Requests sent at once, so that batches hold several of them."""
+
+
+def test_traces_are_whole_on_ferryman_ups_topology(cohosted: Collected) -> None:
+    """With the batcher inside the router's process: every request's span has its queue
+    span, and each batch's dispatch span is a root linked to every request it ran (the
+    node's batch span its child), never a child of whichever request woke the queue."""
+    collector, running = cohosted.spans, cohosted.running
+    with (
+        ferryman.Client(running.address, running.key) as client,
+        futures.ThreadPoolExecutor(CONCURRENT) as pool,
+    ):
+        rows = [np.full((1, 512), float(i), np.float32) for i in range(CONCURRENT)]
+        list(pool.map(lambda x: client.predict("mlp", x), rows))
+    roots = {r.span_id: r for r in collector.named("ferryman.v1.Inference/Predict", CONCURRENT)}
+    queues = collector.named("batcher.queue", CONCURRENT)
+    assert {q.parent for q in queues} >= set(roots), "every request records its wait in the queue"
+    dispatches = {d.span_id: d for d in collector.named("batcher.dispatch", 1)}
+    batches = collector.named("node.batch", 1)
+    assert dispatches and batches
+    assert all(d.parent == b"" for d in dispatches.values()), "a batch belongs to no one request"
+    assert {link for d in dispatches.values() for link in d.links} >= set(roots), "linked to each request"
+    assert all(b.parent in dispatches for b in batches if b.parent), "node.batch is a dispatch's child"
+    assert not [b for b in batches if b.parent in roots], "no batch is an unrelated request's child"
