@@ -21,6 +21,7 @@ from batcher.settings import BatcherSettings
 from ferryman.errors import Reason, make_status
 from ferryman.v1 import batcher_pb2
 from ferryman_kernel.scopes import is_background
+from ferryman_kernel.telemetry import exemplar
 
 
 class VersionQueue:
@@ -276,14 +277,17 @@ class VersionQueue:
         self._wake(True)  # free slots and virtual times moved: a deferred queue may be ahead now
         for entry in batch:
             entry.dispatched = True
-            self._waited.observe(now - entry.arrival)
+            first = next((w.span for w in entry.waiters if w.span is not None), None)
+            self._waited.observe(now - entry.arrival, exemplar(first) if first is not None else None)
             for waiter in entry.waiters:
                 if waiter.span is not None:
                     waiter.span.set_attribute(
                         "ferryman.dispatch_reason", (reason or DispatchReason.WINDOW).value
                     )
                 waiter.end_wait()
-        self._metrics.batch_size.labels(**self._labels).observe(rows)
+        # The batch size's exemplar: one request of the batch (its trace links to the batch).
+        first = next((w.span for e in batch for w in e.waiters if w.span is not None), None)
+        self._metrics.batch_size.labels(**self._labels).observe(rows, exemplar(first) if first else None)
         self._metrics.batch_fill_ratio.labels(**self._labels).observe(rows / self.config.max_batch_rows)
         self._metrics.dispatches.labels(**self._labels, reason=(reason or DispatchReason.WINDOW).value).inc()
         self.drained.add(rows, now)

@@ -170,6 +170,15 @@ def traceparent(span: Span | None = None) -> str:
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
 
 
+def exemplar(span: Span | None = None) -> dict[str, str] | None:
+    """The exemplar of an observation made under ``span`` (default: the current span): its
+    trace and span ids, so a dashboard's point leads to the trace; None unless sampled."""
+    context = (span or trace.get_current_span()).get_span_context()
+    if not context.is_valid or not context.trace_flags.sampled:
+        return None
+    return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
+
+
 def span_context(header: str) -> SpanContext | None:
     """The remote span a traceparent names, None for anything malformed."""
     parts = header.split("-")

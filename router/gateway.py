@@ -22,7 +22,7 @@ from ferryman.durations import seconds_of
 from ferryman.errors import Reason, make_status, status_code
 from ferryman.v1 import common_pb2, inference_pb2
 from ferryman_kernel.logs import log_request
-from ferryman_kernel.telemetry import current_span, tracer
+from ferryman_kernel.telemetry import current_span, exemplar, tracer
 from registry.cache import SnapshotCache
 from registry.snapshot import RouteRecord, TenantRecord
 from router.auth import authenticate
@@ -203,7 +203,9 @@ class Gateway:
             (served.model, served.version) if served else self._labels(request.model, request.version)
         )
         kind = GENERATE if isinstance(request, inference_pb2.GenerateRequest) else PREDICT
-        self._metrics.observe(tenant, model_label, version_label, code, door.protocol, elapsed, kind)
+        self._metrics.observe(
+            tenant, model_label, version_label, code, door.protocol, elapsed, kind, exemplar(span)
+        )
         span.set_attributes(failure_attributes(door, status))
         if is_server_fault(status_code(status)):
             span.set_status(Status(StatusCode.ERROR, status.message))
@@ -261,7 +263,9 @@ class Gateway:
                 **({"http.response.status_code": HTTP_OK} if door.http else {"rpc.grpc.status_code": 0}),
             }
         )
-        self._metrics.observe(tenant, last.model, last.version, "OK", door.protocol, elapsed, GENERATE)
+        self._metrics.observe(
+            tenant, last.model, last.version, "OK", door.protocol, elapsed, GENERATE, exemplar(span)
+        )
         log_request(tenant, last.model, last.version, last.request_id, "OK", elapsed)
 
     async def _answer(
@@ -310,7 +314,14 @@ class Gateway:
                 }
             )
             self._metrics.observe(
-                tenant.name, response.model, response.version, "OK", protocol, elapsed, PREDICT
+                tenant.name,
+                response.model,
+                response.version,
+                "OK",
+                protocol,
+                elapsed,
+                PREDICT,
+                exemplar(span),
             )
             queued = seconds_of(response.timing.queue)
             self._metrics.child(self._metrics.service, response.model, response.version).observe(

@@ -137,13 +137,22 @@ class RouterMetrics:
         return found
 
     def observe(
-        self, tenant: str, model: str, version: str, code: str, protocol: str, seconds: float, kind: str
+        self,
+        tenant: str,
+        model: str,
+        version: str,
+        code: str,
+        protocol: str,
+        seconds: float,
+        kind: str,
+        exemplar: dict[str, str] | None = None,
     ) -> None:
         """One answered request; ``protocol`` names the front door it came through, ``kind``
-        whether it was a prediction or a generation (``PREDICT``, ``GENERATE``)."""
+        whether it was a prediction or a generation (``PREDICT``, ``GENERATE``), ``exemplar``
+        the trace it was recorded in (OpenMetrics exemplars: a latency point leads to it)."""
         values = (self.tenant(tenant), model, version or "-", code, protocol)
         self.child(self.requests, *values).inc()
-        self.child(self.latency, *values, kind).observe(seconds)
+        self.child(self.latency, *values, kind).observe(seconds, exemplar)
 
     def served(self, tenant: str, model: str, usage: common_pb2.Usage, fallback_of: str = "") -> None:
         """Tokens and cost of an answered request; ``fallback_of`` names the model it fell back from."""

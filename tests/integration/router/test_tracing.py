@@ -3,7 +3,9 @@ and the node's batch span linked to every request span in the batch."""
 
 from __future__ import annotations
 
+import re
 import time
+import urllib.request
 import uuid
 
 import grpc
@@ -164,3 +166,49 @@ def test_a_callers_mistake_is_no_server_error_in_its_span(e2e: E2E, spans: InMem
         time.sleep(0.02)
     assert found, "the refused request's span"
     assert found[-1].status.status_code != StatusCode.ERROR, "INVALID_ARGUMENT is the caller's, not an error"
+
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+EXEMPLAR = re.compile(r"^(\w+)\{[^}]*\} \S+ # \{([^}]*)\}")
+
+
+def exemplars(url: str) -> dict[str, set[str]]:
+    """Trace ids of the exemplars each metric family carries, scraped as OpenMetrics (the
+    format Prometheus asks for when exemplar storage is on)."""
+    request = urllib.request.Request(url, headers={"Accept": OPENMETRICS})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.headers["Content-Type"].startswith("application/openmetrics-text")
+        text = answer.read().decode()
+    found: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        if match := EXEMPLAR.match(line):
+            labels = dict(part.split("=", 1) for part in match.group(2).split(","))
+            found.setdefault(match.group(1), set()).add(labels["trace_id"].strip('"'))
+    return found
+
+
+def test_latency_queue_and_batch_histograms_carry_exemplars_of_exported_traces(
+    e2e: E2E, spans: InMemorySpanExporter
+) -> None:
+    """A point on a latency, queue-wait or batch-size chart leads to a trace that exists."""
+    stub = inference_pb2_grpc.InferenceStub(grpc.insecure_channel(e2e.router))
+    x = encode(np.ones((1, echo.WIDTH), np.float32))
+    for _ in range(3):
+        stub.Predict(
+            inference_pb2.PredictRequest(
+                model="echo", inputs=[common_pb2.NamedTensor(name="input", tensor=x)]
+            ),
+            metadata=(("authorization", f"Bearer {e2e.keys['acme']}"),),
+            timeout=30,
+        )
+    finished(spans, "ferryman.v1.Inference/Predict", 3)
+    exported = {f"{s.context.trace_id:032x}" for s in spans.get_finished_spans()}
+    router = exemplars(e2e.router_metrics)
+    batcher = exemplars(e2e.batcher_metrics)
+    for family, found in (
+        ("ferryman_request_latency_seconds_bucket", router),
+        ("ferryman_queue_wait_seconds_bucket", batcher),
+        ("ferryman_batch_size_bucket", batcher),
+    ):
+        assert found.get(family), f"{family}: no exemplar"
+        assert found[family] & exported, f"{family}: exemplars name no exported trace"
