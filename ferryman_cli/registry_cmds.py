@@ -13,7 +13,7 @@ from ferryman.priorities import PRIORITIES
 from ferryman.v1 import node_pb2
 from ferryman_cli.context import engine, migrated_engine, settings
 from ferryman_cli.output import JsonFlag, console, emit, fail, refusals, table
-from ferryman_kernel.artifacts import artifact_path
+from ferryman_kernel.artifacts import artifact_path, pushed_uri
 from ferryman_kernel.schema import IOSchema
 from registry.migrate import upgrade
 from registry.reader import RegistryReader
@@ -242,11 +242,19 @@ def _load_schema(value: str) -> dict[str, Any]:
 def model_register(
     name: str,
     version: Annotated[str, typer.Option(help="Version label.")],
-    artifact: Annotated[str, typer.Option(help="Artifact path or file:// URI.")],
+    artifact: Annotated[
+        str,
+        typer.Option(
+            help="Where nodes find it: a path or file:// URI on every node, s3://bucket/key (any "
+            "S3-compatible store), http(s)://, or the ferryman://artifacts/... URI of model push."
+        ),
+    ],
     format: Annotated[str, typer.Option("--format", help=", ".join(f.value for f in ModelFormat) + ".")],
     schema: Annotated[str, typer.Option(help="IO schema: JSON text or a JSON file path.")],
     handler: Annotated[str, typer.Option(help="module:Class, for format python.")] = "",
-    sha256: Annotated[str, typer.Option(help="Expected checksum (computed for local files).")] = "",
+    sha256: Annotated[
+        str, typer.Option(help="Expected checksum (computed for local files; required for s3 and http).")
+    ] = "",
     max_batch_size: Annotated[int, typer.Option(help="Largest batch in rows.")] = 32,
     price_per_1k_tokens: Annotated[float, typer.Option(help="USD per 1000 tokens.")] = 0.0,
     price_per_item: Annotated[float, typer.Option(help="USD per item.")] = 0.0,
@@ -337,6 +345,25 @@ def _check_before_registering(spec: VersionSpec) -> str:
             )
         fail(f"{spec.model}:{spec.version} would not serve: {exc}{hint}")
     return f"loaded and called at batch {' and '.join(map(str, CHECKED_SIZES))}"
+
+
+@model_app.command("push")
+def model_push(
+    path: Annotated[Path, typer.Argument(help="The artifact: a file, or a directory (pushed as a tar).")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Store an artifact in the registry, where every node can fetch it (no object store
+    needed); register versions with the URI it prints."""
+    if not path.exists():
+        fail(f"{path} does not exist")
+    with refusals():
+        pushed = writer().push_artifact(path)
+    uri = pushed_uri(pushed.sha256)
+    emit(
+        {"uri": uri, "sha256": pushed.sha256, "kind": pushed.kind, "bytes": pushed.size},
+        as_json,
+        lambda: console.print(f"pushed {path.name} ({pushed.size:,} bytes): --artifact {uri}"),
+    )
 
 
 @model_app.command("access")

@@ -14,6 +14,23 @@ from urllib.parse import unquote, urlparse
 CHUNK_BYTES = 1 << 20
 
 
+PUSHED_PREFIX = "ferryman://artifacts/"
+"""Artifacts ``ferryman model push`` stored in the registry: the prefix, then the sha256."""
+SHA256_HEX = 64
+
+
+def pushed_uri(sha256: str) -> str:
+    return PUSHED_PREFIX + sha256
+
+
+def pushed_sha256(uri: str) -> str | None:
+    """The sha256 a ``ferryman://artifacts/`` URI names, None for any other URI."""
+    if not uri.startswith(PUSHED_PREFIX):
+        return None
+    digest = uri.removeprefix(PUSHED_PREFIX)
+    return digest if len(digest) == SHA256_HEX and all(c in "0123456789abcdef" for c in digest) else ""
+
+
 def artifact_path(uri: str) -> Path | None:
     """The local path of a ``file://`` URI or plain path; None for remote schemes."""
     parsed = urlparse(uri)

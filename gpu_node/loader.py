@@ -18,6 +18,7 @@ from ferryman_kernel.artifacts import artifact_path, artifact_sha256
 from ferryman_kernel.schema import IOSchema
 from gpu_node.batch import TORCH_BY_DTYPE, split_outputs
 from gpu_node.executor import predict_splitting
+from gpu_node.fetch import ArtifactCache, FetchError
 from gpu_node.runtimes import Runtime, load_runtime
 from gpu_node.runtimes.base import BatchInput
 from gpu_node.slots import LatencyProfile
@@ -46,11 +47,17 @@ def parse_schema(spec: node_pb2.ModelVersionSpec) -> IOSchema:
         raise LoadError(f"invalid IO schema: {exc.errors()[0]['msg']}") from None
 
 
-def locate(spec: node_pb2.ModelVersionSpec) -> Path:
-    """The artifact's local path, after checking it exists and its sha256 matches."""
+def locate(spec: node_pb2.ModelVersionSpec, cache: ArtifactCache | None = None) -> Path:
+    """The artifact's local path, after checking it exists and its sha256 matches; a remote
+    one (s3, http(s), pushed to the registry) through ``cache``, downloaded and checked."""
     path = artifact_path(spec.artifact_uri)
     if path is None:
-        raise LoadError(f"artifact {spec.artifact_uri}: only local paths and file:// URIs are supported")
+        if cache is None:
+            raise LoadError(f"artifact {spec.artifact_uri[:200]}: this node fetches no remote artifacts")
+        try:
+            return cache.local(spec.artifact_uri, spec.sha256)
+        except FetchError as exc:
+            raise LoadError(str(exc)) from None
     if not path.exists():
         raise LoadError(f"artifact {path} does not exist")
     actual = artifact_sha256(path)
@@ -87,11 +94,16 @@ def example_inputs(schema: IOSchema, rows: int, device: torch.device) -> dict[st
 
 
 def load_version(
-    spec: node_pb2.ModelVersionSpec, device: torch.device, *, runs: int, smoothing: float
+    spec: node_pb2.ModelVersionSpec,
+    device: torch.device,
+    *,
+    runs: int,
+    smoothing: float,
+    cache: ArtifactCache | None = None,
 ) -> tuple[Runtime, IOSchema, LatencyProfile]:
     """Load and warm up a version; return its runtime, schema and measured latency profile."""
     schema = parse_schema(spec)
-    path = locate(spec)
+    path = locate(spec, cache)
     try:
         runtime = load_runtime(spec.format, path, schema, spec.handler, device)
     except Exception as exc:

@@ -13,6 +13,7 @@ from ferryman.v1 import node_pb2, node_pb2_grpc
 from ferryman_kernel.config import CommonSettings
 from ferryman_kernel.logs import Throttled
 from ferryman_kernel.runtime import ServiceSpec, run_service
+from gpu_node.fetch import ArtifactCache
 from gpu_node.loader import resolve_device
 from gpu_node.metrics import NodeMetrics
 from gpu_node.service import NodeService
@@ -115,7 +116,16 @@ async def serve_node(
     # grace_s None: drained before the server stops.
     spec = ServiceSpec.of("node", settings, [NODE_SERVICE], metrics.registry, grace_s=None)
     async with run_service(spec, common, stop) as rt:
-        service = NodeService(settings, device, rt.health, metrics)
+        pushed = (
+            RegistryReader(make_engine(common.resolved_database_url())) if settings.use_registry else None
+        )
+        artifacts = ArtifactCache(
+            common.data_dir / "artifact-cache",
+            settings.artifact_cache_bytes,
+            settings.artifact_fetch_timeout_s,
+            pushed,
+        )
+        service = NodeService(settings, device, rt.health, metrics, artifacts)
         rt.on_close(service.close)
         node_pb2_grpc.add_NodeServicer_to_server(NodeServicer(service), rt.server)
         address = settings.advertise or rt.address

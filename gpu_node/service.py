@@ -22,6 +22,7 @@ from ferryman.v1 import node_pb2
 from ferryman_kernel.serving import NOT_SERVING, SERVING
 from ferryman_kernel.telemetry import links, parent_context, tracer
 from gpu_node.executor import run_batch
+from gpu_node.fetch import ArtifactCache
 from gpu_node.generation.limits import OverBudget
 from gpu_node.loader import LoadError, load_version, locate, parse_schema
 from gpu_node.metrics import NodeMetrics
@@ -47,8 +48,11 @@ class NodeService:
         device: torch.device,
         health_servicer: HealthServicer,
         metrics: NodeMetrics,
+        artifacts: ArtifactCache | None = None,
     ):
         self.settings = settings
+        self.artifacts = artifacts
+        """Where remote artifacts are fetched to (None: local paths only)."""
         self.metrics = metrics
         self._tracer = tracer("ferryman.node")
         self.device = device
@@ -85,8 +89,9 @@ class NodeService:
             Admission(self.settings.generation_admission),
             self.settings.generation_active_s,
         )
-        path = locate(slot.spec)
         loop = asyncio.get_running_loop()
+        # A download can take minutes: off the event loop, as the load itself.
+        path = await loop.run_in_executor(self._load_pool, locate, slot.spec, self.artifacts)
         try:
             loaded = await loop.run_in_executor(self._load_pool, load_causal_lm, path, limits)
         except Exception as exc:
@@ -124,6 +129,7 @@ class NodeService:
                         self.device,
                         runs=self.settings.warmup_runs,
                         smoothing=self.settings.profile_smoothing,
+                        cache=self.artifacts,
                     ),
                 )
             except LoadError as exc:

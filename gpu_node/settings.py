@@ -50,6 +50,11 @@ class NodeSettings(BaseSettings):
     """Timed runs per warm-up batch size (the fastest is kept)."""
     profile_smoothing: float = Field(default=0.2, gt=0, le=1)
     """Weight of a live batch in the latency profile's moving average."""
+    artifact_cache_bytes: int = Field(default=20 * 1024**3, ge=0)
+    """Remote artifacts (s3://, http(s)://, pushed to the registry) kept on this node's disk
+    under ``<data dir>/artifact-cache``; past it the least recently used are evicted."""
+    artifact_fetch_timeout_s: float = Field(default=60.0, gt=0)
+    """How long a remote artifact's connection may stay silent before the fetch fails."""
     max_message_bytes: MessageBytes = 64 * 1024 * 1024
     metrics_listen: MetricsListen = ""
     generation_slots: int = Field(default=8, ge=1)

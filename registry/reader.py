@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -16,6 +17,7 @@ from registry.snapshot import ready_versions
 from registry.tables import (
     AdminCredential,
     ApiKey,
+    ArtifactChunk,
     AuditEvent,
     ConfigRevision,
     ConsoleAccount,
@@ -26,6 +28,7 @@ from registry.tables import (
     ModelVersion,
     Node,
     Placement,
+    PushedArtifact,
     QuotaPolicy,
     Rollout,
     Route,
@@ -239,6 +242,21 @@ class RegistryReader:
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         with Session(self._engine) as s:
             return list(s.exec(select(DeadLetter).order_by(col(DeadLetter.id).desc()).limit(limit)))
+
+    def pushed_artifact(self, sha256: str) -> PushedArtifact | None:
+        """A pushed artifact's record (its kind and size), None when none was pushed."""
+        with Session(self._engine) as s:
+            return s.get(PushedArtifact, sha256)
+
+    def artifact_chunks(self, sha256: str) -> Iterator[bytes]:
+        """A pushed artifact's bytes, one chunk at a time (one row in memory at once)."""
+        known = self.pushed_artifact(sha256)
+        for seq in range(known.chunks if known else 0):
+            with Session(self._engine) as s:
+                row = s.get(ArtifactChunk, (sha256, seq))
+            if row is None:
+                raise LookupError(f"artifact {sha256[:12]}… lost its chunk {seq}")
+            yield row.data
 
 
 def _pairs(targets: list[dict[str, Any]]) -> tuple[tuple[str, int], ...]:

@@ -338,3 +338,30 @@ class ConsoleSession(SQLModel, table=True):
     expires_at: float
     """Epoch seconds."""
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class PushedArtifact(SQLModel, table=True):
+    """A model artifact ``ferryman model push`` stored in the registry itself, so every node
+    that reaches the registry can fetch it (``ferryman://artifacts/<sha256>``)."""
+
+    __tablename__ = "artifacts"
+
+    sha256: str = Field(primary_key=True, max_length=64)
+    """The artifact's digest (a directory's: its manifest's, ``ferryman_kernel.artifacts``)."""
+    kind: str = Field(max_length=8)
+    """``file``, or ``dir``: the chunks are then a tar of the directory."""
+    size: int
+    """Bytes stored (the file, or the tar)."""
+    chunks: int
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ArtifactChunk(SQLModel, table=True):
+    """One piece of a pushed artifact, in order (a row stays far below any database's
+    limit on one value, however large the model)."""
+
+    __tablename__ = "artifact_chunks"
+
+    sha256: str = Field(primary_key=True, max_length=64)
+    seq: int = Field(primary_key=True)
+    data: bytes = Field(sa_column=Column(LargeBinary, nullable=False))

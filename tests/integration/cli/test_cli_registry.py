@@ -64,7 +64,7 @@ def test_commands_refuse_unmigrated_registry(cli: CliRunner) -> None:
 
 
 def test_tenant_key_quota_flow(cli: CliRunner) -> None:
-    assert run_json(cli, "db", "upgrade")["revision"] == "0010"
+    assert run_json(cli, "db", "upgrade")["revision"] == "0011"
     created = run_json(cli, "tenant", "create", "acme", "--priority", "3", "--weight", "2")
     assert created["key"].startswith(f"fm_{created['prefix']}_")
     listed = run_json(cli, "tenant", "list")
@@ -320,3 +320,20 @@ def test_a_program_exported_with_a_static_batch_is_refused_with_its_reason(
     registered = run_json(cli, *args, "--version", "2", "--artifact", str(dynamic))
     assert registered["status"] == "REGISTERED"
     assert registered["checked"] == "loaded and called at batch 1 and 2"
+
+
+def test_an_artifact_pushed_to_the_registry_is_registered_by_its_uri(cli: CliRunner, tmp_path: Path) -> None:
+    """No object store: the registry keeps the artifact, and versions name it by its URI."""
+    run(cli, "db", "upgrade")
+    artifact = tmp_path / "tiny.pt2"
+    batch = {"input": {0: torch.export.Dim("batch")}}
+    torch.export.save(torch.export.export(Tiny(), (torch.randn(2, 4),), dynamic_shapes=batch), artifact)
+    pushed = run_json(cli, "model", "push", str(artifact))
+    assert pushed["uri"] == f"ferryman://artifacts/{pushed['sha256']}" and pushed["kind"] == "file"
+    assert run_json(cli, "model", "push", str(artifact)) == pushed, "pushing again changes nothing"
+    args = ["model", "register", "tiny", "--format", "torch_export", "--schema", SCHEMA]
+    registered = run_json(cli, *args, "--version", "1", "--artifact", pushed["uri"])
+    assert registered["sha256"] == pushed["sha256"]
+    assert registered["checked"].startswith("not checked here"), "nodes fetch and check it"
+    bad = run(cli, *args, "--version", "2", "--artifact", "ferryman://artifacts/" + "0" * 64, ok=False)
+    assert "was pushed" in bad.output

@@ -371,3 +371,33 @@ def test_the_console_charts_from_prometheus_and_keeps_logins_across_upgrades() -
     (secret,) = [d for d in by_kind(docs, "Secret") if d["metadata"]["name"] == secret_ref["name"]]
     assert len(secret["data"][secret_ref["key"]]) >= 48  # random, base64; kept by lookup on upgrade
     assert env["FERRYMAN_CONSOLE_QUOTA_ADDRESS"]["value"] == "fm-ferryman-quota:7002"
+
+
+def test_nodes_fetch_artifacts_into_a_cache_volume_with_the_stores_credentials() -> None:
+    (node,) = [
+        d for d in by_kind(render({}), "Deployment") if d["metadata"]["name"] == "fm-ferryman-node-gpu"
+    ]
+    (container,) = containers(node)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["FERRYMAN_DATA_DIR"] == "/var/lib/ferryman"
+    assert env["FERRYMAN_NODE_ARTIFACT_CACHE_BYTES"] == str(20 * 1024**3)
+    assert "AWS_ENDPOINT_URL" not in env and "envFrom" not in container  # AWS, the pod's identity
+    volumes = {v["name"]: v for v in node["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["artifacts"] == {"name": "artifacts", "emptyDir": {"sizeLimit": "20Gi"}}
+    assert {"name": "artifacts", "mountPath": "/var/lib/ferryman"} in container["volumeMounts"]
+    minio = {
+        "cacheGiB": 5,
+        "existingClaim": "models",
+        "s3": {"endpoint": "http://minio:9000", "region": "eu-1", "existingSecret": "minio-keys"},
+    }
+    (node,) = [
+        d
+        for d in by_kind(render({"artifacts": minio}), "Deployment")
+        if d["metadata"]["name"] == "fm-ferryman-node-gpu"
+    ]
+    (container,) = containers(node)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["AWS_ENDPOINT_URL"] == "http://minio:9000" and env["AWS_DEFAULT_REGION"] == "eu-1"
+    assert container["envFrom"] == [{"secretRef": {"name": "minio-keys"}}]
+    volumes = {v["name"]: v for v in node["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["artifacts"]["persistentVolumeClaim"] == {"claimName": "models"}
