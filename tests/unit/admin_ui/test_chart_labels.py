@@ -31,5 +31,6 @@ def test_numbers_read_plainly(value: float, unit: str, shown: str) -> None:
 def test_the_time_axis_is_a_24_hour_clock_in_utc() -> None:
     start, end = datetime(2026, 12, 4, 17, 0, tzinfo=UTC), datetime(2026, 12, 4, 17, 30, tzinfo=UTC)
     spec = time_axis([start, end]).to_dict()
+    assert isinstance(spec, dict)
     assert spec["axis"] == {"format": "%H:%M", "formatType": "utc"}
     assert spec["scale"]["type"] == "utc" and spec["title"] == "time (UTC)"
