@@ -41,10 +41,11 @@ def check_item(
     version_key: str,
     max_rows: int | None,
     rows: int,
-    ready: bool,
+    no_replica: str,
 ) -> Refusal | None:
     """Refuse what cannot be queued at all: late, draining, unknown version (``max_rows``
-    None), rows outside 1..max batch size, no ready replica."""
+    None), rows outside 1..max batch size, no ready replica (``no_replica``: why, empty
+    when one is ready)."""
     if deadline <= now:
         return Refusal(
             grpc.StatusCode.DEADLINE_EXCEEDED, Reason.DEADLINE, "the deadline passed before arrival"
@@ -60,10 +61,8 @@ def check_item(
             f"an item needs 1..{max_rows} rows, got {rows}",
             violations=[("inputs", f"rows must be 1..{max_rows}")],
         )
-    if not ready:
-        return Refusal(
-            grpc.StatusCode.UNAVAILABLE, Reason.NO_REPLICA, f"no ready replica serves {version_key}"
-        )
+    if no_replica:
+        return Refusal(grpc.StatusCode.UNAVAILABLE, Reason.NO_REPLICA, no_replica)
     return None
 
 

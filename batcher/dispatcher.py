@@ -192,7 +192,7 @@ class Dispatcher:
                 replica = self.reserve(key, rows, owner, frozenset(tried))
             if replica is None:
                 if not self._directory.ready(key):
-                    self._fail(entries, grpc.StatusCode.UNAVAILABLE, f"no ready replica serves {key}")
+                    self._fail(entries, grpc.StatusCode.UNAVAILABLE, self._directory.no_replica(key))
                     return
                 # Every replica is busy or its breaker is open: wait for a slot, within the deadline.
                 await asyncio.sleep(min(remaining, self._backoff(waits)))

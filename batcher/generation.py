@@ -114,5 +114,5 @@ class GenerationRelay:
             finally:
                 await events.aclose()
                 replica.generations -= 1
-        message = f"no ready replica serves {key}" + (f" (last: {last})" if last else "")
+        message = self._directory.no_replica(key) + (f" (last: {last})" if last else "")
         raise failed(grpc.StatusCode.UNAVAILABLE, message, Reason.NO_REPLICA)

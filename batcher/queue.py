@@ -170,7 +170,7 @@ class VersionQueue:
         now = self._clock()
         capacity = self._directory.capacity(self.version_key)
         if capacity.total_slots == 0 and not self._directory.ready(self.version_key):
-            self._fail_all(grpc.StatusCode.UNAVAILABLE, f"no ready replica serves {self.version_key}")
+            self._fail_all(grpc.StatusCode.UNAVAILABLE, self._directory.no_replica(self.version_key))
             return None
         load = Load(
             free_slots=capacity.free_slots,

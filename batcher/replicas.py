@@ -81,12 +81,17 @@ class PowerOfTwoChoices:
         return a if a.outstanding_rows <= b.outstanding_rows else b
 
 
+MAX_REASON_CHARS = 300
+"""Of a node's failure reason repeated in a caller's error."""
+
+
 class ReplicaSource(Protocol):
     """What the directory reads of the registry (``registry.reader.RegistryReader``)."""
 
     def revision(self) -> int: ...
     def all_versions(self) -> list[tuple[str, ModelVersion]]: ...
     def ready_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]: ...
+    def failed_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]: ...
 
 
 class ReplicaDirectory:
@@ -116,6 +121,8 @@ class ReplicaDirectory:
         self._refresh_s = refresh_s
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.replicas: dict[str, Replica] = {}
+        self.failures: dict[str, list[tuple[str, str]]] = {}
+        """``model:version`` -> [(node, why)] where it failed (from the nodes' heartbeats)."""
         self.versions: dict[str, VersionConfig] = {}
         self._revision = -1
         self.refreshed = asyncio.Event()
@@ -136,6 +143,7 @@ class ReplicaDirectory:
             }
             self._revision = revision
         ready = await asyncio.to_thread(self._reader.ready_versions, self.heartbeat_timeout_s)
+        self.failures = await asyncio.to_thread(self._reader.failed_versions, self.heartbeat_timeout_s)
         serving: dict[tuple[str, str], set[str]] = {}
         for version_key, holders in ready.items():
             for name, address in holders:
@@ -213,6 +221,16 @@ class ReplicaDirectory:
         return replica.tenant_slots.get(tenant, 0) < self.tenant_slots(replica) and policy.allows(
             tenant, replica.tenant_slots, replica.inflight
         )
+
+    def no_replica(self, version_key: str) -> str:
+        """Why nothing serves ``version_key``: where it failed and why, when a node said so
+        ("mlp:2 failed on node-1: warm-up at batch 2 failed: ..."), else that none is ready."""
+        failed = self.failures.get(version_key)
+        if not failed:
+            return f"no ready replica serves {version_key}"
+        node, reason = failed[0]
+        more = f" (and on {len(failed) - 1} more)" if len(failed) > 1 else ""
+        return f"{version_key} failed on {node}{more}: {reason[:MAX_REASON_CHARS]}"
 
     def slots_per_replica(self, version_key: str) -> int:
         """The most batch slots any replica of the version has."""

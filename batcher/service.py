@@ -98,6 +98,7 @@ class BatcherService:
         version_key = f"{item.model}:{item.version}"
         config = self._directory.versions.get(version_key)
         rows = item_rows(item)
+        ready = config is None or bool(self._directory.ready(version_key))
         refused = check_item(
             now,
             deadline,
@@ -105,7 +106,7 @@ class BatcherService:
             version_key,
             None if config is None else config.max_batch_size,
             rows,
-            config is not None and bool(self._directory.ready(version_key)),
+            "" if ready else self._directory.no_replica(version_key),
         )
         if refused is not None:
             return refuse(refused)

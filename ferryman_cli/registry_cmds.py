@@ -389,16 +389,26 @@ def model_access(
 
 @model_app.command("list")
 def model_list(as_json: JsonFlag = False) -> None:
-    """List models and their versions."""
+    """List models and their versions; a version that failed on a node says where and why
+    (its status FAILED while no node serves it)."""
     registry = reader()
-    data: list[dict[str, Any]] = [
-        {
-            "model": m.name,
-            "versions": [
-                {"version": v.version, "status": v.status, "format": v.format, "sha256": v.sha256}
-                for v in registry.versions(m.name)
-            ],
+    timeout = settings().heartbeat_timeout_s
+    failed, ready = registry.failed_versions(timeout), registry.ready_versions(timeout)
+
+    def version(model: str, v: Any) -> dict[str, Any]:
+        key = f"{model}:{v.version}"
+        failures = {node: reason for node, reason in failed.get(key, [])}
+        status = "FAILED" if failures and not ready.get(key) else v.status
+        return {
+            "version": v.version,
+            "status": status,
+            "format": v.format,
+            "sha256": v.sha256,
+            "failed": failures,
         }
+
+    data: list[dict[str, Any]] = [
+        {"model": m.name, "versions": [version(m.name, v) for v in registry.versions(m.name)]}
         for m in registry.models()
     ]
     emit(
@@ -406,9 +416,16 @@ def model_list(as_json: JsonFlag = False) -> None:
         as_json,
         lambda: table(
             "models",
-            ["model", "version", "status", "format", "sha256"],
+            ["model", "version", "status", "format", "sha256", "failed"],
             [
-                [d["model"], v["version"], v["status"], v["format"], v["sha256"][:12]]
+                [
+                    d["model"],
+                    v["version"],
+                    v["status"],
+                    v["format"],
+                    v["sha256"][:12],
+                    "; ".join(f"{node}: {reason}" for node, reason in v["failed"].items()),
+                ]
                 for d in data
                 for v in d["versions"]
             ],

@@ -92,7 +92,9 @@ class RegistryLink:
     async def heartbeat_forever(self, service: NodeService) -> None:
         while True:
             try:
-                await asyncio.to_thread(self._writer.heartbeat, self._settings.name, service.serving_keys())
+                await asyncio.to_thread(
+                    self._writer.heartbeat, self._settings.name, service.serving_keys(), service.failures()
+                )
             except Exception as exc:
                 log.warning("heartbeat failed (still serving): %s", exc)
             await asyncio.sleep(self._settings.heartbeat_interval_s)

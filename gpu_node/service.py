@@ -74,6 +74,10 @@ class NodeService:
                 sum(1 for slot in self.slots.values() if slot.state == state)
             )
 
+    def failures(self) -> dict[str, str]:
+        """Versions that failed here (fetch, checksum, load, warm-up), with why."""
+        return {key: slot.reason for key, slot in self.slots.items() if slot.state == SlotState.FAILED}
+
     def serving_keys(self) -> list[str]:
         return sorted(key for key, slot in self.slots.items() if slot.state == SlotState.SERVING)
 

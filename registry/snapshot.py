@@ -173,6 +173,19 @@ def heartbeat_age_s(node: Node, now: datetime) -> float:
     return (now - beat).total_seconds()
 
 
+def failed_versions(engine: Engine, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
+    """``model:version`` -> [(node name, why)] of live nodes on which it failed."""
+    now = datetime.now(UTC)
+    failed: dict[str, list[tuple[str, str]]] = {}
+    with Session(engine) as s:
+        for node in s.exec(select(Node)):
+            if heartbeat_age_s(node, now) > heartbeat_timeout_s:
+                continue
+            for key, reason in sorted((node.failed_versions or {}).items()):
+                failed.setdefault(key, []).append((node.name, reason))
+    return failed
+
+
 def ready_versions(engine: Engine, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
     """``model:version`` -> [(node name, address)] of READY nodes with a fresh heartbeat."""
     now = datetime.now(UTC)

@@ -152,6 +152,8 @@ class Node(SQLModel, table=True):
     lifecycle: str = Field(default="STARTING", max_length=16)
     loaded_versions: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     """``model:version`` names that are SERVING there."""
+    failed_versions: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    """``model:version`` -> why it failed there (fetch, checksum, load, warm-up)."""
     last_heartbeat: datetime = Field(default_factory=utcnow)
 
 

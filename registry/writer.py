@@ -58,6 +58,8 @@ from registry.tables import (
 JOB_LIMITS = ("jobs_in_flight", "job_items_per_day")
 
 
+MAX_FAILURE_CHARS = 500
+"""Of a failure's reason kept in the registry (a model's exception can be long)."""
 PUSH_CHUNK_BYTES = 4 * 1024 * 1024
 """One row of a pushed artifact: far below any database's limit on one value."""
 
@@ -369,14 +371,18 @@ class RegistryWriter(RouteWrites, RolloutWrites, AccountWrites, WriterBase):
             c.session.add(node)
             c.detail["lifecycle"] = node.lifecycle
 
-    def heartbeat(self, name: str, loaded_versions: Sequence[str]) -> None:
-        """Record that a node is alive and what it serves (no revision, no audit)."""
+    def heartbeat(
+        self, name: str, loaded_versions: Sequence[str], failed: Mapping[str, str] | None = None
+    ) -> None:
+        """Record that a node is alive, what it serves and what failed there, with why (no
+        revision, no audit)."""
         with Session(self._engine) as session:
             node = session.exec(select(Node).where(Node.name == name)).first()
             if node is None:
                 raise v.NotFound(f"no node {name!r}")
             node.last_heartbeat = utcnow()
             node.loaded_versions = sorted(loaded_versions)
+            node.failed_versions = {k: r[:MAX_FAILURE_CHARS] for k, r in sorted((failed or {}).items())}
             session.add(node)
             session.commit()
 

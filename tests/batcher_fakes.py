@@ -100,6 +100,9 @@ class Registry:
     def all_versions(self) -> list[tuple[str, ModelVersion]]:
         return [("m", ModelVersion(model_id=1, version="1", artifact_uri="", sha256="", format="python"))]
 
+    def failed_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
+        return {}
+
     def ready_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
         return {KEY: [(name, f"{name}:1") for name in NODES]}
 

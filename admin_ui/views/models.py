@@ -18,12 +18,18 @@ FORMATS = [f.value for f in ModelFormat if f != ModelFormat.CAUSAL_LM]
 
 def render(ctx: Console) -> None:
     st.header("Models")
+    timeout = ctx.common.heartbeat_timeout_s
+    failed, ready = ctx.reader.failed_versions(timeout), ctx.reader.ready_versions(timeout)
     for model in ctx.reader.models():
         st.subheader(model.name)
         if model.description:
             st.text(model.description)  # plain text: a description is never markup
         for row in ctx.reader.versions(model.name):
-            with st.expander(f"{model.name}:{row.version} — {row.status}"):
+            failures = failed.get(f"{model.name}:{row.version}", [])
+            status = "FAILED" if failures and not ready.get(f"{model.name}:{row.version}") else row.status
+            with st.expander(f"{model.name}:{row.version} — {status}"):
+                for node, reason in failures:
+                    st.text(f"failed on {node}: {reason}")  # a model's own words: plain text
                 st.write(
                     f"format `{row.format}`, max batch {row.max_batch_size}, "
                     f"cacheable {row.cacheable}, shareable {row.shareable}"

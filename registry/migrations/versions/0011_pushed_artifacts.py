@@ -1,4 +1,5 @@
-"""artifacts pushed into the registry (ferryman model push), in chunks
+"""artifacts pushed into the registry (ferryman model push), in chunks; the versions that
+failed on each node, with why
 
 Revision ID: 0011
 Revises: 0010
@@ -18,6 +19,12 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # Versions that failed on a node, with why: shown by model list, the console and in the
+    # refusal a tenant gets instead of "no ready replica".
+    with op.batch_alter_table("nodes") as nodes:
+        nodes.add_column(
+            sa.Column("failed_versions", sa.JSON(), nullable=False, server_default=sa.text("'{}'"))
+        )
     op.create_table(
         "artifacts",
         sa.Column("sha256", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
@@ -39,3 +46,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("artifact_chunks")
     op.drop_table("artifacts")
+    with op.batch_alter_table("nodes") as nodes:
+        nodes.drop_column("failed_versions")

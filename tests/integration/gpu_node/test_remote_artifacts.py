@@ -6,6 +6,8 @@ with both digests in its reason."""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 import subprocess
 import sys
@@ -126,6 +128,25 @@ def test_a_node_with_an_empty_disk_serves_models_from_s3_and_the_registry(
             time.sleep(0.2)
         reason = versions["mlp:corrupt"].reason
         assert "sha256" in reason and "refused" in reason and digest in reason, reason
+        # Operators see it where they look: ferryman model list (from the node's heartbeat).
+        env = {**os.environ, "FERRYMAN_DATABASE_URL": url, "FERRYMAN_DATA_DIR": str(tmp_path / "cli")}
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while True:
+            listed = subprocess.run(
+                [sys.executable, "-m", "ferryman_cli", "model", "list", "--json"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
+            by_version = {v["version"]: v for v in json.loads(listed.stdout)[0]["versions"]}
+            if by_version["corrupt"]["status"] == "FAILED":
+                break
+            assert time.monotonic() < deadline, by_version["corrupt"]
+            time.sleep(0.5)
+        assert "refused" in by_version["corrupt"]["failed"]["remote"]
+        assert by_version["s3"]["status"] != "FAILED" and not by_version["s3"]["failed"]
         x = np.ones((1, 512), np.float32)
         for version, seed in (("s3", 0), ("pushed", 1)):
             request = node_pb2.InferBatchRequest(

@@ -20,7 +20,7 @@ def item(**overrides: object) -> Reason | None:
         "version_key": "m:1",
         "max_rows": 8,
         "rows": 2,
-        "ready": True,
+        "no_replica": "",
     }
     refusal = check_item(**{**args, **overrides})  # type: ignore[arg-type]
     return None if refusal is None else refusal.reason
@@ -35,7 +35,7 @@ def item(**overrides: object) -> Reason | None:
         ({"max_rows": None}, Reason.UNKNOWN_VERSION),
         ({"rows": 0}, Reason.INVALID_INPUT),
         ({"rows": 9}, Reason.INVALID_INPUT),
-        ({"ready": False}, Reason.NO_REPLICA),
+        ({"no_replica": "m:1 failed on n1: warm-up at batch 2 failed"}, Reason.NO_REPLICA),
         # Order: a late item is refused as late even when everything else is wrong too.
         ({"deadline": NOW - 1, "accepting": False, "max_rows": None}, Reason.DEADLINE),
     ],
@@ -45,7 +45,7 @@ def test_item_checks(overrides: dict[str, object], reason: Reason | None) -> Non
 
 
 def test_bad_rows_name_the_field() -> None:
-    refusal = check_item(NOW, NOW + 1, True, "m:1", 8, 9, True)
+    refusal = check_item(NOW, NOW + 1, True, "m:1", 8, 9, "")
     assert refusal is not None and refusal.code == grpc.StatusCode.INVALID_ARGUMENT
     assert refusal.violations == [("inputs", "rows must be 1..8")]
 

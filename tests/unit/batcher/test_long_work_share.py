@@ -66,6 +66,9 @@ class TwoModels:
             for i, model in enumerate(SECONDS, start=1)
         ]
 
+    def failed_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
+        return {}
+
     def ready_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
         return {f"{model}:1": [("n1", "n1:1")] for model in SECONDS}
 
