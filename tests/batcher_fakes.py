@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncGenerator
+import time
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 
 import grpc
@@ -14,7 +15,8 @@ from batcher.dispatcher import Dispatcher
 from batcher.entries import Entry
 from batcher.metrics import BatcherMetrics
 from batcher.node_client import NodeCallError, NodeClient
-from batcher.replicas import PowerOfTwoChoices, ReplicaDirectory
+from batcher.replicas import PowerOfTwoChoices, ReplicaDirectory, ReplicaSource
+from batcher.service import BatcherService
 from batcher.settings import BatcherSettings
 from ferryman.errors import Reason, make_status, ok_status
 from ferryman.v1 import batcher_pb2, node_pb2
@@ -165,3 +167,36 @@ async def rig(**settings: object) -> Rig:
 
     dispatcher = Dispatcher(config, directory, metrics, letters, finish, clock=clock)
     return Rig(dispatcher, directory, nodes, results, letters.letters, clock)
+
+
+async def real_time_batcher(
+    settings: BatcherSettings, registry: ReplicaSource, nodes: Mapping[str, NodeClient] | None = None
+) -> tuple[ReplicaDirectory, BatcherService]:
+    """A batcher service on the real event loop and clock over ``registry`` and fake
+    ``nodes`` (by name; none: nothing is dialled), its directory refreshed once."""
+    metrics = BatcherMetrics()
+
+    def connect(address: str) -> NodeClient:
+        assert nodes is not None, f"no fake node for {address}"
+        return nodes[address.split(":")[0]]
+
+    directory = ReplicaDirectory(
+        settings,
+        registry,
+        metrics,
+        Security(),
+        clock=time.monotonic,
+        refresh_s=1.0,
+        heartbeat_timeout_s=10.0,
+        choice=PowerOfTwoChoices(random.Random(0)),
+        connect=connect,
+    )
+    await directory.refresh()
+    service = BatcherService(
+        settings,
+        directory,
+        metrics,
+        lambda finish: Dispatcher(settings, directory, metrics, Letters(), finish, clock=time.monotonic),
+        clock=time.monotonic,
+    )
+    return directory, service

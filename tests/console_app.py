@@ -3,7 +3,11 @@ steps every console test takes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -16,6 +20,7 @@ from registry.migrate import upgrade
 from registry.reader import RegistryReader
 from registry.writer import RegistryWriter, VersionSpec
 
+HTTP_OK = 200
 APP = str(Path(admin_ui.__file__).resolve().parent / "app.py")
 PASSWORD = "correct horse battery"
 TIMEOUT_S = 30
@@ -89,3 +94,33 @@ def open_page(at: AppTest, page: str) -> AppTest:
     at.sidebar.radio(key="page").set_value(page).run()
     assert not at.exception, at.exception
     return at
+
+
+CONSOLE_START_S = 60.0
+"""How long ``ferryman admin`` may take to answer its health check."""
+
+
+def start_console(port: int, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """``ferryman admin --port`` with ``env``, once its health check answers (the process
+    is killed and the test fails if it does not)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ferryman_cli", "admin", "--port", str(port)],
+        env=dict(env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + CONSOLE_START_S
+    while not console_healthy(f"127.0.0.1:{port}"):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise AssertionError("the console did not start")
+        time.sleep(0.2)
+    return proc
+
+
+def console_healthy(address: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{address}/_stcore/health", timeout=5) as response:
+            return bool(response.status == HTTP_OK)
+    except OSError:
+        return False

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from console_app import CHROMIUM_ARGS
+from console_app import CHROMIUM_ARGS, start_console
 from services import unavailable
 
 from ferryman_kernel.canary import Gates
@@ -101,25 +98,8 @@ def console_url(tmp_path: Path) -> Iterator[str]:
         "FERRYMAN_ADMIN_PASSWORD": PASSWORD,
         "FERRYMAN_DATA_DIR": str(tmp_path),
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ferryman_cli", "admin", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = start_console(port, env)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        try:
-            with urllib.request.urlopen(f"{base}/_stcore/health", timeout=1) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            pass
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            raise AssertionError("the console did not start")
-        time.sleep(0.2)
     yield base
     proc.terminate()
     proc.wait(10)

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import websockets
+from console_app import console_healthy, start_console
 from half_open import all_closed, half_open
 
 from ferryman_kernel.net import free_port
@@ -47,30 +45,11 @@ def console(tmp_path: Path) -> Iterator[str]:
         "FERRYMAN_CONSOLE_HEADER_TIMEOUT_S": str(BOUND_S),
         "FERRYMAN_CONSOLE_MAX_CONNECTIONS_PER_PEER": str(PER_PEER),
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ferryman_cli", "admin", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = start_console(port, env)
     address = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not healthy(address):
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            raise AssertionError("the console did not start")
-        time.sleep(0.2)
     yield address
     proc.terminate()
     proc.wait(10)
-
-
-def healthy(address: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{address}/_stcore/health", timeout=5) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
 
 
 async def session_outlives_the_bound(address: str) -> bool:
@@ -85,7 +64,7 @@ async def session_outlives_the_bound(address: str) -> bool:
 def test_half_open_connections_leave_the_console_served(console: str) -> None:
     flood = half_open(console, HALF_OPEN, (b"", b"GET /_stc", b"GET / HTTP/1.1\r\nHost: x\r\n"))
     try:
-        assert all(healthy(console) for _ in range(5))
+        assert all(console_healthy(console) for _ in range(5))
         with urllib.request.urlopen(f"http://{console}/", timeout=10) as page:
             assert page.status == 200 and b"<html" in page.read().lower()
     finally:
@@ -99,7 +78,7 @@ def test_ended_sessions_do_not_count_against_their_address(console: str) -> None
     sessions, one after another, and the address is still served."""
     for _ in range(2 * PER_PEER):
         asyncio.run(one_session(console))
-    assert healthy(console)
+    assert console_healthy(console)
 
 
 async def one_session(address: str) -> None:

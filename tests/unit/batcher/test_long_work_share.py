@@ -6,23 +6,15 @@ batch. Fake nodes (no sockets) with a time per batch by model, the real event lo
 from __future__ import annotations
 
 import asyncio
-import random
-import time
 from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 
-from batcher_fakes import FakeNode, Letters
+from batcher_fakes import FakeNode, real_time_batcher
 
-from batcher.dispatcher import Dispatcher
-from batcher.metrics import BatcherMetrics
-from batcher.node_client import NodeClient
-from batcher.replicas import PowerOfTwoChoices, ReplicaDirectory
-from batcher.service import BatcherService
 from batcher.settings import BatcherSettings
 from ferryman.durations import set_seconds
 from ferryman.v1 import batcher_pb2, common_pb2, node_pb2
-from ferryman_kernel.security import Security
 from registry.tables import ModelVersion
 
 SECONDS = {"slow": 1.0, "fast": 0.01}
@@ -90,31 +82,7 @@ def item(tenant: str, model: str, n: int, budget_s: float) -> batcher_pb2.Submit
 async def light_goodput(long_batch_s: float | None) -> float:
     """The light tenant's share of calls answered in time beside the heavy one."""
     settings = BatcherSettings(retry_backoff_s=0, fair_active_s=ACTIVE_S, long_batch_s=long_batch_s)
-    metrics = BatcherMetrics()
-    node = TimedNode("n1", capacity=2)
-
-    def connect(address: str) -> NodeClient:
-        return node
-
-    directory = ReplicaDirectory(
-        settings,
-        TwoModels(),
-        metrics,
-        Security(),
-        clock=time.monotonic,
-        refresh_s=1.0,
-        heartbeat_timeout_s=10.0,
-        choice=PowerOfTwoChoices(random.Random(0)),
-        connect=connect,
-    )
-    await directory.refresh()
-    service = BatcherService(
-        settings,
-        directory,
-        metrics,
-        lambda finish: Dispatcher(settings, directory, metrics, Letters(), finish, clock=time.monotonic),
-        clock=time.monotonic,
-    )
+    _, service = await real_time_batcher(settings, TwoModels(), {"n1": TimedNode("n1", capacity=2)})
     outcomes: Counter[str] = Counter()
     heavy_sent = 0
     stop = False

@@ -4,17 +4,10 @@ heartbeats, through the registry)."""
 
 from __future__ import annotations
 
-import time
+from batcher_fakes import Registry, real_time_batcher
 
-from batcher_fakes import Letters, Registry
-
-from batcher.dispatcher import Dispatcher
-from batcher.metrics import BatcherMetrics
-from batcher.replicas import ReplicaDirectory
-from batcher.service import BatcherService
 from batcher.settings import BatcherSettings
 from ferryman.v1 import batcher_pb2, common_pb2
-from ferryman_kernel.security import Security
 
 REASON = "warm-up at batch 2 failed: RuntimeError: Guard failed: input.size()[0] == 1"
 
@@ -28,24 +21,7 @@ class FailedEverywhere(Registry):
 
 
 async def test_the_refusal_says_where_and_why_the_version_failed() -> None:
-    settings, metrics = BatcherSettings(), BatcherMetrics()
-    directory = ReplicaDirectory(
-        settings,
-        FailedEverywhere(),
-        metrics,
-        Security(),
-        clock=time.monotonic,
-        refresh_s=1.0,
-        heartbeat_timeout_s=10.0,
-    )
-    await directory.refresh()
-    service = BatcherService(
-        settings,
-        directory,
-        metrics,
-        lambda finish: Dispatcher(settings, directory, metrics, Letters(), finish, clock=time.monotonic),
-        clock=time.monotonic,
-    )
+    _, service = await real_time_batcher(BatcherSettings(), FailedEverywhere())
     tensor = common_pb2.Tensor(dtype=common_pb2.DATA_TYPE_FP32, shape=[1, 2], data=bytes(8))
     item = batcher_pb2.SubmitItem(
         request_id="r",

@@ -5,21 +5,13 @@ compute. Fake nodes (no sockets) that take a fixed time per batch, the real even
 from __future__ import annotations
 
 import asyncio
-import random
-import time
 from collections import Counter
 from datetime import timedelta
 
-from batcher_fakes import KEY, NODES, FakeNode, Letters, Registry
+from batcher_fakes import KEY, NODES, FakeNode, Registry, real_time_batcher
 
-from batcher.dispatcher import Dispatcher
-from batcher.metrics import BatcherMetrics
-from batcher.node_client import NodeClient
-from batcher.replicas import PowerOfTwoChoices, ReplicaDirectory
-from batcher.service import BatcherService
 from batcher.settings import BatcherSettings
 from ferryman.v1 import batcher_pb2, common_pb2
-from ferryman_kernel.security import Security
 from registry.tables import ModelVersion
 
 BATCH_S = 0.01
@@ -57,31 +49,8 @@ def item(tenant: str, n: int) -> batcher_pb2.SubmitItem:
 
 
 async def test_weight_three_gets_three_times_the_compute_of_weight_one() -> None:
-    settings, metrics = BatcherSettings(retry_backoff_s=0), BatcherMetrics()
     nodes = {name: FakeNode(name, slow_s=BATCH_S, capacity=1) for name in NODES}
-
-    def connect(address: str) -> NodeClient:
-        return nodes[address.split(":")[0]]
-
-    directory = ReplicaDirectory(
-        settings,
-        SmallBatches(),
-        metrics,
-        Security(),
-        clock=time.monotonic,
-        refresh_s=1.0,
-        heartbeat_timeout_s=10.0,
-        choice=PowerOfTwoChoices(random.Random(0)),
-        connect=connect,
-    )
-    await directory.refresh()
-    service = BatcherService(
-        settings,
-        directory,
-        metrics,
-        lambda finish: Dispatcher(settings, directory, metrics, Letters(), finish, clock=time.monotonic),
-        clock=time.monotonic,
-    )
+    directory, service = await real_time_batcher(BatcherSettings(retry_backoff_s=0), SmallBatches(), nodes)
     answered: Counter[str] = Counter()
     counted: Counter[str] = Counter()
     sent = Counter[str]()
