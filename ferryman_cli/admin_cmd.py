@@ -37,7 +37,19 @@ def console_command(port: int, address: str) -> list[str]:
         "false",
         "--client.toolbarMode",
         "viewer",
+        # TLS as every other listener has it (FERRYMAN_TLS_CERT/KEY): logins carry passwords.
+        *tls_args(),
     ]
+
+
+def tls_args() -> list[str]:
+    """Streamlit's TLS options for this process's certificate, none without one."""
+    from ferryman_kernel.config import CommonSettings
+
+    common = CommonSettings()
+    if not common.tls_cert:
+        return []
+    return ["--server.sslCertFile", common.tls_cert, "--server.sslKeyFile", common.tls_key]
 
 
 @admin_app.callback()

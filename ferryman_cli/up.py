@@ -113,9 +113,17 @@ def is_serving(address: str, security: Security | None = None) -> bool:
         return False
 
 
-def _console_up(port: int) -> bool:
+def console_url(port: int, ca: str) -> str:
+    """The console's address: https with --tls (it serves the platform's certificate)."""
+    return f"{'https' if ca else 'http'}://127.0.0.1:{port}"
+
+
+def _console_up(port: int, ca: str) -> bool:
+    context = ssl.create_default_context(cafile=ca) if ca else None
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1) as response:
+        with urllib.request.urlopen(
+            f"{console_url(port, ca)}/_stcore/health", timeout=1, context=context
+        ) as response:
             return bool(response.status == HTTP_OK)
     except OSError:
         return False
@@ -181,7 +189,7 @@ def _wait_ready(platform: Platform, at: Endpoints, nodes: int, security: Securit
             and generating
             and is_serving(at.router, security)
             and _http_ready(at.http, at.ca)
-            and _console_up(at.console_port)
+            and _console_up(at.console_port, at.ca)
             and _answers(at.router, at.key, at.ca, at.generative)
         ):
             return
@@ -337,7 +345,7 @@ def up(
                         "api_key": key.plaintext,
                         "tenant": DEMO_TENANT,
                         "tls_ca": ca,
-                        "console_url": f"http://127.0.0.1:{console_port}",
+                        "console_url": console_url(console_port, ca),
                         "console_password": password,
                         "metrics": {name: f"http://{address}/metrics" for name, address in metrics.items()},
                         "addresses": addresses,
@@ -356,7 +364,7 @@ def up(
                 f"({nodes} node(s), quotas {'on Redis' if redis_url else 'in memory'})"
             )
             console.print(f"demo tenant API key (shown once): [bold]{key.plaintext}[/bold]", soft_wrap=True)
-            where = f"console: http://127.0.0.1:{console_port}"
+            where = f"console: {console_url(console_port, ca)}"
             if password:
                 where += f" (admin password for this run: [bold]{password}[/bold])"
             console.print(where, soft_wrap=True)

@@ -3,6 +3,7 @@ steps every console test takes."""
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import sys
 import time
@@ -100,9 +101,9 @@ CONSOLE_START_S = 60.0
 """How long ``ferryman admin`` may take to answer its health check."""
 
 
-def start_console(port: int, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
-    """``ferryman admin --port`` with ``env``, once its health check answers (the process
-    is killed and the test fails if it does not)."""
+def start_console(port: int, env: Mapping[str, str], ca: str = "") -> subprocess.Popen[bytes]:
+    """``ferryman admin --port`` with ``env``, once its health check answers (over TLS,
+    checked with ``ca``, when given; the process is killed and the test fails if not)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "ferryman_cli", "admin", "--port", str(port)],
         env=dict(env),
@@ -110,7 +111,7 @@ def start_console(port: int, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
         stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + CONSOLE_START_S
-    while not console_healthy(f"127.0.0.1:{port}"):
+    while not console_healthy(f"127.0.0.1:{port}", ca):
         if time.monotonic() > deadline or proc.poll() is not None:
             proc.kill()
             raise AssertionError("the console did not start")
@@ -118,9 +119,12 @@ def start_console(port: int, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
     return proc
 
 
-def console_healthy(address: str) -> bool:
+def console_healthy(address: str, ca: str = "") -> bool:
+    scheme, context = ("https", ssl.create_default_context(cafile=ca)) if ca else ("http", None)
     try:
-        with urllib.request.urlopen(f"http://{address}/_stcore/health", timeout=5) as response:
+        with urllib.request.urlopen(
+            f"{scheme}://{address}/_stcore/health", timeout=5, context=context
+        ) as response:
             return bool(response.status == HTTP_OK)
     except OSError:
         return False
