@@ -253,10 +253,13 @@ class RegistryWriter(RouteWrites, RolloutWrites, AccountWrites, WriterBase):
         """Store the file or directory at ``path`` in the registry (a directory as a tar), so
         every node that reaches the registry can fetch it; pushing it again is a no-op."""
         digest = artifact_sha256(path)
+        with Session(self._engine, expire_on_commit=False) as session:
+            # Looked up before the change: a second push neither bumps the revision (every
+            # service would reload its snapshot for nothing) nor writes an audit event.
+            known = session.get(PushedArtifact, digest)
+        if known is not None:
+            return known
         with self._change("artifact.push", "artifact", digest) as c:
-            known = c.session.get(PushedArtifact, digest)
-            if known is not None:
-                return known
             kind, size, seq = ("dir" if path.is_dir() else "file"), 0, 0
             with tempfile.TemporaryFile() as packed:
                 if kind == "dir":

@@ -32,6 +32,7 @@ from gpu_node.demo import mlp
 from gpu_node.server import serve_node
 from registry.db import make_engine
 from registry.migrate import upgrade
+from registry.reader import RegistryReader
 from registry.writer import RegistryWriter, VersionSpec
 
 # Left out of make test-fast: an S3 server process and a node loading three versions.
@@ -96,7 +97,9 @@ def test_a_node_with_an_empty_disk_serves_models_from_s3_and_the_registry(
     upgrade(engine)
     writer = RegistryWriter(engine, actor="test")
     stored = writer.push_artifact(pushed)
-    assert writer.push_artifact(pushed).sha256 == stored.sha256, "pushing again is a no-op"
+    revision = RegistryReader(engine).revision()
+    assert writer.push_artifact(pushed).sha256 == stored.sha256
+    assert RegistryReader(engine).revision() == revision, "pushing again is a no-op: no new revision"
     digest = artifact_sha256(from_s3)
     for version, uri, sha in (
         ("s3", f"s3://{BUCKET}/mlp.pt2", digest),
