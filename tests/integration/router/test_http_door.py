@@ -184,10 +184,13 @@ def test_malformed_bodies_and_binary_sections_get_clear_refusals(e2e: E2E) -> No
         url, header + b"\x00" * 20, key, **{"Inference-Header-Content-Length": str(len(header))}
     )
     assert status == 400 and "belong to no input" in answer["error"]
-    status, answer = post(
-        f"{e2e.http}/v1/embeddings", json.dumps({"model": "minilm", "input": [[1, 2]]}).encode(), key
-    )
-    assert status == 400 and "token arrays" in answer["error"]["message"]
+    refused: list[list[list[int]]] = [[[1, -1]], [[]], [[100256]], [[10**30]]]
+    for tokens in refused:
+        status, answer = post(
+            f"{e2e.http}/v1/embeddings", json.dumps({"model": "minilm", "input": tokens}).encode(), key
+        )
+        assert status == 400 and answer["error"]["param"] == "input", (tokens, answer)
+        assert len(answer["error"]["message"]) < 200
     status, answer = post(
         f"{e2e.http}/v1/embeddings", json.dumps({"model": "mlp", "input": "x"}).encode(), key
     )

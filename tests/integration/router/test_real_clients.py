@@ -4,9 +4,13 @@ the OIP service name. Each must get the numbers ferryman.Client gets."""
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import subprocess
 import urllib.request
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -125,6 +129,29 @@ for response_format in ({"type": "json_object"}, schema):
 print(json.dumps(out))
 """
 
+LANGCHAIN = """
+os.environ["TIKTOKEN_CACHE_DIR"] = ARGS["tiktoken_cache"]
+import tiktoken
+from langchain_openai import OpenAIEmbeddings
+# As LangChain's docs write it: the default check_embedding_ctx_length sends token arrays.
+embeddings = OpenAIEmbeddings(model="minilm", api_key=ARGS["key"], base_url=ARGS["http"] + "/v1")
+out = {"documents": embeddings.embed_documents(ARGS["texts"]),
+       "query": embeddings.embed_query(ARGS["texts"][1]),
+       "sent": [tiktoken.get_encoding("cl100k_base").encode(t) for t in ARGS["texts"]]}
+print(json.dumps(out))
+"""
+
+# tiktoken's cache key for the cl100k_base file: the sha1 of the address it would download from.
+CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+
+
+def seeded_tiktoken_cache(directory: Path) -> Path:
+    """A tiktoken cache holding cl100k_base, as an offline site seeds it: the file ships in
+    bpe-openai (byte for byte OpenAI's; tiktoken checks its sha256 before use)."""
+    data = gzip.decompress((resources.files("bpe_openai.data") / "cl100k_base.tiktoken.gz").read_bytes())
+    (directory / hashlib.sha1(CL100K_URL.encode()).hexdigest()).write_bytes(data)
+    return directory
+
 
 def ferryman_answers(e2e: E2E, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     with ferryman.Client(e2e.router, e2e.keys["acme"]) as client:
@@ -190,6 +217,25 @@ def test_openai_client_embeddings_match_ferryman_client(e2e: E2E) -> None:
     # Structured output is refused, never ignored (the answer would not be JSON).
     assert [code for code, _ in out["structured"]] == [400, 400], out["structured"]
     assert all("response_format" in message for _, message in out["structured"]), out["structured"]
+
+
+def test_langchain_default_embeddings_send_token_arrays_and_get_the_texts_embeddings(
+    e2e: E2E, tmp_path: Path
+) -> None:
+    _, embedding = ferryman_answers(e2e, np.zeros((1, 512), np.float32))
+    out = run_client(
+        LANGCHAIN,
+        http=e2e.http,
+        key=e2e.keys["acme"],
+        texts=TEXTS,
+        tiktoken_cache=str(seeded_tiktoken_cache(tmp_path)),
+    )
+    assert all(len(ids) > 1 for ids in out["sent"])
+    # LangChain normalizes what it gets (one chunk per text here): the same direction as the
+    # embedding of the text itself, though what went over the wire were cl100k_base ids.
+    unit = embedding / np.linalg.norm(embedding, axis=1, keepdims=True)
+    close(out["documents"], unit)
+    close(out["query"], unit[1])
 
 
 def test_health_is_what_load_balancers_and_guidellm_probe(e2e: E2E) -> None:

@@ -23,7 +23,9 @@ from ferryman_jobs.store import JobRecord
 from router.doors.http.caller import Caller
 from router.doors.http.errors import http_status
 from router.doors.openai.batches.protocol import BATCH_PREFIX, ERRORS, FILE_PREFIX, META, OUTPUT, batch_object
-from router.failures import fail, invalid
+from router.doors.openai.embeddings.protocol import EmbeddingRequest
+from router.doors.openai.embeddings.serving import texts
+from router.failures import RequestFailed, fail, invalid
 from router.jobs import JobDesk
 
 EMBEDDINGS = "/v1/embeddings"
@@ -104,7 +106,9 @@ async def file_content(caller: Caller, file_id: str) -> FileContent:
 
 def items_of(caller: Caller, content: bytes) -> tuple[str, list[jobs_pb2.JobItem]]:
     """The batch's model and its items, from OpenAI batch input lines (the first bad line is
-    named). Every line must call /v1/embeddings on the same model, which takes text."""
+        named). Every line must call /v1/embeddings on the same model, which takes text; each
+    line's input is read as the embeddings door reads it (texts or token arrays). Runs in a
+    worker thread: it may load the token vocabulary."""
     model, items = "", []
     seen: set[str] = set()
     for number, raw in enumerate(content.splitlines(), start=1):
@@ -113,7 +117,7 @@ def items_of(caller: Caller, content: bytes) -> tuple[str, list[jobs_pb2.JobItem
         try:
             line = json.loads(raw)
             body, custom_id = line["body"], str(line["custom_id"])
-            text = body["input"]
+            request = EmbeddingRequest.model_validate(body)
         except (ValueError, KeyError, TypeError, RecursionError):  # deep nesting: RecursionError
             raise invalid(f"line {number}", "not a batch request (custom_id, method, url, body)") from None
         if custom_id in seen:
@@ -122,15 +126,16 @@ def items_of(caller: Caller, content: bytes) -> tuple[str, list[jobs_pb2.JobItem
         seen.add(custom_id)
         if line.get("url") != EMBEDDINGS:
             raise invalid(f"line {number}", f"only {EMBEDDINGS} requests are batched")
-        if model and body.get("model") != model:
+        if model and request.model != model:
             raise invalid(f"line {number}", "every request of a batch calls the same model")
-        model = str(body.get("model", ""))
-        texts = [text] if isinstance(text, str) else text
-        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-            raise invalid(f"line {number}", "input: text, or a list of texts")
+        model = request.model
+        try:
+            values = texts(request)
+        except RequestFailed as failed:
+            raise invalid(f"line {number}", failed.status.message) from None
         items.append(
             jobs_pb2.JobItem(
-                custom_id=custom_id, inputs=[common_pb2.NamedTensor(text=common_pb2.TextList(values=texts))]
+                custom_id=custom_id, inputs=[common_pb2.NamedTensor(text=common_pb2.TextList(values=values))]
             )
         )
     if not items:

@@ -12,7 +12,10 @@ from router.bounds import MAX_NAME_CHARS, MAX_USER_CHARS
 class EmbeddingRequest(BaseModel):
     model: str = Field(max_length=MAX_NAME_CHARS)
     input: str | list[str] | list[int] | list[list[int]] = Field(
-        description="Text, or a list of texts (token arrays are refused: Ferryman tokenizes)."
+        description=(
+            "Text, a list of texts, or token arrays: cl100k_base ids (what OpenAI clients send for a "
+            "model tiktoken does not know), read back into text for the model's own tokenizer."
+        )
     )
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(default=None, gt=0)

@@ -30,7 +30,7 @@ async def embeddings(
     gateway = caller.gateway
     request = parse_json(EmbeddingRequest, await read_body(caller.request, gateway.max_message_bytes))
     schema = gateway.catalog.version(caller.tenant, request.model).schema
-    neutral = predict_request(request, schema, idempotency_key)
+    neutral = await predict_request(request, schema, idempotency_key)
     response = await caller.unless_gone(
         gateway.predict(neutral, caller.tenant, caller.deadline(), caller.parent, EMBEDDINGS)
     )

@@ -3,8 +3,9 @@ text input gets the request's ``input``, its one output becomes each ``embedding
 
 from __future__ import annotations
 
+import asyncio
 import base64
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -13,23 +14,32 @@ from ferryman.v1 import common_pb2, inference_pb2
 from ferryman_kernel.schema import IOSchema
 from router.doors.oip.tensors import MAX_TEXT_ELEMENTS
 from router.doors.openai.embeddings.protocol import EmbeddingRequest
+from router.doors.openai.embeddings.tokens import TOKEN_TEXT
 from router.failures import invalid
 
 
+def tokenized(request: EmbeddingRequest) -> bool:
+    """Whether ``input`` is token arrays (reading them may load a vocabulary: not on the loop)."""
+    return isinstance(request.input, list) and bool(request.input) and not isinstance(request.input[0], str)
+
+
 def texts(request: EmbeddingRequest) -> list[str]:
+    """The texts to embed: given as text, or as token arrays read back into text."""
     value = request.input
     if isinstance(value, str):
         return [value]
     if not value:
         raise invalid("input", "at least one text")
-    if not all(isinstance(v, str) for v in value):
-        raise invalid("input", "token arrays are not supported: send text")
+    if all(isinstance(v, int) for v in value):
+        return TOKEN_TEXT.texts([cast(list[int], value)])
     if len(value) > MAX_TEXT_ELEMENTS:
         raise invalid("input", f"more than {MAX_TEXT_ELEMENTS} texts")
+    if all(isinstance(v, list) for v in value):
+        return TOKEN_TEXT.texts(cast(list[list[int]], value))
     return [str(v) for v in value]
 
 
-def predict_request(
+async def predict_request(
     request: EmbeddingRequest, schema: IOSchema, request_id: str
 ) -> inference_pb2.PredictRequest:
     """The neutral request for an embedding model (one text input, one output), or the
@@ -42,13 +52,12 @@ def predict_request(
         raise invalid(
             "dimensions", f"{request.model} answers {list(output_spec.shape)}, not {request.dimensions}"
         )
+    values = await asyncio.to_thread(texts, request) if tokenized(request) else texts(request)
     return inference_pb2.PredictRequest(
         request_id=request_id,
         model=request.model,
         user=request.user,
-        inputs=[
-            common_pb2.NamedTensor(name=text_inputs[0].name, text=common_pb2.TextList(values=texts(request)))
-        ],
+        inputs=[common_pb2.NamedTensor(name=text_inputs[0].name, text=common_pb2.TextList(values=values))],
     )
 
 
