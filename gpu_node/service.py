@@ -92,12 +92,13 @@ class NodeService:
             self.settings.generation_step_tokens,
             Admission(self.settings.generation_admission),
             self.settings.generation_active_s,
+            self.settings.generation_precision,
         )
         loop = asyncio.get_running_loop()
         # A download can take minutes: off the event loop, as the load itself.
         path = await loop.run_in_executor(self._load_pool, locate, slot.spec, self.artifacts)
         try:
-            loaded = await loop.run_in_executor(self._load_pool, load_causal_lm, path, limits)
+            loaded = await loop.run_in_executor(self._load_pool, load_causal_lm, path, limits, self.device)
         except Exception as exc:
             raise LoadError(f"loading {path} as causal_lm failed: {type(exc).__name__}: {exc}") from exc
         labels = {"model": slot.spec.model, "version": slot.spec.version}

@@ -131,7 +131,7 @@ def engine_run(model: Any, requests: list[Request], *, slots: int) -> float:
     """(c): submit each request at its arrival, step while anything runs."""
     clock = Clock()
     engine = GenerationEngine(
-        SlotLlama(model, slots, MAX_LEN),
+        SlotLlama.of_model(model, slots, MAX_LEN),
         Scheduler(slots, STEP_TOKENS, VirtualTokenCounter()),
         MAX_LEN,
         stop_tokens=(),

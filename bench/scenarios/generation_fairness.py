@@ -83,7 +83,7 @@ def run(
     clock = Clock()
     scheduler = Scheduler(slots, step_tokens, VirtualTokenCounter(), admission, ACTIVE_S)
     engine = GenerationEngine(
-        SlotLlama(model, slots, MAX_LEN), scheduler, MAX_LEN, stop_tokens=(), clock=clock.now
+        SlotLlama.of_model(model, slots, MAX_LEN), scheduler, MAX_LEN, stop_tokens=(), clock=clock.now
     )
     outcome = Outcome([Arrival(a.at, a.tenant, a.prompt, a.max_tokens) for a in plan])
     by_id = {str(i): a for i, a in enumerate(outcome.arrivals)}

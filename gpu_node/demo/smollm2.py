@@ -63,10 +63,18 @@ def build_artifact(target: Path) -> Path:
     return target
 
 
+def load_tokenizer(artifact: Path) -> Any:
+    """The tokenizer (and chat template) of a built artifact."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(artifact)
+
+
 def load(artifact: Path) -> tuple[Any, Any]:
-    """(model in eval mode, tokenizer) from a built artifact."""
+    """(transformers model in eval mode, tokenizer) from a built artifact: the float32
+    reference the node's engine is tested against (the node reads the weights itself)."""
     from safetensors.torch import load_file
-    from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoConfig, LlamaForCausalLM
 
     model = LlamaForCausalLM(AutoConfig.from_pretrained(artifact))
     missing, unexpected = model.load_state_dict(load_file(str(artifact / WEIGHTS)), strict=False)
@@ -74,4 +82,4 @@ def load(artifact: Path) -> tuple[Any, Any]:
         raise ValueError(f"{artifact} does not hold SmolLM2's weights: {missing or unexpected}")
     model.tie_weights()
     model.train(False)
-    return model, AutoTokenizer.from_pretrained(artifact)
+    return model, load_tokenizer(artifact)

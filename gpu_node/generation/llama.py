@@ -1,23 +1,37 @@
-"""A Llama forward over a preallocated KV cache of fixed slots, on the weights of a
-transformers ``LlamaForCausalLM``.
+"""A Llama forward over a preallocated KV cache of fixed slots, on a Llama checkpoint's
+weights, in the precision the node asks for.
 
 transformers' own caches grow per sequence and batch only sequences of one length; the
 engine needs what vLLM's model runners do: every running sequence at its own position in
-one decode forward, and prefill chunks written into a sequence's slot. The modules (
-projections, norms, rotary embedding, MLP) are transformers'; only attention over the slot
-cache is written here. Memory is fixed at construction: ``slots`` x ``max_len`` positions
-per layer, nothing allocated per step beyond activations."""
+one decode forward, and prefill chunks written into a sequence's slot. Memory is fixed at
+construction: the weights and ``slots`` x ``max_len`` positions per layer, nothing
+allocated per step beyond activations.
+
+A decode step of a small model on a CPU is spent in its GEMMs (over 80% of it, profiled in
+docs/benchmarks.md), so the weights are held the way the step reads them: in ``dtype``
+(bfloat16 by default: half the bytes of float32, and twice float32's speed at 8 sequences;
+torch's int8 and int4 weight-only kernels are slower than either on AVX2, and dynamically
+quantized int8 agrees with float32 on too few tokens), the query, key and value projections
+as one matrix and the MLP's gate and up projections as another (two matmuls where there
+were five), and the rotary tables computed once for every position. The residual stream,
+norms, attention, KV cache and logits stay float32: with the activations in bfloat16 as
+well, or only the KV cache, SmolLM2 answered "What is the capital of France?" with French
+gibberish. No float32 copy of the checkpoint stays behind."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch.nn import functional as F
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 BYTES_PER_FLOAT32 = 4
+PRECISIONS: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+"""The precisions a node may hold a causal LM's weights and cache in
+(``FERRYMAN_NODE_GENERATION_PRECISION``)."""
 
 
 @dataclass(frozen=True)
@@ -30,74 +44,181 @@ class CacheShape:
 
     @property
     def bytes(self) -> int:
-        """Keys and values of every layer and slot."""
+        """Keys and values of every layer and slot (float32)."""
         return 2 * self.layers * self.slots * self.kv_heads * self.max_len * self.head_dim * BYTES_PER_FLOAT32
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One decoder layer's weights, as the forward reads them."""
+
+    input_norm: torch.Tensor
+    qkv: torch.Tensor
+    """[(heads + 2 kv_heads) x head_dim, hidden]: q, k and v projections stacked."""
+    out: torch.Tensor
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor
+    """[2 x intermediate, hidden]: the MLP's gate and up projections stacked."""
+    down: torch.Tensor
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T`` in the weight's precision, the result back in float32."""
+    if x.dtype == weight.dtype:
+        return F.linear(x, weight)
+    return F.linear(x.to(weight.dtype), weight).float()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class SlotLlama:
     """``prefill`` one sequence's chunk, ``decode`` one token for many; both return the
-    logits of each sequence's last position."""
+    float32 logits of each sequence's last position."""
 
-    def __init__(self, model: Any, slots: int, max_len: int) -> None:
-        config = model.config
-        self._model = model.model
-        self._lm_head = model.lm_head
+    def __init__(
+        self,
+        config: Any,
+        weights: dict[str, torch.Tensor],
+        slots: int,
+        max_len: int,
+        dtype: torch.dtype = torch.bfloat16,
+        device: torch.device | None = None,
+    ) -> None:
+        """``weights``: a ``LlamaForCausalLM`` state dict (``lm_head.weight`` may be absent
+        when the embeddings are tied); each tensor is converted as it is taken."""
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+        if getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
+            raise ValueError("Llama projections with biases are not supported")
+        device = device or torch.device("cpu")
+        self.dtype = dtype
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
-        self.shape = CacheShape(len(self._model.layers), slots, self.kv_heads, max_len, self.head_dim)
+        self.hidden = config.hidden_size
+        self.head_dim = getattr(config, "head_dim", None) or self.hidden // self.heads
+        self.eps = float(config.rms_norm_eps)
+        self.scale = self.head_dim**-0.5
+
+        def take(name: str) -> torch.Tensor:
+            return weights.pop(name).to(device=device, dtype=dtype).contiguous()
+
+        def exact(name: str) -> torch.Tensor:
+            return weights.pop(name).to(device=device, dtype=torch.float32).contiguous()
+
+        def stacked(*names: str) -> torch.Tensor:
+            return torch.cat([take(name) for name in names]).contiguous()
+
+        prefix = "model.layers"
+        self.layers = [
+            Layer(
+                input_norm=exact(f"{prefix}.{i}.input_layernorm.weight"),
+                qkv=stacked(*(f"{prefix}.{i}.self_attn.{p}_proj.weight" for p in "qkv")),
+                out=stacked(f"{prefix}.{i}.self_attn.o_proj.weight"),
+                post_norm=exact(f"{prefix}.{i}.post_attention_layernorm.weight"),
+                gate_up=stacked(f"{prefix}.{i}.mlp.gate_proj.weight", f"{prefix}.{i}.mlp.up_proj.weight"),
+                down=stacked(f"{prefix}.{i}.mlp.down_proj.weight"),
+            )
+            for i in range(config.num_hidden_layers)
+        ]
+        self.embed = take("model.embed_tokens.weight")
+        self.norm = exact("model.norm.weight")
+        # Tied embeddings: the head is the embedding matrix, held once.
+        self.lm_head = take("lm_head.weight") if "lm_head.weight" in weights else self.embed
+        kv_width = self.kv_heads * self.head_dim
+        self._split = [self.heads * self.head_dim, kv_width, kv_width]
+        cos, sin = LlamaRotaryEmbedding(config)(torch.empty(0), torch.arange(max_len).view(1, -1))
+        # [max_len, head_dim]
+        self._cos, self._sin = cos[0].to(device), sin[0].to(device)
+        self.shape = CacheShape(len(self.layers), slots, self.kv_heads, max_len, self.head_dim)
         size = (self.shape.layers, slots, self.kv_heads, max_len, self.head_dim)
-        device = self._lm_head.weight.device
         self._keys = torch.zeros(size, dtype=torch.float32, device=device)
         self._values = torch.zeros(size, dtype=torch.float32, device=device)
+
+    @classmethod
+    def of_model(cls, model: Any, slots: int, max_len: int, dtype: torch.dtype = torch.bfloat16) -> SlotLlama:
+        """On the weights of a transformers ``LlamaForCausalLM`` (the reference the tests
+        and benchmarks compare with; float32 tensors are shared with it, not copied)."""
+        return cls(model.config, dict(model.state_dict()), slots, max_len, dtype, model.lm_head.weight.device)
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: Path,
+        weights_file: str,
+        slots: int,
+        max_len: int,
+        dtype: torch.dtype = torch.bfloat16,
+        device: torch.device | None = None,
+    ) -> SlotLlama:
+        """From a directory holding ``config.json`` and safetensors weights, read one tensor
+        at a time (the float32 file is never whole in memory beside its conversion)."""
+        from safetensors import safe_open
+        from transformers import LlamaConfig
+
+        config = LlamaConfig(**json.loads((path / "config.json").read_text()))
+        with safe_open(str(path / weights_file), framework="pt") as file:
+            weights = _LazyWeights(file)
+            return cls(config, weights, slots, max_len, dtype, device)  # type: ignore[arg-type]
 
     def _layer(
         self,
         index: int,
         x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        rows: torch.Tensor,
         positions: torch.Tensor,
         slots: torch.Tensor,
         visible: int,
-        mask: torch.Tensor,
+        mask: torch.Tensor | None,
     ) -> torch.Tensor:
         """One decoder layer for ``x`` [B, T, H] at ``positions`` [B, T] in ``slots`` [B]."""
-        layer = self._model.layers[index]
-        attn = layer.self_attn
+        layer = self.layers[index]
         batch, steps, _ = x.shape
-        h = layer.input_layernorm(x)
-        q = attn.q_proj(h).view(batch, steps, self.heads, self.head_dim).transpose(1, 2)
-        k = attn.k_proj(h).view(batch, steps, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = attn.v_proj(h).view(batch, steps, self.kv_heads, self.head_dim).transpose(1, 2)
-        cos, sin = self._model.rotary_emb(v, positions)
-        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        h = F.rms_norm(x, (self.hidden,), layer.input_norm, self.eps)
+        q, k, v = torch.split(_linear(h, layer.qkv), self._split, dim=-1)
+        q = q.view(batch, steps, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(batch, steps, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(batch, steps, self.kv_heads, self.head_dim)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
         keys, values = self._keys[index], self._values[index]
-        # [B, kv, T, d] into each slot at its own positions.
-        rows = slots.view(batch, 1).expand(batch, steps)
+        # [B, T, kv, d] into each slot at its own positions.
         keys[rows, :, positions] = k.transpose(1, 2)
-        values[rows, :, positions] = v.transpose(1, 2)
+        values[rows, :, positions] = v
         out = F.scaled_dot_product_attention(
             q,
             keys[slots, :, :visible],
             values[slots, :, :visible],
             attn_mask=mask,
-            scale=attn.scaling,
+            scale=self.scale,
             enable_gqa=True,
         )
-        x = x + attn.o_proj(out.transpose(1, 2).reshape(batch, steps, -1))
-        result: torch.Tensor = x + layer.mlp(layer.post_attention_layernorm(x))
-        return result
+        x = x + _linear(out.transpose(1, 2).reshape(batch, steps, -1), layer.out)
+        h = F.rms_norm(x, (self.hidden,), layer.post_norm, self.eps)
+        gate, up = _linear(h, layer.gate_up).chunk(2, -1)
+        return x + _linear(F.silu(gate) * up, layer.down)
 
     def _run(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        batch, steps = tokens.shape
         visible = int(positions.max()) + 1
-        # A query sees the keys of its own slot up to its own position, nothing after.
-        mask = torch.arange(visible, device=positions.device).view(1, 1, visible) <= positions.unsqueeze(-1)
-        mask = mask.unsqueeze(1)  # [B, 1, T, visible]: one mask for every head
-        x = self._model.embed_tokens(tokens)
+        mask = None
+        if batch > 1 or steps > 1:
+            # A query sees the keys of its own slot up to its own position, nothing after.
+            keys = torch.arange(visible, device=positions.device).view(1, 1, visible)
+            seen = keys <= positions.unsqueeze(-1)
+            mask = seen.unsqueeze(1)  # [B, 1, T, visible]: one mask for every head
+        # [B, 1, T, d]: one rotation for every head.
+        cos, sin = self._cos[positions].unsqueeze(1), self._sin[positions].unsqueeze(1)
+        rows = slots.view(batch, 1).expand(batch, steps)
+        x = F.embedding(tokens, self.embed).float()
         for index in range(self.shape.layers):
-            x = self._layer(index, x, positions, slots, visible, mask)
-        logits = self._lm_head(self._model.norm(x[:, -1]))
-        assert isinstance(logits, torch.Tensor)
-        return logits
+            x = self._layer(index, x, cos, sin, rows, positions, slots, visible, mask)
+        last = F.rms_norm(x[:, -1], (self.hidden,), self.norm, self.eps)
+        return _linear(last, self.lm_head).float()
 
     @torch.inference_mode()
     def prefill(self, slot: int, tokens: list[int], start: int) -> torch.Tensor:
@@ -116,3 +237,19 @@ class SlotLlama:
             torch.tensor(positions, device=device).view(-1, 1),
             torch.tensor(slots, device=device),
         )
+
+
+class _LazyWeights:
+    """A safetensors file as the ``pop``/``in`` mapping ``SlotLlama`` takes tensors from."""
+
+    def __init__(self, file: Any) -> None:
+        self._file = file
+        self._names = set(file.keys())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def pop(self, name: str) -> torch.Tensor:
+        self._names.remove(name)
+        tensor: torch.Tensor = self._file.get_tensor(name)
+        return tensor

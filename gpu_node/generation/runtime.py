@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ferryman.v1 import common_pb2, node_pb2
 from gpu_node.demo import smollm2
 from gpu_node.generation.driver import GenerationDriver
 from gpu_node.generation.engine import GenerationEngine, Sampling
 from gpu_node.generation.limits import StopText, completion_limit
-from gpu_node.generation.llama import SlotLlama
+from gpu_node.generation.llama import PRECISIONS, SlotLlama
 from gpu_node.generation.scheduler import (
     Admission,
     FinishReason,
@@ -48,6 +50,8 @@ class EngineLimits:
     step_tokens: int
     admission: Admission = Admission.VTC
     active_s: float = 0.0
+    precision: str = "bfloat16"
+    """A key of ``gpu_node.generation.llama.PRECISIONS``."""
 
 
 @dataclass
@@ -59,12 +63,15 @@ class LoadedLM:
     slots: int
 
 
-def load_causal_lm(path: Path, limits: EngineLimits) -> LoadedLM:
+def load_causal_lm(path: Path, limits: EngineLimits, device: torch.device | None = None) -> LoadedLM:
     """Load the artifact and size its engine (in a worker thread: it takes seconds)."""
-    model, tokenizer = smollm2.load(path)
+    tokenizer = smollm2.load_tokenizer(path)
     stop = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    model = SlotLlama.from_checkpoint(
+        path, smollm2.WEIGHTS, limits.slots, limits.max_len, PRECISIONS[limits.precision], device
+    )
     engine = GenerationEngine(
-        SlotLlama(model, limits.slots, limits.max_len),
+        model,
         Scheduler(limits.slots, limits.step_tokens, VirtualTokenCounter(), limits.admission, limits.active_s),
         limits.max_len,
         stop,
