@@ -90,7 +90,8 @@ def _echo_version() -> VersionSpec:
 
 
 def _register(writer: RegistryWriter, spec: PlatformSpec) -> str:
-    versions = build_demo_artifacts(MODELS_DIR) if set(spec.models) - {"echo"} else []
+    wanted = set(spec.models) - {"echo"}
+    versions = build_demo_artifacts(MODELS_DIR, generative="smollm2" in wanted) if wanted else []
     for version in [*versions, _echo_version()]:
         if version.model not in spec.models:
             continue
