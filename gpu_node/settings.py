@@ -59,12 +59,13 @@ class NodeSettings(BaseSettings):
     metrics_listen: MetricsListen = ""
     generation_slots: int = Field(default=8, ge=1)
     """Generations a causal-LM version runs at once: its KV cache holds this many sequences,
-    preallocated at load (SmolLM2: 46 KB per position, 8 x 2048 positions = 0.75 GB)."""
-    generation_precision: Literal["bfloat16", "float32"] = "bfloat16"
-    """What a causal LM's projection weights are held in (activations and the KV cache stay
-    float32). bfloat16: half the bytes, twice float32's decode speed at 8 sequences, logits
-    within the tolerance tests/integration/gpu_node/test_generation.py states; float32 is
-    the exact reference."""
+    preallocated at load (SmolLM2 in float16: 23 KB per position, 8 x 2048 positions =
+    0.38 GB)."""
+    generation_precision: Literal["float16", "float32"] = "float16"
+    """What a causal LM's projection weights and KV cache are held in (activations stay
+    float32). float16: half the bytes, and 1.5-2x float32's decode speed on a CPU (FBGEMM's
+    fp16 GEMM), with logits within the tolerance tests/integration/gpu_node/test_generation.py
+    states; float32 is the exact reference."""
     generation_max_len: int = Field(default=2048, ge=16)
     """Positions per sequence (prompt + generated): a longer request is refused."""
     generation_step_tokens: int = Field(default=256, ge=2)

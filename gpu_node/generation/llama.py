@@ -9,14 +9,16 @@ allocated per step beyond activations.
 
 A decode step of a small model on a CPU is spent in its GEMMs (over 80% of it, profiled in
 docs/benchmarks.md), so the weights are held the way the step reads them: in ``dtype``
-(bfloat16 by default: half the bytes of float32, and twice float32's speed at 8 sequences;
-torch's int8 and int4 weight-only kernels are slower than either on AVX2, and dynamically
-quantized int8 agrees with float32 on too few tokens), the query, key and value projections
-as one matrix and the MLP's gate and up projections as another (two matmuls where there
-were five), and the rotary tables computed once for every position. The residual stream,
-norms, attention, KV cache and logits stay float32: with the activations in bfloat16 as
-well, or only the KV cache, SmolLM2 answered "What is the capital of France?" with French
-gibberish. No float32 copy of the checkpoint stays behind."""
+(float16 by default, which on a CPU is FBGEMM's packed fp16 GEMM: half the bytes of
+float32, 1.5x bfloat16's speed at one sequence and twice float32's at eight), the query,
+key and value projections as one matrix and the MLP's gate and up projections as another
+(two matmuls where there were five), and the rotary tables computed once for every
+position. The KV cache is held in ``dtype`` too; activations, norms, attention and logits
+stay float32. bfloat16 is not offered: its 7 mantissa bits (float16 has 10) in the
+activations or the cache turned SmolLM2's answer to "What is the capital of France?" into
+French gibberish. torch's int8 and int4 weight-only kernels are slower than any of these
+on AVX2, and FBGEMM's dynamic int8 agrees with float32 on too few tokens (the measurements
+are in docs/benchmarks.md). No float32 copy of the checkpoint stays behind."""
 
 from __future__ import annotations
 
@@ -28,8 +30,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-BYTES_PER_FLOAT32 = 4
-PRECISIONS: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+PRECISIONS: dict[str, torch.dtype] = {"float16": torch.float16, "float32": torch.float32}
 """The precisions a node may hold a causal LM's weights and cache in
 (``FERRYMAN_NODE_GENERATION_PRECISION``)."""
 
@@ -41,11 +42,12 @@ class CacheShape:
     kv_heads: int
     max_len: int
     head_dim: int
+    item_bytes: int
 
     @property
     def bytes(self) -> int:
-        """Keys and values of every layer and slot (float32)."""
-        return 2 * self.layers * self.slots * self.kv_heads * self.max_len * self.head_dim * BYTES_PER_FLOAT32
+        """Keys and values of every layer and slot."""
+        return 2 * self.layers * self.slots * self.kv_heads * self.max_len * self.head_dim * self.item_bytes
 
 
 @dataclass(frozen=True)
@@ -53,20 +55,37 @@ class Layer:
     """One decoder layer's weights, as the forward reads them."""
 
     input_norm: torch.Tensor
-    qkv: torch.Tensor
+    qkv: Projection
     """[(heads + 2 kv_heads) x head_dim, hidden]: q, k and v projections stacked."""
-    out: torch.Tensor
+    out: Projection
     post_norm: torch.Tensor
-    gate_up: torch.Tensor
+    gate_up: Projection
     """[2 x intermediate, hidden]: the MLP's gate and up projections stacked."""
-    down: torch.Tensor
+    down: Projection
 
 
-def _linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``x @ weight.T`` in the weight's precision, the result back in float32."""
-    if x.dtype == weight.dtype:
-        return F.linear(x, weight)
-    return F.linear(x.to(weight.dtype), weight).float()
+class Projection:
+    """``x @ weight.T`` for float32 ``x``, the weight held in ``dtype``, the result float32.
+
+    float16 on a CPU is FBGEMM's packed fp16 GEMM: it reads half-precision weights and
+    multiplies in float32, converting as it loads; elsewhere (CUDA) a dense GEMM in
+    ``dtype``."""
+
+    def __init__(self, weight: torch.Tensor, dtype: torch.dtype, device: torch.device) -> None:
+        self._packed: Any = None
+        self._dense = torch.empty(0)
+        if dtype == torch.float16 and device.type == "cpu":
+            self._packed = torch.ops.quantized.linear_prepack_fp16(weight.float().contiguous(), None)
+        else:
+            self._dense = weight.to(device=device, dtype=dtype).contiguous()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self._packed is not None:
+            result: torch.Tensor = torch.ops.quantized.linear_dynamic_fp16(x, self._packed)
+            return result
+        if x.dtype == self._dense.dtype:
+            return F.linear(x, self._dense)
+        return F.linear(x.to(self._dense.dtype), self._dense).float()
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -84,7 +103,7 @@ class SlotLlama:
         weights: dict[str, torch.Tensor],
         slots: int,
         max_len: int,
-        dtype: torch.dtype = torch.bfloat16,
+        dtype: torch.dtype = torch.float16,
         device: torch.device | None = None,
     ) -> None:
         """``weights``: a ``LlamaForCausalLM`` state dict (``lm_head.weight`` may be absent
@@ -102,14 +121,11 @@ class SlotLlama:
         self.eps = float(config.rms_norm_eps)
         self.scale = self.head_dim**-0.5
 
-        def take(name: str) -> torch.Tensor:
-            return weights.pop(name).to(device=device, dtype=dtype).contiguous()
-
         def exact(name: str) -> torch.Tensor:
             return weights.pop(name).to(device=device, dtype=torch.float32).contiguous()
 
-        def stacked(*names: str) -> torch.Tensor:
-            return torch.cat([take(name) for name in names]).contiguous()
+        def stacked(*names: str) -> Projection:
+            return Projection(torch.cat([weights.pop(name) for name in names]), dtype, device)
 
         prefix = "model.layers"
         self.layers = [
@@ -123,22 +139,25 @@ class SlotLlama:
             )
             for i in range(config.num_hidden_layers)
         ]
-        self.embed = take("model.embed_tokens.weight")
+        embed = weights.pop("model.embed_tokens.weight")
         self.norm = exact("model.norm.weight")
-        # Tied embeddings: the head is the embedding matrix, held once.
-        self.lm_head = take("lm_head.weight") if "lm_head.weight" in weights else self.embed
+        # Tied embeddings: the head multiplies by the embedding matrix.
+        head = weights.pop("lm_head.weight") if "lm_head.weight" in weights else embed
+        self.lm_head = Projection(head, dtype, device)
+        self.embed = embed.to(device=device, dtype=dtype)
         kv_width = self.kv_heads * self.head_dim
         self._split = [self.heads * self.head_dim, kv_width, kv_width]
         cos, sin = LlamaRotaryEmbedding(config)(torch.empty(0), torch.arange(max_len).view(1, -1))
         # [max_len, head_dim]
         self._cos, self._sin = cos[0].to(device), sin[0].to(device)
-        self.shape = CacheShape(len(self.layers), slots, self.kv_heads, max_len, self.head_dim)
+        item_bytes = torch.empty((), dtype=dtype).element_size()
+        self.shape = CacheShape(len(self.layers), slots, self.kv_heads, max_len, self.head_dim, item_bytes)
         size = (self.shape.layers, slots, self.kv_heads, max_len, self.head_dim)
-        self._keys = torch.zeros(size, dtype=torch.float32, device=device)
-        self._values = torch.zeros(size, dtype=torch.float32, device=device)
+        self._keys = torch.zeros(size, dtype=dtype, device=device)
+        self._values = torch.zeros(size, dtype=dtype, device=device)
 
     @classmethod
-    def of_model(cls, model: Any, slots: int, max_len: int, dtype: torch.dtype = torch.bfloat16) -> SlotLlama:
+    def of_model(cls, model: Any, slots: int, max_len: int, dtype: torch.dtype = torch.float16) -> SlotLlama:
         """On the weights of a transformers ``LlamaForCausalLM`` (the reference the tests
         and benchmarks compare with; float32 tensors are shared with it, not copied)."""
         return cls(model.config, dict(model.state_dict()), slots, max_len, dtype, model.lm_head.weight.device)
@@ -150,7 +169,7 @@ class SlotLlama:
         weights_file: str,
         slots: int,
         max_len: int,
-        dtype: torch.dtype = torch.bfloat16,
+        dtype: torch.dtype = torch.float16,
         device: torch.device | None = None,
     ) -> SlotLlama:
         """From a directory holding ``config.json`` and safetensors weights, read one tensor
@@ -179,7 +198,7 @@ class SlotLlama:
         layer = self.layers[index]
         batch, steps, _ = x.shape
         h = F.rms_norm(x, (self.hidden,), layer.input_norm, self.eps)
-        q, k, v = torch.split(_linear(h, layer.qkv), self._split, dim=-1)
+        q, k, v = torch.split(layer.qkv(h), self._split, dim=-1)
         q = q.view(batch, steps, self.heads, self.head_dim).transpose(1, 2)
         k = k.view(batch, steps, self.kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(batch, steps, self.kv_heads, self.head_dim)
@@ -187,20 +206,20 @@ class SlotLlama:
         k = k * cos + _rotate_half(k) * sin
         keys, values = self._keys[index], self._values[index]
         # [B, T, kv, d] into each slot at its own positions.
-        keys[rows, :, positions] = k.transpose(1, 2)
-        values[rows, :, positions] = v
+        keys[rows, :, positions] = k.transpose(1, 2).to(keys.dtype)
+        values[rows, :, positions] = v.to(values.dtype)
         out = F.scaled_dot_product_attention(
             q,
-            keys[slots, :, :visible],
-            values[slots, :, :visible],
+            keys[slots, :, :visible].float(),
+            values[slots, :, :visible].float(),
             attn_mask=mask,
             scale=self.scale,
             enable_gqa=True,
         )
-        x = x + _linear(out.transpose(1, 2).reshape(batch, steps, -1), layer.out)
+        x = x + layer.out(out.transpose(1, 2).reshape(batch, steps, -1))
         h = F.rms_norm(x, (self.hidden,), layer.post_norm, self.eps)
-        gate, up = _linear(h, layer.gate_up).chunk(2, -1)
-        return x + _linear(F.silu(gate) * up, layer.down)
+        gate, up = layer.gate_up(h).chunk(2, -1)
+        return x + layer.down(F.silu(gate) * up)
 
     def _run(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         batch, steps = tokens.shape
@@ -218,7 +237,7 @@ class SlotLlama:
         for index in range(self.shape.layers):
             x = self._layer(index, x, cos, sin, rows, positions, slots, visible, mask)
         last = F.rms_norm(x[:, -1], (self.hidden,), self.norm, self.eps)
-        return _linear(last, self.lm_head).float()
+        return self.lm_head(last)
 
     @torch.inference_mode()
     def prefill(self, slot: int, tokens: list[int], start: int) -> torch.Tensor:

@@ -50,7 +50,7 @@ class EngineLimits:
     step_tokens: int
     admission: Admission = Admission.VTC
     active_s: float = 0.0
-    precision: str = "bfloat16"
+    precision: str = "float16"
     """A key of ``gpu_node.generation.llama.PRECISIONS``."""
 
 

