@@ -59,6 +59,9 @@ class ServiceSpec:
     """Share ``listen`` with the other workers of this instance (SO_REUSEPORT)."""
     max_calls: int = 0
     """Calls in progress past which gRPC refuses new ones before any of our code (0: none)."""
+    max_streams: int = 0
+    """Streams a client may open at once on one connection, advertised in HTTP/2 SETTINGS:
+    a client holds the rest itself (0: gRPC's default, no limit)."""
 
     @classmethod
     def of(
@@ -97,8 +100,10 @@ class ServiceRuntime:
         self.spec = spec
         self.security = security
         self.stop = stop
+        if spec.max_streams:
+            options = [*options, ("grpc.max_concurrent_streams", spec.max_streams)]
         self.options = options
-        """Server options (keepalive, idle limits) this runtime's server was made with."""
+        """Server options (keepalive, idle limits, streams) this runtime's server was made with."""
         interceptors = [ServiceTokenInterceptor(security.token)] if spec.internal else []
         self.server, self.health = create_server(
             spec.services, spec.max_message_bytes, interceptors, options, spec.reuse_port, spec.max_calls

@@ -104,6 +104,7 @@ async def serve_router(
         grace_s=2.0,
         reuse_port=settings.reuse_port,
         max_calls=settings.max_calls,
+        max_streams=settings.max_streams_per_connection,
     )
     async with run_service(spec, common, stop) as rt:
         engine = make_engine(common.resolved_database_url())

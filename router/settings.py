@@ -82,6 +82,15 @@ class RouterSettings(BaseSettings):
     (RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded") before it is read or any of our
     code runs: the cheapest refusal there is, and a bound on the backlog in front of the
     router under overload. 0: no such bound."""
+    max_streams_per_connection: int = Field(default=0, ge=0)
+    """Calls one client connection may have in progress, advertised as HTTP/2's
+    SETTINGS_MAX_CONCURRENT_STREAMS: a client holds the rest on its side (where their
+    deadlines keep running) instead of queueing them in front of the router, and gRPC's
+    transport refuses a stream past it before any Python runs. Under overload this keeps
+    goodput up when connections x this stays near capacity x deadline (docs/benchmarks.md:
+    8 connections x 8 held 0.80 of capacity at 2x and 0.97 at 3x where no limit gave 0.19
+    and 0.09; x 16 or more did not). 0: no limit (gRPC's default); it also caps what one
+    SDK client's channel can have in flight."""
     limit_initial: int = Field(default=1000, ge=1)
     """Requests in flight at once before any load refusal (also the ceiling)."""
     limit_min: int = Field(default=16, ge=1)

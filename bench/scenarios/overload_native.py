@@ -13,7 +13,7 @@ beside the load times its own answers and refusals by outcome. The bare grpc.aio
 is compared with the echo server's CPU per call.
 
     python -m bench.scenarios.overload_native [--seconds 10] [--deadline-ms 50] [--no-limit]
-        [--workers N] [--max-calls N]
+        [--workers N] [--max-calls N] [--max-streams N]
 """
 
 from __future__ import annotations
@@ -217,6 +217,9 @@ def main() -> None:
     parser.add_argument("--no-limit", action="store_true", help="the router's adaptive limit off")
     parser.add_argument("--workers", type=int, default=1, help="router processes on the port")
     parser.add_argument("--max-calls", type=int, default=0, help="FERRYMAN_ROUTER_MAX_CALLS (0: none)")
+    parser.add_argument(
+        "--max-streams", type=int, default=0, help="FERRYMAN_ROUTER_MAX_STREAMS_PER_CONNECTION (0: none)"
+    )
     parser.add_argument("--out", type=Path, default=Path("docs/bench"))
     opts = parser.parse_args()
     deadline_s = opts.deadline_ms / 1000
@@ -241,6 +244,8 @@ def main() -> None:
         }
         if opts.max_calls:
             env["FERRYMAN_ROUTER_MAX_CALLS"] = str(opts.max_calls)
+        if opts.max_streams:
+            env["FERRYMAN_ROUTER_MAX_STREAMS_PER_CONNECTION"] = str(opts.max_streams)
         if opts.no_limit:
             env["FERRYMAN_ROUTER_ADAPTIVE_LIMIT"] = "false"
         urls = [f"http://127.0.0.1:{metrics_port + i}/metrics" for i in range(opts.workers)]

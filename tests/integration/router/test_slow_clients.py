@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import numpy as np
@@ -21,6 +22,7 @@ from half_open import all_closed, half_open
 from harness import ServiceThread
 from router_platform import E2E
 
+import ferryman
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from ferryman_kernel.net import free_port
@@ -45,6 +47,12 @@ HTTP_OPENINGS = (b"", b"GET /v2/hea", b"POST /v1/embeddings HTTP/1.1\r\nHost: x\
 """Silent, part of a request line, part of the headers."""
 GRPC_OPENING = b"PRI * HTTP/2.0\r\n"
 """Part of the HTTP/2 preface."""
+STREAMS_PER_CONNECTION = 4
+"""The guarded router's FERRYMAN_ROUTER_MAX_STREAMS_PER_CONNECTION."""
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+SETTINGS_FRAME, MAX_CONCURRENT_STREAMS = 0x4, 0x3
+EMPTY_SETTINGS = bytes([0, 0, 0, SETTINGS_FRAME, 0, 0, 0, 0, 0])
+"""A SETTINGS frame with no settings: the client half of the handshake."""
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +65,7 @@ def guarded(e2e: E2E) -> Iterator[tuple[str, str, str]]:
         http_listen=http,
         metrics_listen=metrics,
         http_header_timeout_s=BOUND_S,
+        max_streams_per_connection=STREAMS_PER_CONNECTION,
     )
     common = e2e.common.model_copy(update={"handshake_timeout_s": BOUND_S})
     thread = ServiceThread(
@@ -171,3 +180,42 @@ def test_half_open_metrics_connections_leave_scrapes_served(guarded: tuple[str, 
     finally:
         closed = all_closed(flood, CLOSED_WITHIN_S)
     assert closed == METRICS_HALF_OPEN
+
+
+def server_settings(address: str) -> dict[int, int]:
+    """The HTTP/2 SETTINGS the server sends a new connection, read off the wire."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as sock:
+        sock.sendall(HTTP2_PREFACE + EMPTY_SETTINGS)
+        data = b""
+        while True:
+            while len(data) < 9:
+                data += sock.recv(4096)
+            length, kind = int.from_bytes(data[:3], "big"), data[3]
+            while len(data) < 9 + length:
+                data += sock.recv(4096)
+            payload, data = data[9 : 9 + length], data[9 + length :]
+            if kind == SETTINGS_FRAME and payload:
+                return {
+                    int.from_bytes(payload[i : i + 2], "big"): int.from_bytes(payload[i + 2 : i + 6], "big")
+                    for i in range(0, length, 6)
+                }
+
+
+def test_a_connection_may_have_only_so_many_calls_in_progress(
+    guarded: tuple[str, str, str], e2e: E2E
+) -> None:
+    """The stream limit is advertised in HTTP/2 SETTINGS, so gRPC's transport, not Python,
+    holds a connection to it; an SDK client asking for three times as many calls at once on
+    its one channel gets every answer (a stream the server refuses in the race between a
+    call's end on each side comes back REFUSED_STREAM, which the SDK retries)."""
+    address = guarded[0]
+    assert server_settings(address)[MAX_CONCURRENT_STREAMS] == STREAMS_PER_CONNECTION
+    calls = 3 * STREAMS_PER_CONNECTION
+    rows = [np.full((1, echo.WIDTH), float(i), np.float32) for i in range(calls)]
+    with (
+        ferryman.Client(address, e2e.keys["acme"], timeout=DEADLINE_S) as client,
+        ThreadPoolExecutor(calls) as pool,
+    ):
+        answers = list(pool.map(lambda x: client.predict("echo", x).outputs["output"], rows))
+    assert [float(np.asarray(a).ravel()[0]) for a in answers] == [2.0 * i for i in range(calls)]
