@@ -135,6 +135,7 @@ def test_node_pools_request_gpus_and_drain_gracefully() -> None:
     env = {e["name"]: e.get("value") for e in gpu_container["env"]}
     assert env["FERRYMAN_NODE_POOL"] == "gpu" and env["FERRYMAN_NODE_DRAIN_GRACE_S"] == "90"
     assert env["FERRYMAN_NODE_GENERATION_SLOTS"] == "8" and env["FERRYMAN_NODE_GENERATION_ADMISSION"] == "vtc"
+    assert env["FERRYMAN_NODE_GENERATION_PRECISION"] == "float16"
     (job,) = by_kind(docs, "Job")
     script = job["spec"]["template"]["spec"]["containers"][0]["args"][0]
     assert "ferryman db upgrade" in script and "ferryman model place minilm --version 1 --node gpu" in script
@@ -160,6 +161,7 @@ def test_monitoring_objects_carry_rules_and_dashboards() -> None:
     "bad",
     [
         {"router": {"replicas": 0}},
+        {"router": {"maxStreamsPerConnection": -1}},
         {"quota": {"failMode": "sometimes"}},
         {"podSecurityContext": {"runAsNonRoot": False}},
         {"nodePools": [{"name": "Bad_Name"}]},
@@ -318,6 +320,8 @@ def test_the_router_serves_its_http_doors(manifests: list[dict[str, Any]]) -> No
     assert {"name": "http", "port": 7080, "targetPort": "http", "appProtocol": "http"} in service["spec"][
         "ports"
     ]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["FERRYMAN_ROUTER_MAX_STREAMS_PER_CONNECTION"] == "0"  # no limit unless a deployment sets one
 
 
 def test_every_service_gets_the_release_service_token(manifests: list[dict[str, Any]]) -> None:
