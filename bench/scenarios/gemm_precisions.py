@@ -2,7 +2,7 @@
 SmolLM2-135M's projection shapes (q/k/v stacked, o, gate/up stacked, down), distinct random
 weights per layer so nothing stays in cache, one torch thread, batch 1 and 8.
 
-The evidence behind ``gpu_node/generation/llama.py``'s choice of bfloat16 (docs/benchmarks.md).
+The evidence behind ``gpu_node/generation/llama.py``'s choice of FBGEMM's float16 (docs/benchmarks.md).
 
     python -m bench.scenarios.gemm_precisions [--repeats 20]
 """

@@ -22,10 +22,9 @@ from pathlib import Path
 
 import psutil
 
-from bench.scenarios.measure import machine
+from bench.scenarios.measure import kill_pids, machine, tree_pids
 from ferryman_kernel.net import free_port
 
-READY_TIMEOUT_S = 600.0
 STOP_TIMEOUT_S = 60.0
 MIB = 2**20
 
@@ -61,7 +60,8 @@ def start_once(data_dir: Path, nodes: int, generate: bool) -> Start:
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline()  # up prints one JSON line once everything answers
+        # up prints one JSON line once everything answers (or exits when it gives up waiting).
+        line = proc.stdout.readline()
         seconds = time.perf_counter() - began
         if not line.startswith("{"):
             raise RuntimeError(f"ferryman up did not get ready (exit {proc.poll()})")
@@ -69,12 +69,14 @@ def start_once(data_dir: Path, nodes: int, generate: bool) -> Start:
         up_rss = next(v for k, v in sizes.items() if k.startswith("up "))
         return Start(seconds, sum(sizes.values()), up_rss, sizes)
     finally:
+        pids = tree_pids([proc.pid])
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        kill_pids(pids)  # anything up left behind
 
 
 def main() -> None:

@@ -113,7 +113,6 @@ class SlotLlama:
         if getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
             raise ValueError("Llama projections with biases are not supported")
         device = device or torch.device("cpu")
-        self.dtype = dtype
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.hidden = config.hidden_size
