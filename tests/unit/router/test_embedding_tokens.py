@@ -8,6 +8,7 @@ import pytest
 
 from router.doors.openai.embeddings.protocol import EmbeddingRequest
 from router.doors.openai.embeddings.serving import texts
+from router.doors.openai.embeddings.tokens import MAX_TOKEN_IDS
 from router.failures import RequestFailed
 
 CL100K = bpe_openai.get_encoding("cl100k_base")
@@ -32,7 +33,18 @@ def test_a_cut_inside_a_character_reads_as_a_replacement_not_an_error() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [[-1], [[1, -1]], [[]], [CL100K.max_token_value + 1], [100256], [10**30], [[1]] * 4097, []],
+    [
+        [-1],
+        [[1, -1]],
+        [[]],
+        [CL100K.max_token_value + 1],
+        [100256],
+        [10**30],
+        [[1]] * 4097,
+        [],
+        [1] * (MAX_TOKEN_IDS + 1),
+        [[1] * (MAX_TOKEN_IDS // 2 + 1)] * 2,
+    ],
 )
 def test_ids_outside_the_vocabulary_and_unbounded_counts_are_refused(value: object) -> None:
     with pytest.raises(RequestFailed) as failed:

@@ -22,6 +22,9 @@ import bpe_openai
 from router.failures import invalid
 
 ENCODING = "cl100k_base"
+MAX_TOKEN_IDS = 300_000
+"""Token ids one request may send in all (OpenAI's own limit per embeddings request):
+checked before any is read, so a body of millions of ids costs no decoding."""
 
 
 class TokenText:
@@ -41,6 +44,8 @@ class TokenText:
     def texts(self, arrays: Sequence[Sequence[int]]) -> list[str]:
         """Each array's text; an id outside the vocabulary is INVALID_ARGUMENT. Blocks while the
         vocabulary loads."""
+        if sum(len(array) for array in arrays) > MAX_TOKEN_IDS:
+            raise invalid("input", f"more than {MAX_TOKEN_IDS} token ids")
         encoding = self._loaded()
         top = encoding.max_token_value
         texts = []
