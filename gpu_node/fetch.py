@@ -13,6 +13,7 @@ its reason. Past ``max_bytes`` the least recently used entries are evicted.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -21,7 +22,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 from urllib.parse import urlparse
@@ -120,13 +121,7 @@ class ArtifactCache:
         record = self._pushed.pushed_artifact(sha256)
         if record is None:
             raise FetchError(f"no artifact {sha256[:12]}… was pushed to the registry")
-        copied, last = 0, time.monotonic()
-        for chunk in self._pushed.artifact_chunks(sha256):
-            out.write(chunk)
-            copied += len(chunk)
-            if time.monotonic() - last > PROGRESS_EVERY_S:
-                log.info("fetching %s…: %d bytes so far", sha256[:12], copied)
-                last = time.monotonic()
+        copy_chunks(self._pushed.artifact_chunks(sha256), out, f"{sha256[:12]}…")
         return getattr(record, "kind", "file") == "dir"
 
     def _evict(self, keep: Path) -> None:
@@ -144,9 +139,10 @@ class ArtifactCache:
             total -= sizes[entry]
 
 
-def copy_stream(source: BinaryIO, out: BinaryIO, what: str) -> None:
+def copy_chunks(chunks: Iterable[bytes], out: BinaryIO, what: str) -> None:
+    """Write ``chunks`` to ``out``, saying how far it got every ``PROGRESS_EVERY_S``."""
     copied, last = 0, time.monotonic()
-    while chunk := source.read(COPY_BYTES):
+    for chunk in chunks:
         out.write(chunk)
         copied += len(chunk)
         if time.monotonic() - last > PROGRESS_EVERY_S:
@@ -157,7 +153,7 @@ def copy_stream(source: BinaryIO, out: BinaryIO, what: str) -> None:
 def http_to(uri: str, out: BinaryIO, timeout_s: float) -> None:
     try:
         with urllib.request.urlopen(uri, timeout=timeout_s) as answer:
-            copy_stream(answer, out, uri[:200])
+            copy_chunks(iter(functools.partial(answer.read, COPY_BYTES), b""), out, uri[:200])
     except OSError as exc:
         raise FetchError(f"artifact {uri[:200]}: {exc}") from None
 
