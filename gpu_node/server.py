@@ -37,7 +37,8 @@ class RegistryLink:
     def __init__(self, common: CommonSettings, settings: NodeSettings, address: str) -> None:
         engine = make_engine(common.resolved_database_url())
         self._writer = RegistryWriter(engine, actor=f"node:{settings.name}")
-        self._reader = RegistryReader(engine)
+        self.reader = RegistryReader(engine)
+        """Also where the artifact cache reads pushed artifacts (one engine a process)."""
         self._settings = settings
         self._address = address
         self._placed: set[str] = set()
@@ -53,7 +54,7 @@ class RegistryLink:
         )
 
     async def placements(self) -> list[node_pb2.ModelVersionSpec]:
-        rows = await asyncio.to_thread(self._reader.placements_for, self._settings.name, self._settings.pool)
+        rows = await asyncio.to_thread(self.reader.placements_for, self._settings.name, self._settings.pool)
         return [version_spec(model, row) for model, row in rows]
 
     async def follow(self, service: NodeService, placed: list[node_pb2.ModelVersionSpec]) -> None:
@@ -118,22 +119,19 @@ async def serve_node(
     # grace_s None: drained before the server stops.
     spec = ServiceSpec.of("node", settings, [NODE_SERVICE], metrics.registry, grace_s=None)
     async with run_service(spec, common, stop) as rt:
-        pushed = (
-            RegistryReader(make_engine(common.resolved_database_url())) if settings.use_registry else None
-        )
+        address = settings.advertise or rt.address
+        link = RegistryLink(common, settings, address) if settings.use_registry else None
         artifacts = ArtifactCache(
             common.data_dir / "artifact-cache",
             settings.artifact_cache_bytes,
             settings.artifact_fetch_timeout_s,
-            pushed,
+            link.reader if link is not None else None,
         )
         service = NodeService(settings, device, rt.health, metrics, artifacts)
         rt.on_close(service.close)
         node_pb2_grpc.add_NodeServicer_to_server(NodeServicer(service), rt.server)
-        address = settings.advertise or rt.address
         # Reachable (NOT_SERVING) while it registers and loads its placements.
         await rt.start(serving=False)
-        link = RegistryLink(common, settings, address) if settings.use_registry else None
         heartbeat: asyncio.Task[None] | None = None
         watcher: asyncio.Task[None] | None = None
         if link is not None:
