@@ -25,6 +25,7 @@ from batcher.scheduler import Capacity
 from batcher.settings import BatcherSettings
 from ferryman.durations import seconds_of
 from ferryman_kernel.security import Security
+from registry.snapshot import NodeVersions
 from registry.tables import ModelVersion
 
 log = logging.getLogger("ferryman.batcher.replicas")
@@ -90,8 +91,7 @@ class ReplicaSource(Protocol):
 
     def revision(self) -> int: ...
     def all_versions(self) -> list[tuple[str, ModelVersion]]: ...
-    def ready_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]: ...
-    def failed_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]: ...
+    def node_versions(self, heartbeat_timeout_s: float) -> NodeVersions: ...
 
 
 class ReplicaDirectory:
@@ -142,8 +142,8 @@ class ReplicaDirectory:
                 for model, row in rows
             }
             self._revision = revision
-        ready = await asyncio.to_thread(self._reader.ready_versions, self.heartbeat_timeout_s)
-        self.failures = await asyncio.to_thread(self._reader.failed_versions, self.heartbeat_timeout_s)
+        nodes = await asyncio.to_thread(self._reader.node_versions, self.heartbeat_timeout_s)
+        ready, self.failures = nodes.ready, nodes.failed
         serving: dict[tuple[str, str], set[str]] = {}
         for version_key, holders in ready.items():
             for name, address in holders:

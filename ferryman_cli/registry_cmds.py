@@ -393,7 +393,8 @@ def model_list(as_json: JsonFlag = False) -> None:
     (its status FAILED while no node serves it)."""
     registry = reader()
     timeout = settings().heartbeat_timeout_s
-    failed, ready = registry.failed_versions(timeout), registry.ready_versions(timeout)
+    nodes = registry.node_versions(timeout)
+    failed, ready = nodes.failed, nodes.ready
 
     def version(model: str, v: Any) -> dict[str, Any]:
         key = f"{model}:{v.version}"

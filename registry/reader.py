@@ -13,7 +13,7 @@ from sqlmodel import Session, col, select
 
 from ferryman_kernel.canary import Moments
 from registry.accounts import token_digest
-from registry.snapshot import failed_versions, ready_versions
+from registry.snapshot import NodeVersions, node_versions, ready_versions
 from registry.tables import (
     AdminCredential,
     ApiKey,
@@ -193,9 +193,9 @@ class RegistryReader:
                 out[version] = Moments(n=float(n), mean=float(mean), variance=spread)
         return out
 
-    def failed_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
-        """``model:version`` -> [(node name, why)] of live nodes on which it failed."""
-        return failed_versions(self._engine, heartbeat_timeout_s)
+    def node_versions(self, heartbeat_timeout_s: float) -> NodeVersions:
+        """Where each version is ready and where it failed, from one read of the nodes."""
+        return node_versions(self._engine, heartbeat_timeout_s)
 
     def ready_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
         """``model:version`` -> [(node, address)] of READY nodes with a fresh heartbeat."""

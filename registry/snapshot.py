@@ -173,27 +173,31 @@ def heartbeat_age_s(node: Node, now: datetime) -> float:
     return (now - beat).total_seconds()
 
 
-def failed_versions(engine: Engine, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
+@dataclass(frozen=True)
+class NodeVersions:
+    """What the live nodes say of each version, from one read of the nodes table."""
+
+    ready: dict[str, list[tuple[str, str]]]
+    """``model:version`` -> [(node name, address)] of READY nodes with a fresh heartbeat."""
+    failed: dict[str, list[tuple[str, str]]]
     """``model:version`` -> [(node name, why)] of live nodes on which it failed."""
+
+
+def node_versions(engine: Engine, heartbeat_timeout_s: float) -> NodeVersions:
     now = datetime.now(UTC)
-    failed: dict[str, list[tuple[str, str]]] = {}
+    found = NodeVersions({}, {})
     with Session(engine) as s:
         for node in s.exec(select(Node)):
             if heartbeat_age_s(node, now) > heartbeat_timeout_s:
                 continue
             for key, reason in sorted((node.failed_versions or {}).items()):
-                failed.setdefault(key, []).append((node.name, reason))
-    return failed
+                found.failed.setdefault(key, []).append((node.name, reason))
+            if node.lifecycle == "READY":
+                for key in node.loaded_versions:
+                    found.ready.setdefault(key, []).append((node.name, node.address))
+    return found
 
 
 def ready_versions(engine: Engine, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
-    """``model:version`` -> [(node name, address)] of READY nodes with a fresh heartbeat."""
-    now = datetime.now(UTC)
-    ready: dict[str, list[tuple[str, str]]] = {}
-    with Session(engine) as s:
-        for node in s.exec(select(Node)):
-            if node.lifecycle != "READY" or heartbeat_age_s(node, now) > heartbeat_timeout_s:
-                continue
-            for key in node.loaded_versions:
-                ready.setdefault(key, []).append((node.name, node.address))
-    return ready
+    """``NodeVersions.ready``."""
+    return node_versions(engine, heartbeat_timeout_s).ready

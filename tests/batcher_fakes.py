@@ -21,6 +21,7 @@ from batcher.settings import BatcherSettings
 from ferryman.errors import Reason, make_status, ok_status
 from ferryman.v1 import batcher_pb2, node_pb2
 from ferryman_kernel.security import Security
+from registry.snapshot import NodeVersions
 from registry.tables import DeadLetter, ModelVersion
 
 KEY = "m:1"
@@ -102,11 +103,8 @@ class Registry:
     def all_versions(self) -> list[tuple[str, ModelVersion]]:
         return [("m", ModelVersion(model_id=1, version="1", artifact_uri="", sha256="", format="python"))]
 
-    def failed_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
-        return {}
-
-    def ready_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
-        return {KEY: [(name, f"{name}:1") for name in NODES]}
+    def node_versions(self, heartbeat_timeout_s: float) -> NodeVersions:
+        return NodeVersions(ready={KEY: [(name, f"{name}:1") for name in NODES]}, failed={})
 
 
 class Clock:

@@ -19,7 +19,8 @@ FORMATS = [f.value for f in ModelFormat if f != ModelFormat.CAUSAL_LM]
 def render(ctx: Console) -> None:
     st.header("Models")
     timeout = ctx.common.heartbeat_timeout_s
-    failed, ready = ctx.reader.failed_versions(timeout), ctx.reader.ready_versions(timeout)
+    nodes = ctx.reader.node_versions(timeout)
+    failed, ready = nodes.failed, nodes.ready
     for model in ctx.reader.models():
         st.subheader(model.name)
         if model.description:

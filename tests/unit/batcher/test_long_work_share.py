@@ -15,6 +15,7 @@ from batcher_fakes import FakeNode, real_time_batcher
 from batcher.settings import BatcherSettings
 from ferryman.durations import set_seconds
 from ferryman.v1 import batcher_pb2, common_pb2, node_pb2
+from registry.snapshot import NodeVersions
 from registry.tables import ModelVersion
 
 SECONDS = {"slow": 1.0, "fast": 0.01}
@@ -58,11 +59,8 @@ class TwoModels:
             for i, model in enumerate(SECONDS, start=1)
         ]
 
-    def failed_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
-        return {}
-
-    def ready_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
-        return {f"{model}:1": [("n1", "n1:1")] for model in SECONDS}
+    def node_versions(self, heartbeat_timeout_s: float) -> NodeVersions:
+        return NodeVersions(ready={f"{model}:1": [("n1", "n1:1")] for model in SECONDS}, failed={})
 
 
 def item(tenant: str, model: str, n: int, budget_s: float) -> batcher_pb2.SubmitItem:

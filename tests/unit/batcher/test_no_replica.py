@@ -8,16 +8,14 @@ from batcher_fakes import Registry, real_time_batcher
 
 from batcher.settings import BatcherSettings
 from ferryman.v1 import batcher_pb2, common_pb2
+from registry.snapshot import NodeVersions
 
 REASON = "warm-up at batch 2 failed: RuntimeError: Guard failed: input.size()[0] == 1"
 
 
 class FailedEverywhere(Registry):
-    def ready_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
-        return {}
-
-    def failed_versions(self, heartbeat_timeout_s: float) -> dict[str, list[tuple[str, str]]]:
-        return {"m:1": [("n1", REASON), ("n2", REASON)]}
+    def node_versions(self, heartbeat_timeout_s: float) -> NodeVersions:
+        return NodeVersions(ready={}, failed={"m:1": [("n1", REASON), ("n2", REASON)]})
 
 
 async def test_the_refusal_says_where_and_why_the_version_failed() -> None:
