@@ -70,7 +70,10 @@ def test_a_healthy_version_is_promoted_and_sticky_users_never_flip_back(
     e2e: E2E, controller: RegistryReader
 ) -> None:
     with Traffic(e2e, "roll-mlp", mlp.IN_FEATURES) as traffic:
-        start(e2e, "roll-mlp", "2")
+        # What this test judges is promotion and stickiness. mlp:2 is the same model, so the
+        # latency gate could only judge the machine's load: in a full CI run it once rolled it
+        # back as "slower" (P = 0.67). The latency gate has its own test (test_canary.py).
+        start(e2e, "roll-mlp", "2", "--latency-margin", str(LATENCY_GATE_OFF))
         state = wait_done(controller, "roll-mlp")
         promoted = time.monotonic()
         time.sleep(SETTLE_S * 2)
