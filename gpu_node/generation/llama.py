@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.nn import functional as F
 
@@ -77,7 +78,7 @@ class Projection:
         if dtype == torch.float16 and device.type == "cpu":
             self._packed = torch.ops.quantized.linear_prepack_fp16(weight.float().contiguous(), None)
         else:
-            self._dense = weight.to(device=device, dtype=dtype).contiguous()
+            self._dense = weight.to(device=device, dtype=dtype, copy=True).contiguous()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self._packed is not None:
@@ -86,6 +87,15 @@ class Projection:
         if x.dtype == self._dense.dtype:
             return F.linear(x, self._dense)
         return F.linear(x.to(self._dense.dtype), self._dense).float()
+
+
+def _zeros(size: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A zeroed cache. On the CPU from numpy's ``calloc``: its pages stay unmapped until a
+    sequence writes them, so the cache is resident as far as it is used, not at its full
+    reserved size (``torch.zeros`` writes every byte)."""
+    if device.type != "cpu":
+        return torch.zeros(size, dtype=dtype, device=device)
+    return torch.from_numpy(np.zeros(size, dtype=torch.empty((), dtype=dtype).numpy().dtype))
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -120,8 +130,10 @@ class SlotLlama:
         self.eps = float(config.rms_norm_eps)
         self.scale = self.head_dim**-0.5
 
+        # Copies, never views: a view of a memory-mapped checkpoint keeps the whole file
+        # mapped (and resident) for as long as the model lives.
         def exact(name: str) -> torch.Tensor:
-            return weights.pop(name).to(device=device, dtype=torch.float32).contiguous()
+            return weights.pop(name).to(device=device, dtype=torch.float32, copy=True).contiguous()
 
         def stacked(*names: str) -> Projection:
             return Projection(torch.cat([weights.pop(name) for name in names]), dtype, device)
@@ -143,7 +155,7 @@ class SlotLlama:
         # Tied embeddings: the head multiplies by the embedding matrix.
         head = weights.pop("lm_head.weight") if "lm_head.weight" in weights else embed
         self.lm_head = Projection(head, dtype, device)
-        self.embed = embed.to(device=device, dtype=dtype)
+        self.embed = embed.to(device=device, dtype=dtype, copy=True)
         kv_width = self.kv_heads * self.head_dim
         self._split = [self.heads * self.head_dim, kv_width, kv_width]
         cos, sin = LlamaRotaryEmbedding(config)(torch.empty(0), torch.arange(max_len).view(1, -1))
@@ -152,13 +164,12 @@ class SlotLlama:
         item_bytes = torch.empty((), dtype=dtype).element_size()
         self.shape = CacheShape(len(self.layers), slots, self.kv_heads, max_len, self.head_dim, item_bytes)
         size = (self.shape.layers, slots, self.kv_heads, max_len, self.head_dim)
-        self._keys = torch.zeros(size, dtype=dtype, device=device)
-        self._values = torch.zeros(size, dtype=dtype, device=device)
+        self._keys, self._values = _zeros(size, dtype, device), _zeros(size, dtype, device)
 
     @classmethod
     def of_model(cls, model: Any, slots: int, max_len: int, dtype: torch.dtype = torch.float16) -> SlotLlama:
         """On the weights of a transformers ``LlamaForCausalLM`` (the reference the tests
-        and benchmarks compare with; float32 tensors are shared with it, not copied)."""
+        and benchmarks compare with; every tensor is copied, so the reference may be dropped)."""
         return cls(model.config, dict(model.state_dict()), slots, max_len, dtype, model.lm_head.weight.device)
 
     @classmethod
