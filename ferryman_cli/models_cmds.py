@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from ferryman_cli.context import migrated_engine, settings
@@ -11,14 +13,20 @@ models_app = typer.Typer(help="Demo models.", no_args_is_help=True)
 
 
 @models_app.command("demo")
-def models_demo(as_json: JsonFlag = False) -> None:
-    """Build mlp and minilm under the data dir, register, route and place them."""
+def models_demo(
+    as_json: JsonFlag = False,
+    generate: Annotated[
+        bool, typer.Option(help="SmolLM2 too (its GGUF converted once: a minute the first time).")
+    ] = False,
+) -> None:
+    """Build mlp and minilm (and with --generate SmolLM2) under the data dir, register,
+    route and place them."""
     from gpu_node.demo.build import build_demo_artifacts, register_demo
     from registry.reader import RegistryReader
     from registry.writer import RegistryWriter
 
     engine = migrated_engine()
-    specs = build_demo_artifacts(settings().data_dir / "models")
+    specs = build_demo_artifacts(settings().data_dir / "models", generate)
     with refusals():
         added = register_demo(RegistryWriter(engine, actor="cli"), RegistryReader(engine), specs)
     emit(

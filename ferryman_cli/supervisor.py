@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import IO
 
 STOP_TIMEOUT_S = 30.0
 RESTART_BACKOFF_S = 0.5
@@ -81,6 +82,12 @@ class Platform:
             stderr=output if self.quiet else None,
             preexec_fn=self._hook,  # safe beside threads: it only calls prctl, resolved before forking
         )
+
+    def run_once(self, args: list[str], stdout: int | IO[str] | None) -> subprocess.Popen[bytes]:
+        """Start ``ferryman <args>`` to run to its end: not restarted, but told to stop when
+        this process dies, as every child is."""
+        command = [sys.executable, "-m", "ferryman_cli", *args]
+        return subprocess.Popen(command, stdout=stdout, preexec_fn=self._hook)
 
     def check(self) -> None:
         """Raise if a child has exited (while starting up, a crash is a failure to start)."""

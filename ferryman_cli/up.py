@@ -17,10 +17,13 @@ import os
 import secrets
 import signal
 import ssl
+import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 import grpc
@@ -49,6 +52,8 @@ DEMO_VERSIONS = {"mlp:1", "minilm:1"}
 GENERATIVE_VERSION = "smollm2:1"
 """The generative demo, on the first node (gpu_node/demo/build.py)."""
 READY_TIMEOUT_S = 180.0
+BUILD_TIMEOUT_S = 600.0
+"""The demo build's limit (a first start converts SmolLM2's GGUF: a minute on a small host)."""
 POLL_S = 0.2
 PROBE_TIMEOUT_S = 5.0
 """Each readiness probe request's deadline."""
@@ -146,21 +151,56 @@ def _answers(router: str, key: str, ca: str, generative: bool) -> bool:
 
 def host_tuning(nodes: int, separate_batcher: bool) -> dict[str, object]:
     """What ``up`` sizes to this host (where its setting is not given): each node's torch
-    threads, and where the batcher runs."""
-    from gpu_node.loader import resolve_device
+    threads, and where the batcher runs. The nodes share the host's cores whatever their
+    device, so this needs no torch: ``up`` itself never imports it."""
     from gpu_node.settings import NodeSettings
 
     given = NodeSettings()
-    device = resolve_device(given.device).type
     cores = usable_cores()
-    threads = given.torch_threads or (node_torch_threads(cores, nodes) if device == "cpu" else 0)
     return {
         "cores": cores,
-        "device": device,
-        "node_torch_threads": threads,
+        "device": given.device,
+        "node_torch_threads": given.torch_threads or node_torch_threads(cores, nodes),
         "node_capacity": given.capacity,
         "batcher": "separate process" if separate_batcher else "in the router process",
     }
+
+
+def demo_built(reader: RegistryReader, generate: bool) -> bool:
+    """Whether an earlier run registered every demo version this run serves, and each
+    artifact is still there. The build registers only once every artifact is whole, so a
+    warm start need not build, or wait for anything before its nodes start."""
+    wanted = DEMO_VERSIONS | ({GENERATIVE_VERSION} if generate else set())
+    for key in wanted:
+        model, _, version = key.partition(":")
+        row = next((row for row in reader.versions(model) if row.version == version), None)
+        if row is None or not Path(row.artifact_uri).exists():
+            return False
+    return True
+
+
+def start_demo_build(platform: Platform, generate: bool, as_json: bool) -> subprocess.Popen[bytes]:
+    """``ferryman models demo`` in a child: it imports torch and builds what is missing (a
+    minute the first time, SmolLM2's conversion), so ``up`` itself holds none of it. Its
+    progress goes to the user's terminal, or to stderr under ``--json``."""
+    args = ["models", "demo", *(["--generate"] if generate else [])]
+    return platform.run_once(args, sys.stderr if as_json else None)
+
+
+def wait_demo_build(build: subprocess.Popen[bytes], platform: Platform, stopping: Callable[[], bool]) -> None:
+    """Until the demo build has registered every demo version; its failure is ``up``'s."""
+    deadline = time.monotonic() + BUILD_TIMEOUT_S
+    while build.poll() is None:
+        platform.check()
+        if stopping():
+            build.terminate()
+            raise RuntimeError("stopped while building the demo models")
+        if time.monotonic() > deadline:
+            build.kill()
+            raise TimeoutError("building the demo models took too long")
+        time.sleep(POLL_S)
+    if build.returncode != 0:
+        raise RuntimeError(f"building the demo models failed (exit {build.returncode})")
 
 
 @dataclass(frozen=True)
@@ -224,7 +264,6 @@ def up(
     ] = False,
 ) -> None:
     """Run the whole platform locally; Ctrl-C stops it."""
-    from gpu_node.demo.build import build_demo_artifacts, register_demo
     from registry.migrate import upgrade
 
     if nodes < 1 or workers < 1:
@@ -238,9 +277,13 @@ def up(
         fail(str(exc))
     upgrade(engine())
     writer, reader = RegistryWriter(engine(), actor="ferryman-up"), RegistryReader(engine())
-    if not as_json:
-        console.print("building demo models (first run takes a minute)...")
-    register_demo(writer, reader, build_demo_artifacts(settings().data_dir / "models", generate))
+    platform = Platform()
+    build = None
+    if not demo_built(reader, generate):
+        if not as_json:
+            console.print("building demo models (first run takes a minute)...")
+        # Beside the services' start: only the nodes wait for the demo versions.
+        build = start_demo_build(platform, generate, as_json)
     key = demo_key(writer, reader)
 
     ca = ""
@@ -267,7 +310,6 @@ def up(
     metrics.update(
         {("router" if i == 0 else f"router-{i + 1}"): f"127.0.0.1:{base + i}" for i in range(workers)}
     )
-    platform = Platform()
     stop_requested = False
 
     def request_stop(*_: object) -> None:
@@ -282,13 +324,18 @@ def up(
     addresses["batcher"] = batcher if separate_batcher else f"{listen} (in the router's process)"
     addresses["rollouts"] = rollouts
     addresses["console"] = f"127.0.0.1:{console_port}"
-    try:
+
+    def start_nodes() -> None:
         for i in range(nodes):
             name = f"node-{i + 1}"
             node_listen = f"127.0.0.1:{free_port()}"
             addresses[name] = node_listen
             node_args = ["serve", "node", "--listen", node_listen, "--name", name]
             platform.start_command(name, [*node_args, "--metrics-listen", metrics[name]], node_env)
+
+    try:
+        if build is None:
+            start_nodes()  # the long pole: first
         if separate_batcher:
             platform.start("batcher", "batcher", "--listen", batcher, "--metrics-listen", metrics["batcher"])
         router_args = [
@@ -331,6 +378,9 @@ def up(
         if password:
             console_env[PASSWORD_ENV] = password
         platform.start_command("console", ["admin", "--port", str(console_port)], console_env)
+        if build is not None:
+            wait_demo_build(build, platform, lambda: stop_requested)
+            start_nodes()
         http = f"{'https' if tls else 'http'}://{http_listen}"
         at = Endpoints(listen, http, console_port, key.plaintext, ca, generate)
         _wait_ready(platform, at, nodes, security)
@@ -378,6 +428,8 @@ def up(
             platform.supervise(lambda line: print(f"ferryman up: {line}", file=sys.stderr, flush=True))
             time.sleep(POLL_S)
     except (RuntimeError, TimeoutError) as exc:
+        if build is not None:
+            build.kill()
         platform.stop()
         fail(str(exc))
     platform.stop()

@@ -89,8 +89,7 @@ def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path, smollm2_art
         # threads; the batcher inside the router.
         assert info["tuning"]["batcher"] == "in the router process"
         assert "batcher" not in info["pids"]
-        if info["tuning"]["device"] == "cpu":
-            assert 1 <= info["tuning"]["node_torch_threads"] < max(2, info["tuning"]["cores"])
+        assert 1 <= info["tuning"]["node_torch_threads"] < max(2, info["tuning"]["cores"])
         with urllib.request.urlopen(f"{info['console_url']}/_stcore/health", timeout=5) as health:
             assert health.status == 200
         assert len(info["console_password"]) >= 12
