@@ -12,8 +12,14 @@ beside the load times its own answers and refusals by outcome. The bare grpc.aio
 (``limit_ref --echo``) is driven the same way in the same run: the router's CPU per request
 is compared with the echo server's CPU per call.
 
+With ``--sdk-processes N`` the overload phases (2x and 3x) are offered by users of the SDK
+instead (``bench.scenarios.sdk_users``: N processes, each an asyncio loop of ``AsyncClient``
+calls with the SDK's retries and adaptive throttling, ``--no-throttle`` to turn it off), and
+goodput is what those users saw answered within the deadline; capacity is still found with
+h2load.
+
     python -m bench.scenarios.overload_native [--seconds 10] [--deadline-ms 50] [--no-limit]
-        [--workers N] [--max-calls N] [--max-streams N]
+        [--workers N] [--max-calls N] [--max-streams N] [--sdk-processes N [--no-throttle]]
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import json
 import math
 import re
 import resource
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -62,6 +69,8 @@ class Driven:
     generator_cpu_s: float
     probe: dict[str, list[float]] = field(default_factory=dict)
     """The probe's latencies (ms) by outcome."""
+    users: dict[str, int] = field(default_factory=dict)
+    """SDK users' outcomes (``sdk_users``): ``good``, ``late`` and errors by code."""
 
 
 def grpc_body(request: inference_pb2.PredictRequest) -> bytes:
@@ -123,6 +132,32 @@ async def drive(
     return Driven(int(found.group(3)) if found else 0, cpu, probed)
 
 
+async def drive_sdk(
+    address: str, key: str, rate: float, opts: argparse.Namespace, deadline_s: float
+) -> Driven:
+    """``opts.sdk_processes`` processes of SDK users sharing ``rate``, to their end, and the
+    probe beside them; the users' CPU from rusage."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    args = ["--target", address, "--key", key, "--rate", f"{rate / opts.sdk_processes:.1f}"]
+    args += ["--seconds", str(opts.seconds), "--deadline-ms", str(opts.deadline_ms)]
+    args += [] if opts.throttle else ["--no-throttle"]
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.scenarios.sdk_users", *args, stdout=asyncio.subprocess.PIPE
+        )
+        for _ in range(opts.sdk_processes)
+    ]
+    probed = await probe(address, key, opts.seconds, deadline_s)
+    users: dict[str, int] = {}
+    for proc in procs:
+        out, _ = await proc.communicate()
+        for outcome, n in json.loads(out.decode() or "{}").items():
+            users[outcome] = users.get(outcome, 0) + n
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Driven(sum(users.values()), cpu, probed, users)
+
+
 def delta(before: Samples, after: Samples, name: str, **labels: str) -> float:
     want = set(labels.items())
     return sum(v - before.get(k, 0.0) for k, v in after.items() if k[0] == name and want <= set(k[1]))
@@ -147,15 +182,19 @@ class Phase:
         self._address, self._key, self._body, self._urls, self._routers = address, key, body, urls, routers
         self._opts = opts
 
-    def run(self, label: str, rate: float) -> dict[str, Any]:
-        """Closed loop (``rate`` 0, a long timeout) or open loop at ``rate`` with the deadline."""
+    def run(self, label: str, rate: float, sdk: bool = False) -> dict[str, Any]:
+        """Closed loop (``rate`` 0, a long timeout) or open loop at ``rate`` with the deadline,
+        from h2load or (``sdk``) from SDK users."""
         opts = self._opts
         deadline_s = opts.deadline_ms / 1000
         timeout_ms = opts.deadline_ms if rate else CLOSED_TIMEOUT_MS
         args = h2load_args(self._address, self._key, self._body, opts.seconds, timeout_ms, rate)
         before, cpu_before, started = scrape(self._urls), cpu_seconds(self._routers), time.monotonic()
         probe_at = (self._address, self._key) if rate else None
-        driven = asyncio.run(drive(args, probe_at, opts.seconds, deadline_s))
+        if rate and sdk:
+            driven = asyncio.run(drive_sdk(self._address, self._key, rate, opts, deadline_s))
+        else:
+            driven = asyncio.run(drive(args, probe_at, opts.seconds, deadline_s))
         elapsed = time.monotonic() - started
         after, router_cpu = scrape(self._urls), cpu_seconds(self._routers) - cpu_before
 
@@ -170,13 +209,15 @@ class Phase:
             "shed_per_s": per_s("ferryman_requests_total", code="RESOURCE_EXHAUSTED"),
             "late_per_s": per_s("ferryman_requests_total", code="DEADLINE_EXCEEDED"),
         }
+        good = per_s("ferryman_request_latency_seconds_bucket", code="OK", le=str(deadline_s))
+        if driven.users:
+            # The users' own count: an answer after a retry is good only within their deadline.
+            good = driven.users.get("good", 0) / elapsed
         row: dict[str, Any] = {
             "load": label,
             "offered_per_s": round(rate or sent),
             "sent_per_s": round(sent),
-            "good_per_s": round(
-                per_s("ferryman_request_latency_seconds_bucket", code="OK", le=str(deadline_s))
-            ),
+            "good_per_s": round(good),
             **{k: round(v) for k, v in outcomes.items()},
             # Answered by gRPC itself (the deadline passed before the router read them).
             "unseen_per_s": round(max(0.0, sent - sum(outcomes.values()))),
@@ -184,6 +225,7 @@ class Phase:
             "h2load_cpu_us_per_request": round(driven.generator_cpu_s / max(1, driven.requests) * 1e6),
             "probe_p99_ms": {k: round(p99(v), 1) for k, v in driven.probe.items()},
             "probe_counts": {k: len(v) for k, v in driven.probe.items()},
+            "sdk_users": driven.users,
         }
         print(json.dumps(row), flush=True)
         return row
@@ -220,6 +262,10 @@ def main() -> None:
     parser.add_argument(
         "--max-streams", type=int, default=0, help="FERRYMAN_ROUTER_MAX_STREAMS_PER_CONNECTION (0: none)"
     )
+    parser.add_argument(
+        "--sdk-processes", type=int, default=0, help="overload from SDK users in N processes (0: h2load)"
+    )
+    parser.add_argument("--no-throttle", dest="throttle", action="store_false", help="SDK users unthrottled")
     parser.add_argument("--out", type=Path, default=Path("docs/bench"))
     opts = parser.parse_args()
     deadline_s = opts.deadline_ms / 1000
@@ -257,8 +303,10 @@ def main() -> None:
             search = [at.run(f"{f:g}x closed loop", f * closed["ok_per_s"]) for f in SEARCH_FRACTIONS]
             best = max(search, key=lambda r: r["good_per_s"])
             rows += search
+            sdk = opts.sdk_processes > 0
+            by = f", SDK users{'' if opts.throttle else ' without throttling'}" if sdk else ""
             for factor in OVERLOAD_FACTORS:
-                rows.append(at.run(f"{factor:g}x capacity", factor * best["offered_per_s"]))
+                rows.append(at.run(f"{factor:g}x capacity{by}", factor * best["offered_per_s"], sdk))
             capacity = best["good_per_s"]
     print(f"\nbare echo server: {echo_us:.0f} us CPU per call\n")
     print(summary(rows, capacity))
@@ -270,11 +318,15 @@ def main() -> None:
         "adaptive_limit": not opts.no_limit,
         "workers": opts.workers,
         "max_calls": opts.max_calls,
+        "max_streams": opts.max_streams,
+        "sdk_processes": opts.sdk_processes,
+        "sdk_throttle": opts.throttle,
         "capacity_good_per_s": capacity,
         "rows": rows,
     }
     calls = f"_calls{opts.max_calls}" if opts.max_calls else ""
-    name = f"overload_native{'_nolimit' if opts.no_limit else ''}_w{opts.workers}{calls}.json"
+    sdk = f"_sdk{opts.sdk_processes}{'' if opts.throttle else 'nothrottle'}" if opts.sdk_processes else ""
+    name = f"overload_native{'_nolimit' if opts.no_limit else ''}_w{opts.workers}{calls}{sdk}.json"
     opts.out.mkdir(parents=True, exist_ok=True)
     (opts.out / name).write_text(json.dumps(record, indent=2))
 
