@@ -123,7 +123,8 @@ class AsyncClient(Endpoint):
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise tagged(out_of_time(), rid)
-                if self._throttle.admit():
+                # A request that may spill into a job is always sent: refused locally, it would be lost.
+                if spill_to_job or self._throttle.admit():
                     try:
                         if request is None:
                             # The schema lookup is the call's first step, within its budget and

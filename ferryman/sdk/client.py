@@ -143,7 +143,8 @@ class Client(Endpoint):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise tagged(out_of_time(), rid)
-                if self._throttle.admit():
+                # A request that may spill into a job is always sent: refused locally, it would be lost.
+                if spill_to_job or self._throttle.admit():
                     try:
                         if request is None:
                             # The schema lookup is the call's first step, within its budget and

@@ -2,8 +2,9 @@
 platform keeps refusing stops sending most of its requests, so refusals stop costing the
 router anything.
 
-Over a sliding window the client counts the requests it sent and those the server accepted
-(anything but a RESOURCE_EXHAUSTED refusal, or one that spilled into a job). While accepts
+Over a sliding window the client counts the requests it sent and those the server accepted:
+any answer but what an overloaded platform answers (``OVERLOAD_CODES``: refused, too late, a
+refused stream), or a refusal that spilled into a job. While accepts
 keep up, nothing changes; once requests exceed ``k`` times the accepts, each new request is
 refused locally with probability ``(requests - k * accepts) / (requests + 1)``. Refused
 locally, a request is retried with backoff like one the server refused, and still counts
@@ -30,6 +31,14 @@ WINDOW_S = 30.0
 BUCKETS = 30
 """The window is kept as this many counters (O(1) memory and time per request)."""
 THROTTLED = "CLIENT_THROTTLED"
+OVERLOAD_CODES = frozenset(
+    {grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE}
+)
+"""Answers that are not accepts, each what an overloaded platform answers: a refusal; an
+answer too late for its deadline (the router's DEADLINE_UNMEETABLE, or none in time), which is
+how it answers most requests past capacity; and a stream its per-connection limit refused
+(REFUSED_STREAM reads as UNAVAILABLE, as does a router that is down: sending less to it
+helps too)."""
 
 
 def throttled() -> Overloaded:
@@ -89,5 +98,5 @@ class AdaptiveThrottle:
             return
         bucket = self._bucket()
         self._requests[bucket] += 1
-        if code != grpc.StatusCode.RESOURCE_EXHAUSTED or reason == Reason.ACCEPTED_AS_JOB:
+        if code not in OVERLOAD_CODES or reason == Reason.ACCEPTED_AS_JOB:
             self._accepts[bucket] += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import grpc
+import pytest
 
 from ferryman.errors import Reason
 from ferryman.sdk.throttle import WINDOW_S, AdaptiveThrottle
@@ -28,11 +29,30 @@ def test_accepted_requests_are_never_refused_locally() -> None:
         assert t.admit()
         t.answered(grpc.StatusCode.OK)
     assert t.rejection_probability() == 0.0
-    # Errors other than a refusal (a bad input, an outage) do not throttle either.
-    for _ in range(1000):
-        assert t.admit()
-        t.answered(grpc.StatusCode.INVALID_ARGUMENT)
+    # Errors an overloaded platform does not answer with (a bad input, a missing model) do not
+    # throttle either.
+    for code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND):
+        for _ in range(1000):
+            assert t.admit()
+            t.answered(code)
     assert t.rejection_probability() == 0.0
+
+
+@pytest.mark.parametrize(
+    "code",
+    [grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED],
+)
+def test_answers_past_the_deadline_and_refused_streams_throttle_as_refusals_do(code: grpc.StatusCode) -> None:
+    # Past capacity the router answers most requests too late (DEADLINE_EXCEEDED), and its
+    # per-connection stream limit refuses streams (UNAVAILABLE): neither is an accept.
+    t = throttle(Clock())
+    sent = 0
+    for _ in range(2000):
+        if t.admit():
+            sent += 1
+            t.answered(code)
+    assert sent < 100, sent
+    assert t.rejection_probability() > 0.9
 
 
 def test_a_refused_client_stops_sending_most_requests_and_recovers() -> None:
