@@ -326,7 +326,8 @@ def main() -> None:
     }
     calls = f"_calls{opts.max_calls}" if opts.max_calls else ""
     sdk = f"_sdk{opts.sdk_processes}{'' if opts.throttle else 'nothrottle'}" if opts.sdk_processes else ""
-    name = f"overload_native{'_nolimit' if opts.no_limit else ''}_w{opts.workers}{calls}{sdk}.json"
+    streams = f"_streams{opts.max_streams}" if opts.max_streams else ""
+    name = f"overload_native{'_nolimit' if opts.no_limit else ''}_w{opts.workers}{calls}{streams}{sdk}.json"
     opts.out.mkdir(parents=True, exist_ok=True)
     (opts.out / name).write_text(json.dumps(record, indent=2))
 
