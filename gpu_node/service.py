@@ -250,11 +250,16 @@ class NodeService:
         if request.max_tokens < 1:
             raise NodeRefusal("INVALID_ARGUMENT", "max_tokens must be at least 1")
         lm = slot.lm
-        prompt = await asyncio.get_running_loop().run_in_executor(self._batch_pool, lm.prompt_ids, request)
+        try:
+            prompt, constraint = await asyncio.get_running_loop().run_in_executor(
+                self._batch_pool, lm.prepare, request
+            )
+        except ValueError as exc:
+            raise NodeRefusal("INVALID_ARGUMENT", str(exc)) from None
         start_by = float("inf")
         if request.HasField("start_within"):
             start_by = time.monotonic() + seconds_of(request.start_within)
-        stream = lm.generate(request, prompt, start_by)
+        stream = lm.generate(request, prompt, start_by, constraint)
         slot.begin()
         try:
             try:

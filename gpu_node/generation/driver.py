@@ -14,7 +14,7 @@ import threading
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
-from gpu_node.generation.engine import GREEDY, GenerationEngine, Sampling, TokenEvent
+from gpu_node.generation.engine import GREEDY, Constraint, GenerationEngine, Sampling, TokenEvent
 from gpu_node.generation.scheduler import FinishReason, Sequence
 
 log = logging.getLogger("ferryman.node.generation")
@@ -28,6 +28,7 @@ STOP_WAIT_S = 10.0
 class _Submit:
     seq: Sequence
     sampling: Sampling
+    constraint: Constraint | None
     events: asyncio.Queue[TokenEvent]
 
 
@@ -55,12 +56,14 @@ class GenerationDriver:
         self._thread = threading.Thread(target=self._run, name="generation", daemon=True)
         self._thread.start()
 
-    async def generate(self, seq: Sequence, sampling: Sampling = GREEDY) -> AsyncGenerator[TokenEvent, None]:
+    async def generate(
+        self, seq: Sequence, sampling: Sampling = GREEDY, constraint: Constraint | None = None
+    ) -> AsyncGenerator[TokenEvent, None]:
         """Token events of ``seq``, the last one carrying its finish. Refuses (ValueError)
         before queueing what cannot run."""
         self._engine.check(seq)
         events: asyncio.Queue[TokenEvent] = asyncio.Queue()
-        self._inbox.put(_Submit(seq, sampling, events))
+        self._inbox.put(_Submit(seq, sampling, constraint, events))
         finished = False
         try:
             while not finished:
@@ -91,7 +94,7 @@ class GenerationDriver:
     def _apply(self, command: _Submit | _Finish) -> None:
         if isinstance(command, _Submit):
             try:
-                self._engine.submit(command.seq, command.sampling)
+                self._engine.submit(command.seq, command.sampling, command.constraint)
             except ValueError as exc:
                 log.warning("generation %s refused: %s", command.seq.id, exc)
                 self._send(command.events, TokenEvent(command.seq.id, None, FinishReason.ERROR))

@@ -23,6 +23,22 @@ class SlotModel(Protocol):
     def decode(self, slots: list[int], tokens: list[int], positions: list[int]) -> torch.Tensor: ...
 
 
+class Constraint(Protocol):
+    """What a sequence's output may be (``gpu_node.generation.structured.JsonConstraint``,
+    or a fake): the engine masks each step's logits with it and feeds it each token drawn."""
+
+    def mask(self, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` with what may not come next at -inf."""
+        ...
+
+    def consume(self, token: int) -> None: ...
+
+    @property
+    def finished(self) -> FinishReason | None:
+        """STOP once the output is complete, ERROR if the constraint failed, else None."""
+        ...
+
+
 MAX_TEMPERATURE = 100.0
 """Past this, sampling is uniform noise; the router's public bound is tighter."""
 
@@ -73,6 +89,7 @@ class GenerationEngine:
         self._clock = clock
         self._sequences: dict[str, Sequence] = {}
         self._sampling: dict[str, tuple[Sampling, torch.Generator | None]] = {}
+        self._constraints: dict[str, Constraint] = {}
         self.prefill_forwards = 0
         self.decode_forwards = 0
         """Decode forwards run, each for every running sequence: what batching saves."""
@@ -88,8 +105,11 @@ class GenerationEngine:
                 f"context of {self._max_len}"
             )
 
-    def submit(self, seq: Sequence, sampling: Sampling = GREEDY) -> None:
-        """Queue ``seq`` (``check`` first)."""
+    def submit(
+        self, seq: Sequence, sampling: Sampling = GREEDY, constraint: Constraint | None = None
+    ) -> None:
+        """Queue ``seq`` (``check`` first); with ``constraint``, each of its tokens is drawn
+        from those it allows, and it stops once the constraint is finished."""
         if seq.id in self._sequences:
             raise ValueError(f"sequence {seq.id!r} is already running")
         self.check(seq)
@@ -98,6 +118,8 @@ class GenerationEngine:
             generator = torch.Generator().manual_seed(sampling.seed)
         self._sequences[seq.id] = seq
         self._sampling[seq.id] = (sampling, generator)
+        if constraint is not None:
+            self._constraints[seq.id] = constraint
         self.scheduler.add(seq, self._clock())
 
     def finish(self, seq_id: str, reason: FinishReason) -> bool:
@@ -106,6 +128,7 @@ class GenerationEngine:
         if seq is None:
             return False
         self._sampling.pop(seq_id, None)
+        self._constraints.pop(seq_id, None)
         self.scheduler.finish(seq, reason)
         return True
 
@@ -123,6 +146,14 @@ class GenerationEngine:
         return list(self._sequences)
 
     def _sample(self, seq: Sequence, logits: torch.Tensor) -> int:
+        constraint = self._constraints.get(seq.id)
+        if constraint is None:
+            return self._draw(seq, logits)
+        token = self._draw(seq, constraint.mask(logits))
+        constraint.consume(token)
+        return token
+
+    def _draw(self, seq: Sequence, logits: torch.Tensor) -> int:
         sampling, generator = self._sampling[seq.id]
         if sampling.temperature == 0:
             return int(logits.argmax())
@@ -142,8 +173,11 @@ class GenerationEngine:
         seq.generated.append(token)
         self.scheduler.counter.charge(seq.tenant, 1)
         finish = None
+        constraint = self._constraints.get(seq.id)
         if token in self._stop_tokens:
             finish = FinishReason.STOP
+        elif constraint is not None and constraint.finished is not None:
+            finish = constraint.finished
         elif len(seq.generated) >= seq.max_tokens:
             finish = seq.length_reason
         if finish is not None:
@@ -157,6 +191,7 @@ class GenerationEngine:
         for seq in plan.refused:
             self._sequences.pop(seq.id, None)
             self._sampling.pop(seq.id, None)
+            self._constraints.pop(seq.id, None)
         for seq, start, end in plan.prefill:
             assert seq.slot is not None
             context = seq.context

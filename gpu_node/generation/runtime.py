@@ -16,7 +16,7 @@ import torch
 from ferryman.v1 import common_pb2, node_pb2
 from gpu_node.demo import smollm2
 from gpu_node.generation.driver import GenerationDriver
-from gpu_node.generation.engine import GenerationEngine, Sampling
+from gpu_node.generation.engine import Constraint, GenerationEngine, Sampling
 from gpu_node.generation.limits import StopText, completion_limit
 from gpu_node.generation.llama import PRECISIONS, SlotLlama
 from gpu_node.generation.scheduler import (
@@ -26,6 +26,7 @@ from gpu_node.generation.scheduler import (
     Sequence,
     VirtualTokenCounter,
 )
+from gpu_node.generation.structured import StructuredOutputs
 from gpu_node.metrics import NodeMetrics
 
 REPLACEMENT = "\ufffd"
@@ -127,6 +128,7 @@ class CausalLM:
         self, loaded: LoadedLM, loop: asyncio.AbstractEventLoop, metrics: NodeMetrics, labels: dict[str, str]
     ) -> None:
         self.tokenizer = loaded.tokenizer
+        self.structured = StructuredOutputs(loaded.tokenizer)
         self._metrics, self._labels = metrics, labels
         running = metrics.sequences.labels(**labels, state="running")
         waiting = metrics.sequences.labels(**labels, state="waiting")
@@ -156,8 +158,18 @@ class CausalLM:
             ids = self.tokenizer(request.prompt)["input_ids"]
         return [int(i) for i in ids]
 
+    def prepare(self, request: node_pb2.NodeGenerateRequest) -> tuple[list[int], Constraint | None]:
+        """The prompt's token ids and the output's constraint (JSON mode, a schema), off the
+        event loop: the chat template and a grammar's compilation take milliseconds. A schema
+        that cannot be compiled is a ValueError."""
+        return self.prompt_ids(request), self.structured.constraint(request.sampling)
+
     async def generate(
-        self, request: node_pb2.NodeGenerateRequest, prompt: list[int], start_by: float
+        self,
+        request: node_pb2.NodeGenerateRequest,
+        prompt: list[int],
+        start_by: float,
+        constraint: Constraint | None = None,
     ) -> AsyncGenerator[node_pb2.GenerateEvent, None]:
         """The request's events: text deltas as tokens decode, then the finish and usage.
         Every event carries the prompt's tokens (0 until its first token: a generation that
@@ -184,7 +196,7 @@ class CausalLM:
         first_at = arrived
         # Closed explicitly: an async for does not close what it iterates when left early,
         # and the driver frees the slot when its stream closes (a stop string ends it so).
-        events = self.driver.generate(seq, sampling_of(request.sampling))
+        events = self.driver.generate(seq, sampling_of(request.sampling), constraint)
         try:
             async for event in events:
                 delta = node_pb2.GenerateEvent()
