@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator
 from typing import cast
 
 import grpc
+import orjson
 
 from ferryman.durations import set_seconds
 from ferryman.errors import CallFailed, Reason, status_code
@@ -39,6 +40,8 @@ MAX_MESSAGES = 64
 MAX_STOPS = 4
 MAX_STOP_CHARS = 64
 MAX_TEMPERATURE = 2.0
+MAX_SCHEMA_CHARS = 65_536
+"""A JSON schema's text at most: what the node compiles into a grammar for the request."""
 MARKER_TOKENS_PER_MESSAGE = 8
 """A chat template's tokens around one message (start, role, separators, end): SmolLM2's
 ChatML uses 5."""
@@ -76,11 +79,26 @@ def check_generate(request: inference_pb2.GenerateRequest, max_tokens: int) -> l
         violations.append(("sampling.top_p", "must be between 0 and 1 (0: no cut)"))
     if sampling.top_k < 0:
         violations.append(("sampling.top_k", "must not be negative"))
+    if sampling.WhichOneof("structured") == "json_schema":
+        violations += schema_violations(sampling.json_schema)
     if len(request.stop) > MAX_STOPS:
         violations.append(("stop", f"more than {MAX_STOPS} stop strings"))
     elif any(not 0 < len(stop) <= MAX_STOP_CHARS for stop in request.stop):
         violations.append(("stop", f"each stop string has 1 to {MAX_STOP_CHARS} characters"))
     return violations
+
+
+def schema_violations(schema: str) -> list[Violation]:
+    """A JSON schema's shape, before a node compiles it: bounded, and a JSON object."""
+    if len(schema) > MAX_SCHEMA_CHARS:
+        return [("sampling.json_schema", f"longer than {MAX_SCHEMA_CHARS} characters")]
+    try:
+        parsed = orjson.loads(schema)
+    except orjson.JSONDecodeError:
+        return [("sampling.json_schema", "is not JSON")]
+    if not isinstance(parsed, dict):
+        return [("sampling.json_schema", "must be a JSON object (a JSON Schema)")]
+    return []
 
 
 def prompt_chars(request: inference_pb2.GenerateRequest) -> int:

@@ -3,9 +3,11 @@ few generation slots, a batcher, and routers (memory quotas, or Redis for two)."
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,3 +143,30 @@ def gen(smollm2_artifact: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
         for thread in reversed(platform.threads):
             thread.stop()
         engine.dispose()
+
+
+def curl(gen: GenPlatform, key: str, path: str, body: Mapping[str, object]) -> tuple[int, str]:
+    """POST ``body`` as JSON to the platform's HTTP door with curl: the status and the body."""
+    done = subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            "-H",
+            f"Authorization: Bearer {key}",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            json.dumps(body),
+            f"{gen.http}{path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    text, _, status = done.stdout.rpartition("\n")
+    return int(status), text

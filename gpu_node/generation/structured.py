@@ -12,13 +12,26 @@ so it is built once per loaded model, on the first structured request.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import llguidance
+import llguidance.hf
 import numpy as np
 import torch
 
 from ferryman.v1 import common_pb2
 from gpu_node.generation.scheduler import FinishReason
+
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions
+
+LAYOUT: JsonCompileOptions = {
+    "whitespace_flexible": False,
+    "item_separator": ", ",
+    "key_separator": ": ",
+}
+"""Fixed spacing between items and after keys, and no other whitespace: a small model left
+free whitespace can spend its whole budget on newlines."""
 
 
 class JsonConstraint:
@@ -60,26 +73,20 @@ class StructuredOutputs:
     def _llg_tokenizer(self) -> Any:
         with self._lock:
             if self._tokenizer is None:
-                import llguidance.hf
-
                 self._tokenizer = llguidance.hf.from_tokenizer(self._hf_tokenizer)
             return self._tokenizer
 
     def constraint(self, sampling: common_pb2.SamplingParams) -> JsonConstraint | None:
         """The constraint ``sampling`` asks for (None: free text). Blocks while the grammar
         compiles; a schema llguidance cannot compile is a ValueError naming why."""
-        import llguidance
-
         which = sampling.WhichOneof("structured")
         if which is None or (which == "json_object" and not sampling.json_object):
             return None
-        if which == "json_object":
-            grammar = llguidance.LLMatcher.grammar_from_json_schema({"type": "object"})
-        else:
-            try:
-                grammar = llguidance.LLMatcher.grammar_from_json_schema(sampling.json_schema)
-            except ValueError as exc:
-                raise ValueError(f"json_schema: {exc}") from None
+        schema = '{"type": "object"}' if which == "json_object" else sampling.json_schema
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=LAYOUT)
+        except ValueError as exc:
+            raise ValueError(f"json_schema: {str(exc)[:500]}") from None
         tokenizer = self._llg_tokenizer()
         # llguidance's default parser limits bound a hostile schema: a grammar of at most
         # 500,000 symbols, and per step 50,000 parser items and 200,000 units of lexer fuel

@@ -5,11 +5,9 @@ stop strings, token limits cut as a length finish, and refusals in OpenAI's shap
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Mapping
 
 import pytest
-from generation_platform import MODEL, GenPlatform
+from generation_platform import MODEL, GenPlatform, curl
 from real_clients import run_client
 
 from registry.specs import QuotaLimits
@@ -65,32 +63,6 @@ def test_the_openai_client_chats_and_completes_whole_and_streamed(gen: GenPlatfo
     )
     assert "Paris" in result["completion"]
     assert result["missing"] == 404
-
-
-def curl(gen: GenPlatform, key: str, path: str, body: Mapping[str, object]) -> tuple[int, str]:
-    done = subprocess.run(
-        [
-            "curl",
-            "-sS",
-            "-o",
-            "-",
-            "-w",
-            "\n%{http_code}",
-            "-H",
-            f"Authorization: Bearer {key}",
-            "-H",
-            "Content-Type: application/json",
-            "-d",
-            json.dumps(body),
-            f"{gen.http}{path}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    text, _, status = done.stdout.rpartition("\n")
-    return int(status), text
 
 
 def test_a_token_limit_ends_an_sse_stream_as_a_length_finish_then_429(gen: GenPlatform) -> None:

@@ -28,11 +28,21 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(BaseModel):
+    """OpenAI's ``response_format.json_schema``: a named schema (``strict`` or not, the
+    answer always validates: it is decoded under the schema's grammar)."""
+
+    name: str = Field(default="", max_length=MAX_NAME_CHARS)
+    description: str = ""
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
 class ResponseFormat(BaseModel):
     """OpenAI's ``response_format``: plain text, JSON mode, or a JSON schema."""
 
     type: Literal["text", "json_object", "json_schema"]
-    json_schema: dict[str, Any] | None = None
+    json_schema: JsonSchemaFormat | None = None
 
 
 class Sampled(BaseModel):
@@ -48,9 +58,14 @@ class Sampled(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str = Field(default="", max_length=MAX_USER_CHARS)
-    n: Literal[1] = 1
+    n: int = Field(default=1, ge=1)
+    """Only 1 is served; more is refused (400), never ignored."""
     response_format: ResponseFormat | None = None
-    """Only ``text`` is served: JSON mode and schemas are refused (400), never ignored."""
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list[Any] | None = None
+    functions: list[Any] | None = None
+    """``logprobs``, ``tools`` and ``functions`` are refused (400) when asked for, never ignored."""
 
 
 class ChatRequest(Sampled):

@@ -17,7 +17,12 @@ from fastapi.responses import StreamingResponse
 from ferryman.errors import Reason
 from ferryman.v1 import common_pb2, inference_pb2
 from router.doors.http.caller import JSON, Caller
-from router.doors.openai.chat.protocol import DEFAULT_MAX_TOKENS, ChatRequest, CompletionRequest
+from router.doors.openai.chat.protocol import (
+    DEFAULT_MAX_TOKENS,
+    ChatRequest,
+    CompletionRequest,
+    ResponseFormat,
+)
 from router.failures import fail, invalid
 from router.generation import MAX_STOPS
 from router.spans import Door
@@ -42,15 +47,36 @@ def stops(value: str | list[str] | None) -> list[str]:
     return found
 
 
+def refuse_unserved(request: ChatRequest | CompletionRequest) -> None:
+    """What Ferryman does not serve is refused, never ignored: an ignored option would change
+    what the caller gets without telling it."""
+    if request.n != 1:
+        raise invalid("n", "only one choice per request (n = 1) is served")
+    if request.logprobs or request.top_logprobs:
+        raise invalid("logprobs", "log probabilities are not served")
+    if request.tools or request.functions:
+        raise invalid("tools", "tools and function calling are not served")
+
+
+def structured(response_format: ResponseFormat | None, sampling: common_pb2.SamplingParams) -> None:
+    """JSON mode or a JSON schema, as the sampling's constraint (the node decodes under it)."""
+    if response_format is None or response_format.type == "text":
+        return
+    if response_format.type == "json_object":
+        sampling.json_object = True
+        return
+    if response_format.json_schema is None:
+        raise invalid("response_format.json_schema", "json_schema needs its json_schema object")
+    schema = response_format.json_schema.schema_
+    if schema is None:  # a named format with no schema: any JSON object
+        sampling.json_object = True
+    else:
+        sampling.json_schema = orjson.dumps(schema).decode()
+
+
 def neutral(request: ChatRequest | CompletionRequest, request_id: str) -> inference_pb2.GenerateRequest:
     """The gateway's GenerateRequest for an OpenAI request (a developer turn is a system turn)."""
-    if request.response_format is not None and request.response_format.type != "text":
-        # Ignored, the answer would be free text where the caller parses JSON.
-        raise invalid(
-            "response_format",
-            f"{request.response_format.type} is not supported: answers are plain text "
-            "(no constrained decoding yet)",
-        )
+    refuse_unserved(request)
     neutral = inference_pb2.GenerateRequest(
         request_id=request_id,
         model=request.model,
@@ -61,6 +87,7 @@ def neutral(request: ChatRequest | CompletionRequest, request_id: str) -> infere
     )
     if request.seed is not None:
         neutral.sampling.seed = request.seed
+    structured(request.response_format, neutral.sampling)
     if isinstance(request, ChatRequest):
         for turn in request.messages:
             text = turn.content if isinstance(turn.content, str) else "".join(p.text for p in turn.content)
