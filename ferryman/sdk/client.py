@@ -217,7 +217,8 @@ class Client(Endpoint):
     ) -> Iterator[Chunk]:
         """Stream text generated from ``prompt`` as ``Chunk``s; the last one has the
         finish reason and usage. ``options``: temperature, top_p, top_k, seed, stop, user,
-        priority, version, request_id. Leaving the loop early stops the generation."""
+        priority, version, request_id, json_object, json_schema (structured output: see
+        ``build_generate``). Leaving the loop early stops the generation."""
         return self._stream(
             build_generate(model, prompt=prompt, max_tokens=max_tokens, **options), timeout, metadata
         )

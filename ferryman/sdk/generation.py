@@ -8,6 +8,7 @@ failure ends the stream with a finish reason instead of an error."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -79,13 +80,24 @@ def build_generate(
     priority: str | int | None = None,
     version: str | None = None,
     request_id: str | None = None,
+    json_object: bool = False,
+    json_schema: Mapping[str, Any] | str | None = None,
 ) -> inference_pb2.GenerateRequest:
-    """A GenerateRequest for a prompt or chat messages (one of them)."""
+    """A GenerateRequest for a prompt or chat messages (one of them). ``json_object``: the
+    answer is one JSON object; ``json_schema`` (a dict or its JSON text): the answer is JSON
+    valid against it. Both are decoded under a grammar, so the answer always parses unless
+    ``max_tokens`` cuts it (finish ``length``)."""
     if (prompt is None) == (messages is None):
         raise ValueError("give either a prompt or chat messages")
+    if json_object and json_schema is not None:
+        raise ValueError("give either json_object or json_schema")
     sampling = common_pb2.SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
     if seed is not None:
         sampling.seed = seed
+    if json_object:
+        sampling.json_object = True
+    elif json_schema is not None:
+        sampling.json_schema = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
     return inference_pb2.GenerateRequest(
         request_id=request_id or uuid.uuid4().hex,
         model=model,

@@ -14,6 +14,7 @@ import pytest
 from generation_platform import MODEL, GenPlatform, curl
 from real_clients import run_client
 
+import ferryman
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 from router.generation import MAX_SCHEMA_CHARS
 
@@ -144,7 +145,7 @@ def test_schemas_that_are_not_schemas_are_400_before_any_node_sees_them(gen: Gen
     assert status == 400
 
 
-def test_inference_generate_takes_a_schema_over_grpc(gen: GenPlatform) -> None:
+def test_inference_generate_and_the_sdk_take_a_schema_over_grpc(gen: GenPlatform) -> None:
     key = gen.tenant()
     sampling = common_pb2.SamplingParams(json_schema=json.dumps(CITY))
     request = inference_pb2.GenerateRequest(
@@ -166,3 +167,8 @@ def test_inference_generate_takes_a_schema_over_grpc(gen: GenPlatform) -> None:
             list(stub.Generate(bad, metadata=[("authorization", f"Bearer {key}")], timeout=120))
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "json_schema" in (refused.value.details() or "")
+    # The SDK takes the schema as a dict.
+    with ferryman.Client(gen.router, key) as client:
+        chunks = list(client.chat(MODEL, [{"role": "user", "content": PROMPTS["trip"]}], json_schema=TRIP))
+    jsonschema.validate(json.loads("".join(c.text for c in chunks)), TRIP)
+    assert chunks[-1].finish_reason == "stop"
