@@ -3,8 +3,8 @@ platform keeps refusing stops sending most of its requests, so refusals stop cos
 router anything.
 
 Over a sliding window the client counts the requests it sent and those the server accepted:
-any answer but what an overloaded platform answers (``OVERLOAD_CODES``: refused, too late, a
-refused stream), or a refusal that spilled into a job. While accepts
+any answer but what an overloaded platform answers (``OVERLOAD_CODES``: refused, or too
+late), or a refusal that spilled into a job. While accepts
 keep up, nothing changes; once requests exceed ``k`` times the accepts, each new request is
 refused locally with probability ``(requests - k * accepts) / (requests + 1)``. Refused
 locally, a request is retried with backoff like one the server refused, and still counts
@@ -31,21 +31,18 @@ WINDOW_S = 30.0
 BUCKETS = 30
 """The window is kept as this many counters (O(1) memory and time per request)."""
 THROTTLED = "CLIENT_THROTTLED"
-OVERLOAD_CODES = frozenset(
-    {grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE}
-)
-"""Answers that are not accepts, each what an overloaded platform answers: a refusal; an
-answer too late for its deadline (the router's DEADLINE_UNMEETABLE, or none in time), which is
-how it answers most requests past capacity; and a stream its per-connection limit refused
-(REFUSED_STREAM reads as UNAVAILABLE, as does a router that is down: sending less to it
-helps too)."""
+OVERLOAD_CODES = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DEADLINE_EXCEEDED})
+"""Answers that are not accepts: a refusal, and an answer too late for its deadline (the
+router's DEADLINE_UNMEETABLE, or none in time), which is how an overloaded platform answers
+most requests past its capacity. UNAVAILABLE is not one: a router that is down is retried
+and reported as down, not hidden behind local refusals."""
 
 
 def throttled() -> Overloaded:
     """The error a locally refused request raises (retried like a server's refusal)."""
     return Overloaded(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
-        "refused by the client: the platform has been refusing most requests; retry later",
+        "refused by the client: the platform has been refusing or timing out most requests; retry later",
         THROTTLED,
     )
 
