@@ -80,3 +80,15 @@ class NodeMetrics:
             labels,
             registry=self.registry,
         )
+        self.prefix_hits = Counter(
+            "ferryman_generation_prefix_hits",
+            "Generations that reused a prompt prefix their tenant's earlier generation cached.",
+            labels,
+            registry=self.registry,
+        )
+        self.prefix_tokens = Counter(
+            "ferryman_generation_prefix_cached_tokens",
+            "Prompt tokens taken from the prefix cache instead of computed.",
+            labels,
+            registry=self.registry,
+        )

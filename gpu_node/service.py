@@ -93,6 +93,7 @@ class NodeService:
             Admission(self.settings.generation_admission),
             self.settings.generation_active_s,
             self.settings.generation_precision,
+            self.settings.generation_prefix_cache,
         )
         loop = asyncio.get_running_loop()
         # A download can take minutes: off the event loop, as the load itself.

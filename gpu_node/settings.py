@@ -77,6 +77,11 @@ class NodeSettings(BaseSettings):
     request (first come, first served: what vLLM and TGI do)."""
     generation_active_s: float = Field(default=5.0, ge=0)
     """How long after its last request a tenant counts as active (a slot is kept for it)."""
+    generation_prefix_cache: bool = True
+    """Reuse the cache a tenant's finished generation left in its slot for the same tenant's
+    next prompt that starts with the same tokens (a chat's system prompt and turns so far are
+    computed once). Never across tenants: a shared cache would let one tenant time another's
+    prompts."""
 
     @model_validator(mode="after")
     def _agree(self) -> NodeSettings:

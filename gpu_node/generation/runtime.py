@@ -53,6 +53,8 @@ class EngineLimits:
     active_s: float = 0.0
     precision: str = "float16"
     """A key of ``gpu_node.generation.llama.PRECISIONS``."""
+    prefix_cache: bool = False
+    """Reuse a tenant's cached prompt prefixes (``gpu_node.generation.prefix``)."""
 
 
 @dataclass
@@ -73,7 +75,14 @@ def load_causal_lm(path: Path, limits: EngineLimits, device: torch.device | None
     )
     engine = GenerationEngine(
         model,
-        Scheduler(limits.slots, limits.step_tokens, VirtualTokenCounter(), limits.admission, limits.active_s),
+        Scheduler(
+            limits.slots,
+            limits.step_tokens,
+            VirtualTokenCounter(),
+            limits.admission,
+            limits.active_s,
+            limits.prefix_cache,
+        ),
         limits.max_len,
         stop,
     )
@@ -133,8 +142,9 @@ class CausalLM:
         running = metrics.sequences.labels(**labels, state="running")
         waiting = metrics.sequences.labels(**labels, state="waiting")
         preempted = metrics.preemptions.labels(**labels)
+        hits, reused = metrics.prefix_hits.labels(**labels), metrics.prefix_tokens.labels(**labels)
         scheduler = loaded.engine.scheduler
-        counted = [0]
+        counted = [0, 0, 0]
 
         def gauges(now_running: int, now_waiting: int) -> None:
             """After each step, on the engine's worker (the only one touching the scheduler)."""
@@ -143,6 +153,11 @@ class CausalLM:
             if scheduler.preemptions > counted[0]:
                 preempted.inc(scheduler.preemptions - counted[0])
                 counted[0] = scheduler.preemptions
+            prefix = scheduler.prefix
+            if prefix.hits > counted[1]:
+                hits.inc(prefix.hits - counted[1])
+                reused.inc(prefix.reused_tokens - counted[2])
+                counted[1], counted[2] = prefix.hits, prefix.reused_tokens
 
         metrics.slots.labels(**labels).set(loaded.slots)
         self._context = loaded.engine.context

@@ -13,6 +13,8 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gpu_node.generation.prefix import PrefixCache
+
 
 class SeqState(enum.Enum):
     WAITING = "waiting"
@@ -83,6 +85,14 @@ class Sequence:
         """Cache position of the newest generated token (decoded next)."""
         return len(self.prompt) + len(self.generated) - 1
 
+    @property
+    def cached(self) -> list[int]:
+        """The tokens its slot's cache holds: what it prefilled, and once decoding, its
+        prompt and every generated token but the newest (not fed yet)."""
+        if self.state == SeqState.DECODING:
+            return (self.prompt + self.generated)[: self.last_position]
+        return self.context[: self.prefilled]
+
 
 class VirtualTokenCounter:
     """Service received per tenant, in weighted tokens: charged for prompt tokens when a
@@ -151,6 +161,7 @@ class Scheduler:
         counter: VirtualTokenCounter,
         admission: Admission = Admission.VTC,
         active_s: float = 0.0,
+        prefix_cache: bool = False,
     ) -> None:
         if step_tokens <= slots:
             raise ValueError("the step token budget must exceed the slots: decodes alone use one each")
@@ -160,6 +171,7 @@ class Scheduler:
         self._admission = admission
         self._active_s = active_s
         self._free = list(range(slots))
+        self.prefix = PrefixCache(slots, prefix_cache)
         self._order = itertools.count()
         # Per tenant, a heap by (priority, arrival): its head is the next to admit.
         self._waiting: dict[str, list[tuple[int, int, Sequence]]] = {}
@@ -195,6 +207,7 @@ class Scheduler:
         else:
             self.running.remove(seq)
         if seq.slot is not None:
+            self.prefix.leave(seq.slot, seq.tenant, seq.cached)
             self._free.append(seq.slot)
             seq.slot = None
         seq.finish = reason
@@ -250,6 +263,7 @@ class Scheduler:
         victim = max(over, key=lambda s: s.order)
         self.running.remove(victim)
         assert victim.slot is not None
+        self.prefix.leave(victim.slot, victim.tenant, victim.cached)
         self._free.append(victim.slot)
         victim.slot, victim.prefilled = None, 0
         victim.replay = victim.prompt + victim.generated[:-1] if victim.generated else []
@@ -289,12 +303,13 @@ class Scheduler:
                 budget -= end - seq.prefilled
         refused = self._expired(now)
         while self._free and budget > 0 and (new := self._next_waiting(now)) is not None:
-            new.slot = self._free.pop(0)
+            # A slot whose cache already holds the start of its context, when one does.
+            new.slot, new.prefilled = self.prefix.take(self._free, new.tenant, new.context)
             new.move(SeqState.PREFILLING)
             self.running.append(new)
             if not new.preemptions:  # a resumed sequence was charged when first admitted
                 self.counter.charge(new.tenant, len(new.prompt))
-            end = min(len(new.context), budget)
-            prefill.append((new, 0, end))
-            budget -= end
+            end = min(len(new.context), new.prefilled + budget)
+            prefill.append((new, new.prefilled, end))
+            budget -= end - new.prefilled
         return StepPlan(prefill, decode, refused)

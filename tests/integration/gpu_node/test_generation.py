@@ -41,10 +41,9 @@ def smol(smollm2_artifact: Path) -> tuple[Any, Any]:
     return smollm2.load(smollm2_artifact)
 
 
-def chat(tokenizer: Any, question: str) -> list[int]:
-    encoded = tokenizer.apply_chat_template(
-        [{"role": "user", "content": question}], add_generation_prompt=True
-    )
+def chat(tokenizer: Any, question: str | list[dict[str, str]]) -> list[int]:
+    turns = [{"role": "user", "content": question}] if isinstance(question, str) else question
+    encoded = tokenizer.apply_chat_template(turns, add_generation_prompt=True)
     ids = encoded["input_ids"] if not isinstance(encoded, list) else encoded
     return [int(i) for i in ids]
 
@@ -142,15 +141,21 @@ def test_streamed_text_adds_up_to_the_whole_decode(smol: tuple[Any, Any]) -> Non
     assert "" in deltas, "a character split across tokens waits for its last byte"
 
 
-def test_a_preempted_generation_resumes_with_the_tokens_of_its_solo_run(smol: tuple[Any, Any]) -> None:
+@pytest.mark.parametrize("prefix_cache", [False, True])
+def test_a_preempted_generation_resumes_with_the_tokens_of_its_solo_run(
+    smol: tuple[Any, Any], prefix_cache: bool
+) -> None:
     """A tenant that filled every slot alone is preempted for a newcomer below its share:
     the newcomer's first token comes the step it arrives, and every preempted generation,
-    its cache recomputed from prompt and tokens on the real model, still gives exactly the
-    greedy tokens of its solo run."""
+    its cache recomputed from prompt and tokens on the real model (or, with the prefix cache,
+    from the start its tenant's chats share), still gives exactly the greedy tokens of its
+    solo run."""
     model, tokenizer = smol
     clock = [0.0]
     slots = 4
-    scheduler = Scheduler(slots, STEP_TOKENS, VirtualTokenCounter(), Admission.VTC, active_s=60.0)
+    scheduler = Scheduler(
+        slots, STEP_TOKENS, VirtualTokenCounter(), Admission.VTC, active_s=60.0, prefix_cache=prefix_cache
+    )
     engine = GenerationEngine(
         slot_llama(model, slots), scheduler, MAX_LEN, {tokenizer.eos_token_id}, clock=lambda: clock[0]
     )
@@ -175,3 +180,43 @@ def test_a_preempted_generation_resumes_with_the_tokens_of_its_solo_run(smol: tu
     for question, max_tokens in [*heavy, (light, light_tokens)]:
         solo, _, _ = generate(smol, [(question, max_tokens)])
         assert out[question] == solo[question], question
+
+
+def test_a_second_turn_reuses_its_tenants_prefix_and_answers_as_from_scratch(smol: tuple[Any, Any]) -> None:
+    """On the real model: a chat's second turn computes only what the first did not, and its
+    greedy answer equals a cold run's; another tenant's identical chat computes all of it."""
+    model, tokenizer = smol
+    scheduler = Scheduler(SLOTS, STEP_TOKENS, VirtualTokenCounter(), prefix_cache=True)
+    engine = GenerationEngine(slot_llama(model, SLOTS), scheduler, MAX_LEN, {tokenizer.eos_token_id})
+
+    def run(seq: Sequence) -> list[int]:
+        engine.submit(seq)
+        tokens: list[int] = []
+        while not engine.idle:
+            tokens += [e.token for e in engine.step() if e.token is not None]
+        return tokens
+
+    turn = [{"role": "user", "content": "What is the capital of France?"}]
+    first_prompt = chat(tokenizer, turn)
+    first = run(Sequence("t1", "acme", first_prompt, 12))
+    turn += [
+        {"role": "assistant", "content": tokenizer.decode(first, skip_special_tokens=True)},
+        {"role": "user", "content": "And of Italy?"},
+    ]
+    second_prompt = chat(tokenizer, turn)
+    second = run(Sequence("t2", "acme", second_prompt, 12))
+    reused = scheduler.prefix.reused_tokens
+    assert scheduler.prefix.hits == 1 and reused >= len(first_prompt) - 1
+    cold_engine = GenerationEngine(
+        slot_llama(model, SLOTS),
+        Scheduler(SLOTS, STEP_TOKENS, VirtualTokenCounter()),
+        MAX_LEN,
+        {tokenizer.eos_token_id},
+    )
+    cold_engine.submit(Sequence("c", "acme", second_prompt, 12))
+    cold_tokens: list[int] = []
+    while not cold_engine.idle:
+        cold_tokens += [e.token for e in cold_engine.step() if e.token is not None]
+    assert second == cold_tokens
+    run(Sequence("b", "globex", second_prompt, 12))
+    assert scheduler.prefix.reused_tokens == reused, "another tenant never reads acme's cache"
