@@ -18,9 +18,11 @@ from gpu_node.generation.scheduler import FinishReason, Scheduler, SeqState, Seq
 class SlotModel(Protocol):
     """A causal LM over a slot cache (``gpu_node.generation.llama.SlotLlama``, or a fake)."""
 
-    def prefill(self, slot: int, tokens: list[int], start: int) -> torch.Tensor: ...
+    def prefill(self, slot: int, tokens: list[int], start: int, adapter: int = 0) -> torch.Tensor: ...
 
-    def decode(self, slots: list[int], tokens: list[int], positions: list[int]) -> torch.Tensor: ...
+    def decode(
+        self, slots: list[int], tokens: list[int], positions: list[int], adapters: list[int] | None = None
+    ) -> torch.Tensor: ...
 
 
 class Constraint(Protocol):
@@ -195,7 +197,7 @@ class GenerationEngine:
         for seq, start, end in plan.prefill:
             assert seq.slot is not None
             context = seq.context
-            logits = self._model.prefill(seq.slot, context[start:end], start)
+            logits = self._model.prefill(seq.slot, context[start:end], start, seq.adapter)
             self.prefill_forwards += 1
             seq.prefilled = end
             if end < len(context):
@@ -211,7 +213,10 @@ class GenerationEngine:
                 assert seq.slot is not None
                 slots.append(seq.slot)
             logits = self._model.decode(
-                slots, [s.generated[-1] for s in decode], [s.last_position for s in decode]
+                slots,
+                [s.generated[-1] for s in decode],
+                [s.last_position for s in decode],
+                [s.adapter for s in decode],
             )
             self.decode_forwards += 1
             for seq, row in zip(decode, logits, strict=True):

@@ -22,6 +22,7 @@ are in docs/benchmarks.md). No float32 copy of the checkpoint stays behind."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch.nn import functional as F
+
+from gpu_node.generation import lora
 
 PRECISIONS: dict[str, torch.dtype] = {"float16": torch.float16, "float32": torch.float32}
 """The precisions a node may hold a causal LM's weights and cache in
@@ -158,6 +161,17 @@ class SlotLlama:
         self.embed = embed.to(device=device, dtype=dtype, copy=True)
         kv_width = self.kv_heads * self.head_dim
         self._split = [self.heads * self.head_dim, kv_width, kv_width]
+        inter = config.intermediate_size
+        self._widths = {
+            "qkv": self._split,
+            "out": [self.hidden],
+            "gate_up": [inter, inter],
+            "down": [self.hidden],
+        }
+        self.adapters: dict[int, lora.Adapter] = {}
+        """LoRA adapters by id (0 is the base model itself)."""
+        self._adapter_ids = itertools.count(1)
+        self._device = device
         cos, sin = LlamaRotaryEmbedding(config)(torch.empty(0), torch.arange(max_len).view(1, -1))
         # [max_len, head_dim]
         self._cos, self._sin = cos[0].to(device), sin[0].to(device)
@@ -203,12 +217,24 @@ class SlotLlama:
         slots: torch.Tensor,
         visible: int,
         mask: torch.Tensor | None,
+        groups: list[tuple[int, torch.Tensor]],
     ) -> torch.Tensor:
-        """One decoder layer for ``x`` [B, T, H] at ``positions`` [B, T] in ``slots`` [B]."""
+        """One decoder layer for ``x`` [B, T, H] at ``positions`` [B, T] in ``slots`` [B];
+        ``groups``: the rows of each LoRA adapter in the batch."""
         layer = self.layers[index]
         batch, steps, _ = x.shape
+
+        def project(name: str, projection: Projection, h: torch.Tensor) -> torch.Tensor:
+            y = projection(h)
+            for adapter, rows in groups:
+                factors = self.adapters[adapter].layers[index].get(name)
+                if factors is not None:
+                    a, b = factors
+                    y = y.index_add(0, rows, (h[rows] @ a.T) @ b.T)
+            return y
+
         h = F.rms_norm(x, (self.hidden,), layer.input_norm, self.eps)
-        q, k, v = torch.split(layer.qkv(h), self._split, dim=-1)
+        q, k, v = torch.split(project("qkv", layer.qkv, h), self._split, dim=-1)
         q = q.view(batch, steps, self.heads, self.head_dim).transpose(1, 2)
         k = k.view(batch, steps, self.kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(batch, steps, self.kv_heads, self.head_dim)
@@ -226,13 +252,20 @@ class SlotLlama:
             scale=self.scale,
             enable_gqa=True,
         )
-        x = x + layer.out(out.transpose(1, 2).reshape(batch, steps, -1))
+        x = x + project("out", layer.out, out.transpose(1, 2).reshape(batch, steps, -1))
         h = F.rms_norm(x, (self.hidden,), layer.post_norm, self.eps)
-        gate, up = layer.gate_up(h).chunk(2, -1)
-        return x + layer.down(F.silu(gate) * up)
+        gate, up = project("gate_up", layer.gate_up, h).chunk(2, -1)
+        return x + project("down", layer.down, F.silu(gate) * up)
 
-    def _run(self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    def _run(
+        self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, adapters: list[int]
+    ) -> torch.Tensor:
         batch, steps = tokens.shape
+        # Rows by adapter (the base's need nothing): each group's delta in one product.
+        groups = [
+            (a, torch.tensor([i for i, row in enumerate(adapters) if row == a], device=tokens.device))
+            for a in sorted(set(adapters) - {0})
+        ]
         visible = int(positions.max()) + 1
         mask = None
         if batch > 1 or steps > 1:
@@ -245,26 +278,42 @@ class SlotLlama:
         rows = slots.view(batch, 1).expand(batch, steps)
         x = F.embedding(tokens, self.embed).float()
         for index in range(self.shape.layers):
-            x = self._layer(index, x, cos, sin, rows, positions, slots, visible, mask)
+            x = self._layer(index, x, cos, sin, rows, positions, slots, visible, mask, groups)
         last = F.rms_norm(x[:, -1], (self.hidden,), self.norm, self.eps)
         return self.lm_head(last)
 
+    def add_adapter(self, path: Path) -> int:
+        """Load the LoRA adapter at ``path`` (``gpu_node.generation.lora``); its id, for
+        ``prefill`` and ``decode``. A ValueError if it does not fit this model."""
+        adapter = lora.load(path, len(self.layers), self._widths, self._device)
+        index = next(self._adapter_ids)
+        self.adapters[index] = adapter
+        return index
+
+    def remove_adapter(self, index: int) -> None:
+        self.adapters.pop(index, None)
+
     @torch.inference_mode()
-    def prefill(self, slot: int, tokens: list[int], start: int) -> torch.Tensor:
-        """Write ``tokens`` at positions ``start..`` of ``slot``; logits after the last [V]."""
+    def prefill(self, slot: int, tokens: list[int], start: int, adapter: int = 0) -> torch.Tensor:
+        """Write ``tokens`` at positions ``start..`` of ``slot``, under LoRA ``adapter`` (0:
+        none); logits after the last [V]."""
         device = self._keys.device
         ids = torch.tensor([tokens], device=device)
         positions = torch.arange(start, start + len(tokens), device=device).view(1, -1)
-        return self._run(ids, positions, torch.tensor([slot], device=device))[0]
+        return self._run(ids, positions, torch.tensor([slot], device=device), [adapter])[0]
 
     @torch.inference_mode()
-    def decode(self, slots: list[int], tokens: list[int], positions: list[int]) -> torch.Tensor:
-        """One token per sequence, each at its own position in its slot; logits [B, V]."""
+    def decode(
+        self, slots: list[int], tokens: list[int], positions: list[int], adapters: list[int] | None = None
+    ) -> torch.Tensor:
+        """One token per sequence, each at its own position in its slot and under its own
+        LoRA adapter (0 or None: none); logits [B, V]."""
         device = self._keys.device
         return self._run(
             torch.tensor(tokens, device=device).view(-1, 1),
             torch.tensor(positions, device=device).view(-1, 1),
             torch.tensor(slots, device=device),
+            adapters or [0] * len(slots),
         )
 
 

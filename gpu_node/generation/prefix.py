@@ -18,12 +18,16 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+Scope = tuple[str, int]
+"""Whose cache it is: a tenant, and the LoRA adapter its tokens ran under (the cache depends
+on the adapter: the same tokens under another adapter have other keys and values)."""
+
 
 @dataclass
 class Held:
-    """What one slot's cache holds: ``tokens`` at positions 0..len-1, left by ``tenant``."""
+    """What one slot's cache holds: ``tokens`` at positions 0..len-1, left in ``scope``."""
 
-    tenant: str = ""
+    scope: Scope = ("", 0)
     tokens: list[int] = field(default_factory=list)
     used: int = 0
     """When it was last taken or left (a logical clock): the least recent is evicted first."""
@@ -49,8 +53,8 @@ class PrefixCache:
         self.reused_tokens = 0
         """Prompt tokens not computed again."""
 
-    def take(self, free: list[int], tenant: str, context: list[int]) -> tuple[int, int]:
-        """Remove and return the slot from ``free`` for a sequence of ``tenant`` that will
+    def take(self, free: list[int], scope: Scope, context: list[int]) -> tuple[int, int]:
+        """Remove and return the slot from ``free`` for a sequence in ``scope`` that will
         prefill ``context``, and how many of its first tokens that slot already holds (at
         least one token is always left to compute: its logits are the next token's)."""
         if not self.enabled:
@@ -58,7 +62,7 @@ class PrefixCache:
         best, reused = min(free, key=lambda slot: self._held[slot].used), 0
         for slot in free:
             held = self._held[slot]
-            if held.tenant != tenant:
+            if held.scope != scope:
                 continue
             shared = min(common_prefix(held.tokens, context), len(context) - 1)
             if shared > reused:
@@ -66,13 +70,13 @@ class PrefixCache:
         free.remove(best)
         held = self._held[best]
         # From here the slot is being rewritten past the shared prefix.
-        held.tenant, held.tokens, held.used = tenant, context[:reused], next(self._clock)
+        held.scope, held.tokens, held.used = scope, context[:reused], next(self._clock)
         if reused:
             self.hits += 1
             self.reused_tokens += reused
         return best, reused
 
-    def leave(self, slot: int, tenant: str, tokens: list[int]) -> None:
-        """A sequence of ``tenant`` left ``slot`` holding the cache of ``tokens``."""
+    def leave(self, slot: int, scope: Scope, tokens: list[int]) -> None:
+        """A sequence in ``scope`` left ``slot`` holding the cache of ``tokens``."""
         if self.enabled:
-            self._held[slot] = Held(tenant, tokens, next(self._clock))
+            self._held[slot] = Held(scope, tokens, next(self._clock))

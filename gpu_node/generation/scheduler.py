@@ -13,7 +13,7 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpu_node.generation.prefix import PrefixCache
+from gpu_node.generation.prefix import PrefixCache, Scope
 
 
 class SeqState(enum.Enum):
@@ -69,6 +69,13 @@ class Sequence:
     replay: list[int] = field(default_factory=list)
     """What a preempted sequence prefills again when it resumes: its prompt and every token
     it generated but the last (which the next decode feeds)."""
+    adapter: int = 0
+    """The LoRA adapter it runs under (0: the base model)."""
+
+    @property
+    def scope(self) -> Scope:
+        """Whose prefix cache it may read and leaves: its tenant's, under its adapter."""
+        return (self.tenant, self.adapter)
 
     @property
     def context(self) -> list[int]:
@@ -207,7 +214,7 @@ class Scheduler:
         else:
             self.running.remove(seq)
         if seq.slot is not None:
-            self.prefix.leave(seq.slot, seq.tenant, seq.cached)
+            self.prefix.leave(seq.slot, seq.scope, seq.cached)
             self._free.append(seq.slot)
             seq.slot = None
         seq.finish = reason
@@ -263,7 +270,7 @@ class Scheduler:
         victim = max(over, key=lambda s: s.order)
         self.running.remove(victim)
         assert victim.slot is not None
-        self.prefix.leave(victim.slot, victim.tenant, victim.cached)
+        self.prefix.leave(victim.slot, victim.scope, victim.cached)
         self._free.append(victim.slot)
         victim.slot, victim.prefilled = None, 0
         victim.replay = victim.prompt + victim.generated[:-1] if victim.generated else []
@@ -304,7 +311,7 @@ class Scheduler:
         refused = self._expired(now)
         while self._free and budget > 0 and (new := self._next_waiting(now)) is not None:
             # A slot whose cache already holds the start of its context, when one does.
-            new.slot, new.prefilled = self.prefix.take(self._free, new.tenant, new.context)
+            new.slot, new.prefilled = self.prefix.take(self._free, new.scope, new.context)
             new.move(SeqState.PREFILLING)
             self.running.append(new)
             if not new.preemptions:  # a resumed sequence was charged when first admitted

@@ -27,11 +27,13 @@ class SlowCountingModel:
         logits[(token + 1) % VOCAB] = 1.0
         return logits
 
-    def prefill(self, slot: int, tokens: list[int], start: int) -> torch.Tensor:
+    def prefill(self, slot: int, tokens: list[int], start: int, adapter: int = 0) -> torch.Tensor:
         time.sleep(STEP_S)
         return self._logits(tokens[-1])
 
-    def decode(self, slots: list[int], tokens: list[int], positions: list[int]) -> torch.Tensor:
+    def decode(
+        self, slots: list[int], tokens: list[int], positions: list[int], adapters: list[int] | None = None
+    ) -> torch.Tensor:
         time.sleep(STEP_S)
         return torch.stack([self._logits(t) for t in tokens])
 

@@ -29,11 +29,13 @@ class CountingModel:
         logits[(token + 1) % VOCAB] = 1.0
         return logits
 
-    def prefill(self, slot: int, tokens: list[int], start: int) -> torch.Tensor:
+    def prefill(self, slot: int, tokens: list[int], start: int, adapter: int = 0) -> torch.Tensor:
         self.prefills.append((slot, start, len(tokens)))
         return self._logits(tokens[-1])
 
-    def decode(self, slots: list[int], tokens: list[int], positions: list[int]) -> torch.Tensor:
+    def decode(
+        self, slots: list[int], tokens: list[int], positions: list[int], adapters: list[int] | None = None
+    ) -> torch.Tensor:
         return torch.stack([self._logits(t) for t in tokens])
 
 
@@ -93,16 +95,27 @@ def test_an_identical_prompt_still_computes_its_last_token() -> None:
 def test_the_least_recently_used_slot_is_rewritten() -> None:
     cache = PrefixCache(3)
     free = [0, 1, 2]
-    a, _ = cache.take(free, "acme", [1, 2, 3])
-    b, _ = cache.take(free, "acme", [4, 5, 6])
-    c, _ = cache.take(free, "acme", [7, 8, 9])
+    acme = ("acme", 0)
+    a, _ = cache.take(free, acme, [1, 2, 3])
+    b, _ = cache.take(free, acme, [4, 5, 6])
+    c, _ = cache.take(free, acme, [7, 8, 9])
     for slot, tokens in ((a, [1, 2, 3]), (b, [4, 5, 6]), (c, [7, 8, 9])):
-        cache.leave(slot, "acme", tokens)
+        cache.leave(slot, acme, tokens)
         free.append(slot)
     # Slot a's prefix is used again, so b's (the least recent) is the one a new prompt evicts.
-    assert cache.take(free, "acme", [1, 2, 3, 4]) == (a, 3)
-    assert cache.take(free, "acme", [99, 98]) == (b, 0)
+    assert cache.take(free, acme, [1, 2, 3, 4]) == (a, 3)
+    assert cache.take(free, acme, [99, 98]) == (b, 0)
     assert free == [c]
+
+
+def test_the_same_tenants_prompt_under_another_adapter_computes_everything() -> None:
+    e, model = engine()
+    prompt = [*SYSTEM, 1, 2]
+    generate(e, Sequence("a", "acme", prompt, max_tokens=2, adapter=1))
+    model.prefills.clear()
+    generate(e, Sequence("b", "acme", prompt, max_tokens=2, adapter=2))
+    generate(e, Sequence("c", "acme", prompt, max_tokens=2))
+    assert [start for _, start, _ in model.prefills] == [0, 0]
 
 
 def test_off_every_prompt_is_computed_whole() -> None:
