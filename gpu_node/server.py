@@ -10,10 +10,12 @@ from collections.abc import Callable
 import torch
 
 from ferryman.v1 import node_pb2, node_pb2_grpc
+from ferryman_kernel.artifacts import artifact_path
 from ferryman_kernel.config import CommonSettings
 from ferryman_kernel.logs import Throttled
 from ferryman_kernel.runtime import ServiceSpec, run_service
 from gpu_node.fetch import ArtifactCache
+from gpu_node.generation import lora
 from gpu_node.loader import resolve_device
 from gpu_node.metrics import NodeMetrics
 from gpu_node.service import NodeService
@@ -22,7 +24,7 @@ from gpu_node.settings import NodeSettings
 from registry.db import make_engine
 from registry.reader import RegistryReader
 from registry.specs import version_spec
-from registry.states import NodeLifecycle
+from registry.states import ModelFormat, NodeLifecycle
 from registry.writer import RegistryWriter
 
 log = logging.getLogger("ferryman.node")
@@ -66,7 +68,8 @@ class RegistryLink:
             await service.unload(model, version)
             self._placed.discard(key)
             log.info("version %s unloaded: no longer placed on this node", key)
-        for key, spec in wanted.items():
+        # LoRA adapters after the models: an adapter loads into its base's engine.
+        for key, spec in sorted(wanted.items(), key=lambda item: local_adapter(item[1])):
             if key not in service.slots:
                 slot = await service.load(spec)
                 log.info("version %s: %s %s", slot.key, slot.state, slot.reason)
@@ -99,6 +102,12 @@ class RegistryLink:
             except Exception as exc:
                 log.warning("heartbeat failed (still serving): %s", exc)
             await asyncio.sleep(self._settings.heartbeat_interval_s)
+
+
+def local_adapter(spec: node_pb2.ModelVersionSpec) -> bool:
+    """Whether a version's artifact is a LoRA adapter directory on this machine."""
+    path = artifact_path(spec.artifact_uri)
+    return spec.format == ModelFormat.CAUSAL_LM and path is not None and lora.is_adapter(path)
 
 
 async def serve_node(

@@ -9,6 +9,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import torch
 from google.rpc import code_pb2
@@ -23,6 +24,7 @@ from ferryman_kernel.serving import NOT_SERVING, SERVING
 from ferryman_kernel.telemetry import links, parent_context, tracer
 from gpu_node.executor import run_batch
 from gpu_node.fetch import ArtifactCache
+from gpu_node.generation import lora
 from gpu_node.generation.limits import OverBudget
 from gpu_node.loader import LoadError, load_version, locate, parse_schema
 from gpu_node.metrics import NodeMetrics
@@ -98,12 +100,31 @@ class NodeService:
         loop = asyncio.get_running_loop()
         # A download can take minutes: off the event loop, as the load itself.
         path = await loop.run_in_executor(self._load_pool, locate, slot.spec, self.artifacts)
+        if lora.is_adapter(path):
+            await self._load_adapter(slot, path)
+            return
         try:
             loaded = await loop.run_in_executor(self._load_pool, load_causal_lm, path, limits, self.device)
         except Exception as exc:
             raise LoadError(f"loading {path} as causal_lm failed: {type(exc).__name__}: {exc}") from exc
         labels = {"model": slot.spec.model, "version": slot.spec.version}
         slot.lm, slot.schema = CausalLM(loaded, loop, self.metrics, labels), parse_schema(slot.spec)
+
+    async def _load_adapter(self, slot: ModelSlot, path: Path) -> None:
+        """A LoRA adapter version: loaded into the engine of its base version, which must be
+        SERVING on this node (``base_model_name_or_path`` in its config names it as
+        ``model:version``); its generations share the base's slots and batches."""
+        base_key = lora.base_of(path)
+        base = self.slots.get(base_key)
+        if base is None or base.state != SlotState.SERVING or base.lm is None or base.adapter:
+            raise LoadError(f"adapter over {base_key[:200]!r}: that base version is not serving on this node")
+        lm = base.lm
+        try:
+            adapter = await asyncio.get_running_loop().run_in_executor(self._load_pool, lm.add_adapter, path)
+        except ValueError as exc:
+            raise LoadError(f"adapter {path}: {exc}") from None
+        slot.lm, slot.adapter, slot.base = lm, adapter, base_key
+        slot.schema = parse_schema(slot.spec)
 
     async def load(self, spec: node_pb2.ModelVersionSpec) -> ModelSlot:
         """Load a version beside the others; a failure marks only it FAILED."""
@@ -162,9 +183,14 @@ class NodeService:
                 await asyncio.wait_for(slot.idle.wait(), timeout=self.settings.drain_grace_s)
         self.slots.pop(key, None)
         self._count_versions()
-        if slot.lm is not None:
+        if slot.lm is not None and slot.adapter:
+            slot.lm.remove_adapter(slot.adapter)  # the engine is its base's
+        elif slot.lm is not None:
+            # Adapters over this version cannot serve without it.
+            for adapter in [s for s in self.slots.values() if s.base == key]:
+                await self.unload(adapter.spec.model, adapter.spec.version)
             await slot.lm.close()
-            slot.lm = None
+        slot.lm = None
         slot.runtime = None
         gc.collect()
         if self.device.type == "cuda":
@@ -260,7 +286,7 @@ class NodeService:
         start_by = float("inf")
         if request.HasField("start_within"):
             start_by = time.monotonic() + seconds_of(request.start_within)
-        stream = lm.generate(request, prompt, start_by, constraint)
+        stream = lm.generate(request, prompt, start_by, constraint, slot.adapter)
         slot.begin()
         try:
             try:
@@ -303,9 +329,9 @@ class NodeService:
     async def close(self) -> None:
         """Stop the generation engines (their workers deliver to this loop), then the pools."""
         for slot in self.slots.values():
-            if slot.lm is not None:
+            if slot.lm is not None and not slot.adapter:  # an adapter's engine is its base's
                 await slot.lm.close()
-                slot.lm = None
+            slot.lm = None
         self._batch_pool.shutdown(wait=False, cancel_futures=True)
         self._load_pool.shutdown(wait=False, cancel_futures=True)
 

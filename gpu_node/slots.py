@@ -81,6 +81,11 @@ class ModelSlot:
     runtime: Runtime | None = None
     lm: CausalLM | None = None
     """A causal-LM version's generation engine (format ``causal_lm``), instead of a runtime."""
+    adapter: int = 0
+    """A LoRA adapter version: its id in ``lm``, the engine of the base version it runs over
+    (shared, not its own); 0 for a model."""
+    base: str = ""
+    """A LoRA adapter version: its base version's key."""
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 

@@ -47,6 +47,15 @@ def is_adapter(path: Path) -> bool:
     return (path / CONFIG).is_file()
 
 
+def base_of(path: Path) -> str:
+    """The base version an adapter runs over, ``model:version``: PEFT's
+    ``base_model_name_or_path`` in its config, read as a Ferryman version."""
+    base = json.loads((path / CONFIG).read_text()).get("base_model_name_or_path")
+    if not isinstance(base, str) or base.count(":") != 1:
+        raise ValueError("base_model_name_or_path must name the base version as model:version")
+    return base
+
+
 def stacked(
     weights: Mapping[str, torch.Tensor], layer: int, modules: tuple[str, ...], widths: list[int], scale: float
 ) -> Factors | None:

@@ -64,6 +64,7 @@ class LoadedLM:
     tokenizer: Any
     engine: GenerationEngine
     slots: int
+    model: SlotLlama
 
 
 def load_causal_lm(path: Path, limits: EngineLimits, device: torch.device | None = None) -> LoadedLM:
@@ -90,7 +91,7 @@ def load_causal_lm(path: Path, limits: EngineLimits, device: torch.device | None
     engine.submit(Sequence("warm-up", "", tokenizer("Ferryman")["input_ids"], max_tokens=2))
     while not engine.idle:
         engine.step()
-    return LoadedLM(tokenizer, engine, limits.slots)
+    return LoadedLM(tokenizer, engine, limits.slots, model)
 
 
 def sampling_of(params: common_pb2.SamplingParams) -> Sampling:
@@ -161,6 +162,7 @@ class CausalLM:
 
         metrics.slots.labels(**labels).set(loaded.slots)
         self._context = loaded.engine.context
+        self._model = loaded.model
         self.driver = GenerationDriver(loaded.engine, loop, gauges)
 
     def prompt_ids(self, request: node_pb2.NodeGenerateRequest) -> list[int]:
@@ -172,6 +174,13 @@ class CausalLM:
         else:
             ids = self.tokenizer(request.prompt)["input_ids"]
         return [int(i) for i in ids]
+
+    def add_adapter(self, path: Path) -> int:
+        """Load a LoRA adapter over this model (off the event loop); its id for ``generate``."""
+        return self._model.add_adapter(path)
+
+    def remove_adapter(self, adapter: int) -> None:
+        self._model.remove_adapter(adapter)
 
     def prepare(self, request: node_pb2.NodeGenerateRequest) -> tuple[list[int], Constraint | None]:
         """The prompt's token ids and the output's constraint (JSON mode, a schema), off the
@@ -185,6 +194,7 @@ class CausalLM:
         prompt: list[int],
         start_by: float,
         constraint: Constraint | None = None,
+        adapter: int = 0,
     ) -> AsyncGenerator[node_pb2.GenerateEvent, None]:
         """The request's events: text deltas as tokens decode, then the finish and usage.
         Every event carries the prompt's tokens (0 until its first token: a generation that
@@ -203,6 +213,7 @@ class CausalLM:
             priority=request.priority,
             length_reason=length_reason,
             weight=request.weight or 1.0,
+            adapter=adapter,
         )
         tokens: list[int] = []
         text = IncrementalText(self.tokenizer)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from lora_helpers import ALPHA, RANK, TARGETS, write_adapter
 from safetensors.torch import save_file
 
 from gpu_node.demo import smollm2
@@ -21,9 +22,6 @@ from gpu_node.generation.llama import SlotLlama
 from gpu_node.generation.scheduler import Scheduler, Sequence, VirtualTokenCounter
 
 SLOTS, MAX_LEN, STEP_TOKENS = 4, 256, 128
-RANK, ALPHA, STD = 8, 16, 0.05
-TARGETS = ("self_attn.q_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.down_proj")
-"""Some of each stacked projection's modules, not all: the stacking fills the rest with zeros."""
 TOKENS = 12
 
 
@@ -31,27 +29,6 @@ TOKENS = 12
 def smol(smollm2_artifact: Path) -> tuple[Any, Any]:
     torch.set_num_threads(1)
     return smollm2.load(smollm2_artifact)
-
-
-def write_adapter(path: Path, model: Any, seed: int) -> dict[str, torch.Tensor]:
-    """A PEFT-format adapter of seeded factors; its factors by module name, as written."""
-    generator = torch.Generator().manual_seed(seed)
-    weights = {}
-    for i, layer in enumerate(model.model.layers):
-        for target in TARGETS:
-            module = layer.get_submodule(target)
-            stem = f"base_model.model.model.layers.{i}.{target}"
-            weights[f"{stem}.lora_A.weight"] = (
-                torch.randn(RANK, module.in_features, generator=generator) * STD
-            )
-            weights[f"{stem}.lora_B.weight"] = (
-                torch.randn(module.out_features, RANK, generator=generator) * STD
-            )
-    path.mkdir()
-    config = {"r": RANK, "lora_alpha": ALPHA, "target_modules": [t.split(".")[-1] for t in TARGETS]}
-    (path / lora.CONFIG).write_text(json.dumps(config))
-    save_file(weights, str(path / lora.WEIGHTS))
-    return weights
 
 
 def merged(model: Any, weights: dict[str, torch.Tensor]) -> Any:
