@@ -22,6 +22,13 @@ class NodeMetrics:
             ["state"],
             registry=self.registry,
         )
+        self.version_memory = Gauge(
+            "ferryman_version_memory_bytes",
+            "Memory a version holds on this node (device memory on a GPU), measured at load; a "
+            "causal LM's reserved KV cache included.",
+            labels,
+            registry=self.registry,
+        )
         self.batches = Counter("ferryman_node_batches", "Batches run.", labels, registry=self.registry)
         self.compute = Histogram(
             "ferryman_node_compute_seconds",

@@ -137,6 +137,8 @@ class NodeService:
             self.slots[key] = slot
             await self._health.set(key, NOT_SERVING)
             loop = asyncio.get_running_loop()
+            # Loads run one at a time, so what the process gained meanwhile is this one's.
+            before = self._held()
             if spec.format == ModelFormat.CAUSAL_LM:
                 try:
                     await self._load_lm(slot)
@@ -144,8 +146,7 @@ class NodeService:
                     slot.move(SlotState.FAILED, str(exc))
                     self._count_versions()
                     return slot
-                slot.move(SlotState.SERVING)
-                self._count_versions()
+                self._serving(slot, before)
                 await self._health.set(key, SERVING)
                 return slot
             try:
@@ -164,10 +165,27 @@ class NodeService:
                 self._count_versions()
                 return slot
             slot.runtime, slot.schema, slot.profile = runtime, schema, profile
-            slot.move(SlotState.SERVING)
-            self._count_versions()
+            self._serving(slot, before)
             await self._health.set(key, SERVING)
             return slot
+
+    def _held(self) -> int:
+        """Memory this process holds on its device: CUDA's allocated bytes, or resident ones."""
+        if self.device.type == "cuda":
+            return int(torch.cuda.memory_allocated(self.device))
+        return self._memory()[1]
+
+    def _serving(self, slot: ModelSlot, before: int) -> None:
+        """``slot`` loaded: it serves, holding what the process gained since ``before``, and
+        a causal LM's whole KV cache (on a CPU it is mapped only as sequences write it)."""
+        slot.memory_bytes = max(0, self._held() - before)
+        if slot.lm is not None and not slot.adapter and self.device.type == "cpu":
+            slot.memory_bytes += slot.lm.cache_bytes
+        self.metrics.version_memory.labels(model=slot.spec.model, version=slot.spec.version).set(
+            slot.memory_bytes
+        )
+        slot.move(SlotState.SERVING)
+        self._count_versions()
 
     async def unload(self, model: str, version: str) -> bool:
         """Stop taking batches for a version, wait for its in-flight ones, free it."""
@@ -183,6 +201,8 @@ class NodeService:
                 await asyncio.wait_for(slot.idle.wait(), timeout=self.settings.drain_grace_s)
         self.slots.pop(key, None)
         self._count_versions()
+        with contextlib.suppress(KeyError):  # never served: never measured
+            self.metrics.version_memory.remove(model, version)
         if slot.lm is not None and slot.adapter:
             slot.lm.remove_adapter(slot.adapter)  # the engine is its base's
         elif slot.lm is not None:

@@ -86,6 +86,8 @@ class ModelSlot:
     (shared, not its own); 0 for a model."""
     base: str = ""
     """A LoRA adapter version: its base version's key."""
+    memory_bytes: int = 0
+    """What it holds in the node's memory, measured at load (``LoadedVersion.memory_bytes``)."""
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -121,4 +123,5 @@ class ModelSlot:
             max_batch_size=self.spec.max_batch_size,
             profile=self.profile.to_proto(),
             in_flight=self.in_flight,
+            memory_bytes=self.memory_bytes,
         )

@@ -1,4 +1,5 @@
-"""Nodes: device, loaded versions, heartbeat, outstanding work; drain a node."""
+"""Nodes: device, memory, what is loaded where and what each version holds, heartbeat,
+outstanding work; drain a node."""
 
 from __future__ import annotations
 
@@ -18,16 +19,41 @@ from registry.validation import RegistryError
 NODE_INFO_TIMEOUT_S = 1.0
 
 
-def in_flight(address: str, security: Security) -> int | None:
-    """Batches running on the node now (None when it does not answer)."""
+MIB = 2**20
+GIB = 2**30
+
+
+def node_info(address: str, security: Security) -> node_pb2.NodeInfoResponse | None:
+    """The node's own report (None when it does not answer)."""
     try:
         with sync_channel(address, security) as channel:
-            info = node_pb2_grpc.NodeStub(channel).NodeInfo(
+            info: node_pb2.NodeInfoResponse = node_pb2_grpc.NodeStub(channel).NodeInfo(
                 node_pb2.NodeInfoRequest(), timeout=NODE_INFO_TIMEOUT_S, metadata=security.metadata()
             )
     except grpc.RpcError:
         return None
-    return int(sum(v.in_flight for v in info.versions))
+    return info
+
+
+def memory(info: node_pb2.NodeInfoResponse | None) -> str:
+    """``used / total GiB`` of a node's device (host memory on a CPU node)."""
+    if info is None or not info.memory_total:
+        return ""
+    return f"{info.memory_used / GIB:.1f} / {info.memory_total / GIB:.1f} GiB"
+
+
+def placed_rows(infos: dict[str, node_pb2.NodeInfoResponse]) -> list[dict[str, str]]:
+    """Each version on each answering node: its state and the memory it holds there."""
+    return [
+        {
+            "node": node,
+            "version": f"{v.model}:{v.version}",
+            "state": node_pb2.VersionState.Name(v.state).removeprefix("VERSION_STATE_").lower(),
+            "memory": f"{v.memory_bytes / MIB:,.0f} MiB" if v.memory_bytes else "",
+        }
+        for node, info in sorted(infos.items())
+        for v in sorted(info.versions, key=lambda v: (v.model, v.version))
+    ]
 
 
 CHARTS = [
@@ -55,20 +81,28 @@ def render(ctx: Console) -> None:
         return
     now = datetime.now(UTC)
     rows = []
+    infos: dict[str, node_pb2.NodeInfoResponse] = {}
     for node in nodes:
-        live = node.lifecycle in ("READY", "DRAINING")
+        info = node_info(node.address, ctx.security) if node.lifecycle in ("READY", "DRAINING") else None
+        if info is not None:
+            infos[node.name] = info
         rows.append(
             {
                 "name": node.name,
                 "lifecycle": node.lifecycle,
                 "device": node.device,
+                "memory used / total": memory(info),
                 "address": node.address,
                 "loaded": ", ".join(node.loaded_versions),
                 "heartbeat s ago": round(heartbeat_age_s(node, now), 1),
-                "batches in flight": in_flight(node.address, ctx.security) if live else None,
+                "batches in flight": sum(v.in_flight for v in info.versions) if info else None,
             }
         )
     st.dataframe(rows, hide_index=True, width="stretch")
+    if infos:
+        st.subheader("What is loaded where")
+        st.caption("Memory: what each version added as it loaded, a causal LM's reserved KV cache included.")
+        st.table(placed_rows(infos))
     ready = [n.name for n in nodes if n.lifecycle == "READY"]
     if ready and ctx.can(Permission.OPERATE):
         chosen = st.selectbox("Node", ready, key="drain_node")

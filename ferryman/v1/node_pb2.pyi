@@ -187,7 +187,7 @@ class LatencyPoint(_message.Message):
     def __init__(self, batch_size: _Optional[int] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LoadedVersion(_message.Message):
-    __slots__ = ("model", "version", "state", "reason", "max_batch_size", "profile", "in_flight")
+    __slots__ = ("model", "version", "state", "reason", "max_batch_size", "profile", "in_flight", "memory_bytes")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -195,6 +195,7 @@ class LoadedVersion(_message.Message):
     MAX_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     model: str
     version: str
     state: VersionState
@@ -202,7 +203,8 @@ class LoadedVersion(_message.Message):
     max_batch_size: int
     profile: _containers.RepeatedCompositeFieldContainer[LatencyPoint]
     in_flight: int
-    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., state: _Optional[_Union[VersionState, str]] = ..., reason: _Optional[str] = ..., max_batch_size: _Optional[int] = ..., profile: _Optional[_Iterable[_Union[LatencyPoint, _Mapping]]] = ..., in_flight: _Optional[int] = ...) -> None: ...
+    memory_bytes: int
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., state: _Optional[_Union[VersionState, str]] = ..., reason: _Optional[str] = ..., max_batch_size: _Optional[int] = ..., profile: _Optional[_Iterable[_Union[LatencyPoint, _Mapping]]] = ..., in_flight: _Optional[int] = ..., memory_bytes: _Optional[int] = ...) -> None: ...
 
 class NodeInfoResponse(_message.Message):
     __slots__ = ("name", "device", "memory_total", "memory_used", "versions", "lifecycle", "capacity")

@@ -175,6 +175,11 @@ class CausalLM:
             ids = self.tokenizer(request.prompt)["input_ids"]
         return [int(i) for i in ids]
 
+    @property
+    def cache_bytes(self) -> int:
+        """The KV cache this model reserved: every slot's keys and values, full length."""
+        return self._model.shape.bytes
+
     def add_adapter(self, path: Path) -> int:
         """Load a LoRA adapter over this model (off the event loop); its id for ``generate``."""
         return self._model.add_adapter(path)

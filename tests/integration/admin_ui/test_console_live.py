@@ -165,6 +165,12 @@ def test_the_console_an_operator_keeps_open(
             assert page.get_by_text("could not be shown").count() == 0, name
             page.screenshot(path=str(shots / f"{name.lower().replace(' ', '-')}.png"), full_page=True)
 
+        # The Nodes page says what is loaded where and what each version holds.
+        sidebar.get_by_text("Nodes", exact=True).click()
+        expect(page.get_by_text("What is loaded where")).to_be_visible(timeout=30_000)
+        placed = page.locator("table").filter(has_text="minilm:1")
+        expect(placed).to_contain_text(re.compile(r"minilm:1\s*serving\s*[1-9][\d,]* MiB"), timeout=30_000)
+
         # An admin adds an operator in the browser; the operator logs in elsewhere.
         sidebar.get_by_text("People", exact=True).click()
         page.get_by_label("Name").fill("olivia")

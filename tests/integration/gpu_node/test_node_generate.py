@@ -159,3 +159,14 @@ def test_generate_demands_the_service_token(lm_address: str) -> None:
             with pytest.raises(grpc.RpcError) as refused:
                 list(anonymous.Generate(asked, metadata=metadata, timeout=CALL_S))
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_node_info_counts_the_reserved_kv_cache_in_the_versions_memory(
+    lm_node: node_pb2_grpc.NodeStub,
+) -> None:
+    """The cache is mapped only as sequences write it, but it is the version's to fill: one
+    slot x 512 positions x 30 layers x 3 KV heads x 64 x 2 (keys, values) x 2 bytes."""
+    [version] = lm_node.NodeInfo(node_pb2.NodeInfoRequest(), timeout=CALL_S).versions
+    cache = 1 * 512 * 30 * 3 * 64 * 2 * 2
+    # The float16 weights (~270 MB packed and embedded) plus the cache.
+    assert version.memory_bytes > cache + 200 * 2**20, version.memory_bytes
