@@ -42,6 +42,7 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     # node
     "ferryman_node_up": ("gauge", ()),
     "ferryman_node_loaded_versions": ("gauge", ("state",)),
+    "ferryman_version_memory_bytes": ("gauge", ("model", "version")),
     "ferryman_node_batches": ("counter", ("model", "version")),
     "ferryman_node_compute_seconds": ("histogram", ("model", "version")),
     "ferryman_node_item_errors": ("counter", ("model", "version", "reason")),
@@ -52,6 +53,8 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     "ferryman_generation_sequences": ("gauge", ("model", "version", "state")),
     "ferryman_generation_slots": ("gauge", ("model", "version")),
     "ferryman_generation_preemptions": ("counter", ("model", "version")),
+    "ferryman_generation_prefix_hits": ("counter", ("model", "version")),
+    "ferryman_generation_prefix_cached_tokens": ("counter", ("model", "version")),
     # rollout controller
     "ferryman_rollout_weight": ("gauge", ("model", "baseline", "candidate")),
     "ferryman_rollout_events": ("counter", ("model", "action")),
