@@ -33,6 +33,13 @@ class _Submit:
 
 
 @dataclass(frozen=True)
+class _RetireAdapter:
+    adapter: int
+    then: Callable[[], None]
+    """Run on the worker once no sequence runs under the adapter (frees its factors)."""
+
+
+@dataclass(frozen=True)
 class _Finish:
     seq_id: str
     reason: FinishReason
@@ -51,7 +58,7 @@ class GenerationDriver:
         self._engine = engine
         self._loop = loop
         self._on_step = on_step
-        self._inbox: queue.SimpleQueue[_Submit | _Finish | None] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[_Submit | _Finish | _RetireAdapter | None] = queue.SimpleQueue()
         self._events: dict[str, asyncio.Queue[TokenEvent]] = {}
         self._thread = threading.Thread(target=self._run, name="generation", daemon=True)
         self._thread.start()
@@ -91,7 +98,12 @@ class GenerationDriver:
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(events.put_nowait, event)
 
-    def _apply(self, command: _Submit | _Finish) -> None:
+    def retire_adapter(self, adapter: int, then: Callable[[], None]) -> None:
+        """End the sequences under LoRA ``adapter`` (CANCELLED), refuse new ones, then call
+        ``then``, all between two steps: a step never runs under factors that are gone."""
+        self._inbox.put(_RetireAdapter(adapter, then))
+
+    def _apply(self, command: _Submit | _Finish | _RetireAdapter) -> None:
         if isinstance(command, _Submit):
             try:
                 self._engine.submit(command.seq, command.sampling, command.constraint)
@@ -100,6 +112,10 @@ class GenerationDriver:
                 self._send(command.events, TokenEvent(command.seq.id, None, FinishReason.ERROR))
                 return
             self._events[command.seq.id] = command.events
+        elif isinstance(command, _RetireAdapter):
+            for seq_id in self._engine.retire_adapter(command.adapter):
+                self._deliver(TokenEvent(seq_id, None, FinishReason.CANCELLED))
+            command.then()
         elif self._engine.finish(command.seq_id, command.reason):
             self._deliver(TokenEvent(command.seq_id, None, command.reason))
 

@@ -92,6 +92,8 @@ class GenerationEngine:
         self._sequences: dict[str, Sequence] = {}
         self._sampling: dict[str, tuple[Sampling, torch.Generator | None]] = {}
         self._constraints: dict[str, Constraint] = {}
+        self._retired: set[int] = set()
+        """LoRA adapters unloaded (ids are never reused): a sequence under one is refused."""
         self.prefill_forwards = 0
         self.decode_forwards = 0
         """Decode forwards run, each for every running sequence: what batching saves."""
@@ -114,6 +116,8 @@ class GenerationEngine:
         from those it allows, and it stops once the constraint is finished."""
         if seq.id in self._sequences:
             raise ValueError(f"sequence {seq.id!r} is already running")
+        if seq.adapter in self._retired:
+            raise ValueError(f"adapter {seq.adapter} was unloaded")
         self.check(seq)
         generator = None
         if sampling.temperature > 0 and sampling.seed is not None:
@@ -133,6 +137,15 @@ class GenerationEngine:
         self._constraints.pop(seq_id, None)
         self.scheduler.finish(seq, reason)
         return True
+
+    def retire_adapter(self, adapter: int) -> list[str]:
+        """End (CANCELLED) every sequence under LoRA ``adapter`` and refuse new ones: its
+        factors are about to go. The ids of the sequences ended."""
+        self._retired.add(adapter)
+        ended = [seq.id for seq in self._sequences.values() if seq.adapter == adapter]
+        for seq_id in ended:
+            self.finish(seq_id, FinishReason.CANCELLED)
+        return ended
 
     @property
     def context(self) -> int:

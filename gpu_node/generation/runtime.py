@@ -185,7 +185,9 @@ class CausalLM:
         return self._model.add_adapter(path)
 
     def remove_adapter(self, adapter: int) -> None:
-        self._model.remove_adapter(adapter)
+        """Unload a LoRA adapter: its running generations end (CANCELLED) first, on the
+        engine's worker, so no step meets its factors gone."""
+        self.driver.retire_adapter(adapter, lambda: self._model.remove_adapter(adapter))
 
     def prepare(self, request: node_pb2.NodeGenerateRequest) -> tuple[list[int], Constraint | None]:
         """The prompt's token ids and the output's constraint (JSON mode, a schema), off the

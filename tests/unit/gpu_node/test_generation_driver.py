@@ -4,6 +4,7 @@ slot at the next step, a quota stop ends a stream mid-way, close ends everything
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -99,3 +100,24 @@ async def test_what_cannot_run_is_refused_before_it_queues_and_close_ends_the_re
     await gen.close()
     rest = [e async for e in stream]
     assert rest[-1].finish == FinishReason.CANCELLED
+
+
+async def test_unloading_an_adapter_ends_only_its_generations_and_then_frees_it() -> None:
+    """Its generations end CANCELLED between two steps, the others run on, its factors are
+    freed only then, and a generation that arrives for it later is refused, alone: a step
+    never meets an adapter that is gone (it would fail every running sequence)."""
+    gen = driver(slots=4)
+    freed = threading.Event()
+    other = asyncio.create_task(collect(gen, Sequence("b", "u", [1], max_tokens=40)))
+    events: list[TokenEvent] = []
+    async for event in gen.generate(Sequence("a", "t", [1], max_tokens=250, adapter=1)):
+        events.append(event)
+        if len(events) == 1:
+            gen.retire_adapter(1, freed.set)
+    assert events[-1] == TokenEvent("a", None, FinishReason.CANCELLED)
+    kept = await asyncio.wait_for(other, WAIT_S)
+    assert kept[-1].finish == FinishReason.LENGTH and sum(e.token is not None for e in kept) == 40
+    assert freed.is_set()
+    late = await asyncio.wait_for(collect(gen, Sequence("c", "t", [1], max_tokens=3, adapter=1)), WAIT_S)
+    assert [e.finish for e in late] == [FinishReason.ERROR]
+    await gen.close()
