@@ -5,29 +5,12 @@ once the constraint is complete (STOP) or failed (ERROR)."""
 from __future__ import annotations
 
 import torch
+from generation_fakes import CountingModel
 
 from gpu_node.generation.engine import GenerationEngine, Sampling, TokenEvent
 from gpu_node.generation.scheduler import FinishReason, Scheduler, Sequence, VirtualTokenCounter
 
-VOCAB = 50
 MAX_LEN = 256
-
-
-class CountingModel:
-    """Next token = last + 1 by a wide margin: what an unconstrained sequence draws."""
-
-    def _logits(self, token: int) -> torch.Tensor:
-        logits = torch.zeros(VOCAB)
-        logits[(token + 1) % VOCAB] = 10.0
-        return logits
-
-    def prefill(self, slot: int, tokens: list[int], start: int, adapter: int = 0) -> torch.Tensor:
-        return self._logits(tokens[-1])
-
-    def decode(
-        self, slots: list[int], tokens: list[int], positions: list[int], adapters: list[int] | None = None
-    ) -> torch.Tensor:
-        return torch.stack([self._logits(t) for t in tokens])
 
 
 class EvenTokens:

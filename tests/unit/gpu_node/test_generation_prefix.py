@@ -6,37 +6,15 @@ cache; outputs never change."""
 
 from __future__ import annotations
 
-import torch
+from generation_fakes import CountingModel
 
 from gpu_node.generation.engine import GenerationEngine
 from gpu_node.generation.prefix import PrefixCache
 from gpu_node.generation.scheduler import Scheduler, Sequence, VirtualTokenCounter
 
-VOCAB = 100
 MAX_LEN = 128
 SYSTEM = list(range(10, 40))
 """A long shared start: a chat's system prompt."""
-
-
-class CountingModel:
-    """Next token = last + 1; records each prefill (slot, start, tokens computed)."""
-
-    def __init__(self) -> None:
-        self.prefills: list[tuple[int, int, int]] = []
-
-    def _logits(self, token: int) -> torch.Tensor:
-        logits = torch.zeros(VOCAB)
-        logits[(token + 1) % VOCAB] = 1.0
-        return logits
-
-    def prefill(self, slot: int, tokens: list[int], start: int, adapter: int = 0) -> torch.Tensor:
-        self.prefills.append((slot, start, len(tokens)))
-        return self._logits(tokens[-1])
-
-    def decode(
-        self, slots: list[int], tokens: list[int], positions: list[int], adapters: list[int] | None = None
-    ) -> torch.Tensor:
-        return torch.stack([self._logits(t) for t in tokens])
 
 
 def engine(slots: int = 2, enabled: bool = True) -> tuple[GenerationEngine, CountingModel]:

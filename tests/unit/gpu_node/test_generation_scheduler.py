@@ -5,7 +5,7 @@ sequence ends, and free slots given in Virtual Token Counter order."""
 from __future__ import annotations
 
 import pytest
-import torch
+from generation_fakes import VOCAB, CountingModel
 
 from gpu_node.generation.engine import GenerationEngine, Sampling
 from gpu_node.generation.scheduler import (
@@ -17,33 +17,8 @@ from gpu_node.generation.scheduler import (
     VirtualTokenCounter,
 )
 
-VOCAB = 50
 STOP = 0
 MAX_LEN = 64
-
-
-class CountingModel:
-    """Next token = last token + 1 (mod VOCAB): answers are known without a real model."""
-
-    def __init__(self) -> None:
-        self.decode_batches: list[int] = []
-        self.prefills: list[tuple[int, int, int]] = []
-
-    def _logits(self, token: int) -> torch.Tensor:
-        logits = torch.zeros(VOCAB)
-        logits[(token + 1) % VOCAB] = 1.0
-        return logits
-
-    def prefill(self, slot: int, tokens: list[int], start: int, adapter: int = 0) -> torch.Tensor:
-        self.prefills.append((slot, start, len(tokens)))
-        return self._logits(tokens[-1])
-
-    def decode(
-        self, slots: list[int], tokens: list[int], positions: list[int], adapters: list[int] | None = None
-    ) -> torch.Tensor:
-        assert len(set(slots)) == len(slots), "one slot per running sequence"
-        self.decode_batches.append(len(slots))
-        return torch.stack([self._logits(t) for t in tokens])
 
 
 def engine(slots: int = 4, step_tokens: int = 32) -> tuple[GenerationEngine, CountingModel]:
