@@ -140,7 +140,9 @@ def test_schemas_that_are_not_schemas_are_400_before_any_node_sees_them(gen: Gen
 
     huge = {"type": "object", "description": "x" * MAX_SCHEMA_CHARS}
     status, text = ask(huge)
+    # The router's own words (a node's compile error would not say them).
     assert status == 400 and "json_schema" in json.loads(text)["error"]["message"]
+    assert f"longer than {MAX_SCHEMA_CHARS}" in json.loads(text)["error"]["message"]
     status, text = ask(["not", "an", "object"])
     assert status == 400
 

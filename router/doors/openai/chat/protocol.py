@@ -29,13 +29,11 @@ class StreamOptions(BaseModel):
 
 
 class JsonSchemaFormat(BaseModel):
-    """OpenAI's ``response_format.json_schema``: a named schema (``strict`` or not, the
-    answer always validates: it is decoded under the schema's grammar)."""
+    """OpenAI's ``response_format.json_schema``: only its ``schema`` is read (``name``,
+    ``description`` and ``strict`` change nothing: the answer is decoded under the schema's
+    grammar, so it always validates)."""
 
-    name: str = Field(default="", max_length=MAX_NAME_CHARS)
-    description: str = ""
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
-    strict: bool | None = None
 
 
 class ResponseFormat(BaseModel):
