@@ -41,11 +41,11 @@ def check_item(
     version_key: str,
     max_rows: int | None,
     rows: int,
-    no_replica: str,
+    unserved: Refusal | None,
 ) -> Refusal | None:
     """Refuse what cannot be queued at all: late, draining, unknown version (``max_rows``
-    None), rows outside 1..max batch size, no ready replica (``no_replica``: why, empty
-    when one is ready)."""
+    None), rows outside 1..max batch size, nothing to serve it (``unserved``: why no
+    replica can, None when one serves it or a load of it is under way)."""
     if deadline <= now:
         return Refusal(
             grpc.StatusCode.DEADLINE_EXCEEDED, Reason.DEADLINE, "the deadline passed before arrival"
@@ -61,9 +61,7 @@ def check_item(
             f"an item needs 1..{max_rows} rows, got {rows}",
             violations=[("inputs", f"rows must be 1..{max_rows}")],
         )
-    if no_replica:
-        return Refusal(grpc.StatusCode.UNAVAILABLE, Reason.NO_REPLICA, no_replica)
-    return None
+    return unserved
 
 
 def check_queue(

@@ -192,8 +192,12 @@ class Dispatcher:
                 replica = self.reserve(key, rows, owner, frozenset(tried))
             if replica is None:
                 if not self._directory.ready(key):
-                    self._fail(entries, grpc.StatusCode.UNAVAILABLE, self._directory.no_replica(key))
-                    return
+                    unserved = self._directory.unserved(key)
+                    if unserved is not None:
+                        self._fail(entries, unserved.code, unserved.message)
+                        return
+                    await self._directory.loads.wait(key, remaining)
+                    continue
                 # Every replica is busy or its breaker is open: wait for a slot, within the deadline.
                 await asyncio.sleep(min(remaining, self._backoff(waits)))
                 waits += 1

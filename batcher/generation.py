@@ -89,6 +89,12 @@ class GenerationRelay:
             if remaining <= 0:
                 raise failed(grpc.StatusCode.DEADLINE_EXCEEDED, "no node started it in time", Reason.DEADLINE)
             replica = self._pick(key, tried)
+            if replica is None and not tried and not self._directory.ready(key):
+                unserved = self._directory.unserved(key)
+                if unserved is not None:
+                    raise failed(unserved.code, unserved.message, unserved.reason)
+                await self._directory.loads.wait(key, remaining)
+                continue
             if replica is None:
                 break
             started = False

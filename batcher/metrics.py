@@ -15,6 +15,12 @@ class BatcherMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         labels = ["model", "version"]
+        self.demand_loads = Counter(
+            "ferryman_demand_loads",
+            "Loads on demand of versions no node served, by outcome (loaded, no_room, failed).",
+            [*labels, "outcome"],
+            registry=self.registry,
+        )
         self.batch_size = Histogram(
             "ferryman_batch_size",
             "Rows per dispatched batch.",

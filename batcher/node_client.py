@@ -39,6 +39,12 @@ class NodeClient(Protocol):
         """The node's versions and their warm-up profiles; raises NodeCallError."""
         ...
 
+    async def load_model(
+        self, request: node_pb2.LoadModelRequest, timeout_s: float
+    ) -> node_pb2.LoadModelResponse:
+        """Load a version there (it answers once SERVING or FAILED); raises NodeCallError."""
+        ...
+
     def generate(
         self, request: node_pb2.NodeGenerateRequest, timeout_s: float
     ) -> AsyncGenerator[node_pb2.GenerateEvent]:
@@ -80,6 +86,17 @@ class GrpcNodeClient:
         except grpc.aio.AioRpcError as exc:
             raise NodeCallError(exc.code(), exc.details() or "") from None
         return info
+
+    async def load_model(
+        self, request: node_pb2.LoadModelRequest, timeout_s: float
+    ) -> node_pb2.LoadModelResponse:
+        try:
+            answer: node_pb2.LoadModelResponse = await self._stub.LoadModel(
+                request, timeout=timeout_s, metadata=self._metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise NodeCallError(exc.code(), exc.details() or "") from None
+        return answer
 
     async def generate(
         self, request: node_pb2.NodeGenerateRequest, timeout_s: float

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import grpc
 
+from batcher.admission import Refusal
 from batcher.dispatcher import Dispatcher, owner_of
 from batcher.entries import Entry, Finisher, QueueKey
 from batcher.fairness import FairShare, FairView, SlotPolicy, outranked, rows_ahead
@@ -75,6 +76,7 @@ class VersionQueue:
         self._clock = clock
         self._retry_wait_s = settings.retry_backoff_s
         self._long_batch_s = settings.long_batch_s
+        self._scale_out_after_s = settings.scale_out_after_s
         self._wakeup = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
         self._labels = {"model": self.model, "version": self.version}
@@ -170,7 +172,10 @@ class VersionQueue:
         now = self._clock()
         capacity = self._directory.capacity(self.version_key)
         if capacity.total_slots == 0 and not self._directory.ready(self.version_key):
-            self._fail_all(grpc.StatusCode.UNAVAILABLE, self._directory.no_replica(self.version_key))
+            unserved = self._directory.unserved(self.version_key)
+            if unserved is None:  # loading on demand: the load's end wakes this queue
+                return self._expire_late(now)
+            self._fail_all(unserved)
             return None
         load = Load(
             free_slots=capacity.free_slots,
@@ -180,6 +185,9 @@ class VersionQueue:
             arrival_rate=self.arrivals.rate(now),
         )
         fair, policy = self._fair_view(capacity.free_slots, now)
+        scale_out_s = self._scale_out_after_s
+        if capacity.free_slots <= 0 and scale_out_s and now - self.entries[0].arrival >= scale_out_s:
+            self._directory.loads.want(self.version_key, more=True)
         if not self.draining and (capacity.free_slots <= 0 or self._tenant_rows.keys() <= fair.blocked):
             # Nobody queued here may take a slot: a full decision (every item ordered and
             # priced) would dispatch nothing. Sleep until a slot frees (the dispatcher wakes
@@ -315,12 +323,12 @@ class VersionQueue:
         )
         self._finish(entry, batcher_pb2.ItemResult(status=status))
 
-    def _fail_all(self, code: grpc.StatusCode, message: str) -> None:
-        status = make_status(code, message, reason=Reason.NO_REPLICA)
+    def _fail_all(self, refusal: Refusal) -> None:
+        status = make_status(refusal.code, refusal.message, reason=refusal.reason)
         entries, self.entries, self._rows = self.entries, [], 0
         self._tenant_rows.clear()
         for entry in entries:
-            self._metrics.shed.labels(**self._labels, reason="no_replica").inc()
+            self._metrics.shed.labels(**self._labels, reason=refusal.reason.lower()).inc()
             self._finish(entry, batcher_pb2.ItemResult(status=status))
         self._depth.set(0)
 

@@ -17,13 +17,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import grpc
+
+from batcher.admission import Refusal
 from batcher.breaker import Breaker, BreakerState
 from batcher.fairness import SlotPolicy
+from batcher.loads import DemandLoads
 from batcher.metrics import BatcherMetrics
 from batcher.node_client import GrpcNodeClient, NodeCallError, NodeClient, NodeConnector
 from batcher.scheduler import Capacity
 from batcher.settings import BatcherSettings
 from ferryman.durations import seconds_of
+from ferryman.errors import Reason
 from ferryman_kernel.security import Security
 from registry.snapshot import NodeVersions
 from registry.tables import ModelVersion
@@ -124,8 +129,16 @@ class ReplicaDirectory:
         self.failures: dict[str, list[tuple[str, str]]] = {}
         """``model:version`` -> [(node, why)] where it failed (from the nodes' heartbeats)."""
         self.versions: dict[str, VersionConfig] = {}
+        self.rows: dict[str, tuple[str, ModelVersion]] = {}
+        """Each version's registry row (a load on demand builds its spec from it)."""
         self._revision = -1
         self.refreshed = asyncio.Event()
+        self.loads = DemandLoads(self, settings, metrics, clock)
+        self.nodes_changed = asyncio.Event()
+        """Set (and cleared again) when a node joins: requests held for one look again."""
+        self._recent: dict[tuple[str, str], tuple[bool, float]] = {}
+        """(node, version) -> (whether it serves there, until when): what a load on demand
+        changed, which the registry learns only from the node's next heartbeat."""
 
     async def refresh(self) -> None:
         """Read nodes (always) and versions (when the config revision moved)."""
@@ -141,6 +154,7 @@ class ReplicaDirectory:
                 )
                 for model, row in rows
             }
+            self.rows = {f"{model}:{row.version}": (model, row) for model, row in rows}
             self._revision = revision
         nodes = await asyncio.to_thread(self._reader.node_versions, self.heartbeat_timeout_s)
         ready, self.failures = nodes.ready, nodes.failed
@@ -148,22 +162,57 @@ class ReplicaDirectory:
         for version_key, holders in ready.items():
             for name, address in holders:
                 serving.setdefault((name, address), set()).add(version_key)
-        live = {name: (address, frozenset(keys)) for (name, address), keys in serving.items()}
+        live: dict[str, tuple[str, frozenset[str]]] = {
+            name: (address, frozenset()) for name, address in nodes.nodes.items()
+        }
+        live.update({name: (address, frozenset(keys)) for (name, address), keys in serving.items()})
         for name in list(self.replicas):
             if name not in live or live[name][0] != self.replicas[name].address:
                 gone = self.replicas.pop(name)
                 # A batch still running there finishes (or fails over) on its own.
                 if gone.inflight == 0:
                     await gone.node.close()
+        joined = False
         for name, (address, versions) in live.items():
             replica = self.replicas.get(name)
             if replica is None:
                 replica = self._connect(name, address)
                 self.replicas[name] = replica
+                joined = True
+            versions = self._with_recent(name, versions)
             if versions - replica.versions:
                 await self._fetch_profiles(replica)
             replica.versions = versions
+        if joined:
+            self.nodes_changed.set()
+            self.nodes_changed.clear()
+            for listener in self.loads.listeners:
+                listener()
         self.refreshed.set()
+
+    def _with_recent(self, node: str, versions: frozenset[str]) -> frozenset[str]:
+        """``versions`` as the registry has them, corrected by loads and evictions too recent
+        for the node's heartbeat to have told it."""
+        now = self._clock()
+        serving = set(versions)
+        for (name, key), (present, until) in list(self._recent.items()):
+            if until <= now:
+                del self._recent[(name, key)]
+            elif name == node:
+                (serving.add if present else serving.discard)(key)
+        return frozenset(serving)
+
+    async def note_loaded(self, replica: Replica, key: str) -> None:
+        """``key`` serves on ``replica`` now (loaded on demand): batches may go there."""
+        self._recent[(replica.name, key)] = (True, self._clock() + self.heartbeat_timeout_s)
+        await self._fetch_profiles(replica)
+        replica.versions = replica.versions | {key}
+
+    def note_evicted(self, replica: Replica, keys: Iterable[str]) -> None:
+        """``keys`` no longer serve on ``replica`` (evicted to make room)."""
+        for key in keys:
+            self._recent[(replica.name, key)] = (False, self._clock() + self.heartbeat_timeout_s)
+        replica.versions = replica.versions - set(keys)
 
     def _connect(self, name: str, address: str) -> Replica:
         breaker = Breaker(
@@ -231,6 +280,16 @@ class ReplicaDirectory:
         node, reason = failed[0]
         more = f" (and on {len(failed) - 1} more)" if len(failed) > 1 else ""
         return f"{version_key} failed on {node}{more}: {reason[:MAX_REASON_CHARS]}"
+
+    def unserved(self, version_key: str) -> Refusal | None:
+        """Why nothing can serve ``version_key`` now; None when a replica serves it or a load
+        of it is under way (started here, on demand, when none is)."""
+        if self.ready(version_key) or self.loads.want(version_key):
+            return None
+        refused = self.loads.refusal(version_key)
+        if refused is not None:
+            return Refusal(refused.code, refused.reason, refused.message)
+        return Refusal(grpc.StatusCode.UNAVAILABLE, Reason.NO_REPLICA, self.no_replica(version_key))
 
     def slots_per_replica(self, version_key: str) -> int:
         """The most batch slots any replica of the version has."""

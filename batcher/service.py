@@ -74,6 +74,8 @@ class BatcherService:
             retry_after_min_s=settings.retry_after_min_s,
             retry_after_max_s=settings.retry_after_max_s,
         )
+        # A load on demand that ends lets the queues waiting on it dispatch (or fail).
+        directory.loads.listeners.append(lambda: self._wake(False))
         self.accepting = True
         self.shed_at = -math.inf
         """When a tenant's item was last refused, or ran out of time in a queue (job
@@ -98,7 +100,6 @@ class BatcherService:
         version_key = f"{item.model}:{item.version}"
         config = self._directory.versions.get(version_key)
         rows = item_rows(item)
-        ready = config is None or bool(self._directory.ready(version_key))
         refused = check_item(
             now,
             deadline,
@@ -106,7 +107,7 @@ class BatcherService:
             version_key,
             None if config is None else config.max_batch_size,
             rows,
-            "" if ready else self._directory.no_replica(version_key),
+            None if config is None else self._directory.unserved(version_key),
         )
         if refused is not None:
             return refuse(refused)

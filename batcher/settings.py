@@ -109,6 +109,25 @@ class BatcherSettings(BaseSettings):
     """Rate limit of dead-letter writes (bursts up to this many)."""
     drain_timeout_s: float = Field(default=30.0, ge=0)
     """How long SIGTERM waits for queued and running items before the batcher exits."""
+    # Loads on demand
+    load_on_demand: bool = True
+    """Load a version that no node serves when a request wants it, on the node with room
+    (evicting that node's least recently used idle, unpinned versions if it must); the
+    request waits for it within its deadline. Off: such a request is refused UNAVAILABLE."""
+    demand_load_timeout_s: float = Field(default=300.0, gt=0)
+    """How long one load on demand may take on its node (fetch, load, warm-up); requests
+    wait for it only within their own deadlines."""
+    demand_retry_s: float = Field(default=10.0, gt=0)
+    """After a load on demand failed (no room anywhere, a broken artifact), how long its
+    refusal answers the version's requests before a load is tried again."""
+    hold_for_node: bool = False
+    """With no live node at all (a pool scaled to zero), hold requests within their
+    deadlines until one registers, then load what they want, instead of refusing them
+    UNAVAILABLE at once. Their queue depth is what wakes the pool (the chart sets this with
+    a pool's ``keda.scaleToZero``)."""
+    scale_out_after_s: float = Field(default=0.0, ge=0)
+    """Load one more replica of a version, where it fits without evicting anything, once
+    its oldest queued item has waited this long with every replica busy (0: never)."""
 
     @model_validator(mode="after")
     def _agree(self) -> BatcherSettings:

@@ -82,6 +82,8 @@ class Reason(StrEnum):
     """Failed in the queue, before running: no batch could finish in time."""
     DRAINING = "DRAINING"
     NO_REPLICA = "NO_REPLICA"
+    NO_ROOM = "NO_ROOM"
+    """No node has the memory for the version, even after evicting the idle ones."""
     NO_BATCHER = "NO_BATCHER"
     MODEL_ERROR = "MODEL_ERROR"
     """The model raised on this input (isolated by bisection, recorded as a dead letter)."""

@@ -26,3 +26,17 @@ class RolloutMetrics:
             ["model", "outcome"],
             registry=self.registry,
         )
+        self.forecast_demand = Gauge(
+            "ferryman_forecast_demand",
+            "A pool's demand (requests a second) expected by the time a replica asked for now "
+            "serves, from its own history.",
+            ["pool"],
+            registry=self.registry,
+        )
+        self.forecast_replicas = Gauge(
+            "ferryman_forecast_replicas",
+            "Replicas a pool needs ready by then (what its KEDA ScaledObject scales to ahead of "
+            "the demand, beside its queue depth).",
+            ["pool"],
+            registry=self.registry,
+        )

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from ferryman_kernel.config import CommonSettings
 from ferryman_kernel.runtime import ServiceSpec, run_service
+from ferryman_rollouts.capacity import CapacityForecaster, prometheus_history
 from ferryman_rollouts.controller import RolloutController
 from ferryman_rollouts.metrics import RolloutMetrics
 from ferryman_rollouts.settings import RolloutSettings
@@ -50,7 +51,15 @@ async def serve_rollouts(
             metrics,
             heartbeat_timeout_s=common.heartbeat_timeout_s,
         )
-        loop = asyncio.create_task(controller.run(rt.stop, settings.check_s))
+        loops = [asyncio.create_task(controller.run(rt.stop, settings.check_s))]
+        if settings.forecast_pools:
+            forecaster = CapacityForecaster(
+                settings.forecast_pools,
+                prometheus_history(settings.prometheus_url),
+                settings.capacity_policy(),
+                metrics,
+            )
+            loops.append(asyncio.create_task(forecaster.run(rt.stop, settings.forecast_s)))
         await rt.serve(on_ready)
-        await loop
+        await asyncio.gather(*loops)
     return 0

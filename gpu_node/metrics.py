@@ -29,6 +29,24 @@ class NodeMetrics:
             labels,
             registry=self.registry,
         )
+        self.memory_budget = Gauge(
+            "ferryman_node_memory_budget_bytes",
+            "What this node's versions may hold together (its memory budget).",
+            registry=self.registry,
+        )
+        self.evictions = Counter(
+            "ferryman_node_evictions",
+            "Versions unloaded to make room for another, least recently used first.",
+            labels,
+            registry=self.registry,
+        )
+        self.no_room = Counter(
+            "ferryman_node_loads_refused",
+            "Loads refused because the version would not fit the memory budget, even after "
+            "evicting what could be.",
+            labels,
+            registry=self.registry,
+        )
         self.batches = Counter("ferryman_node_batches", "Batches run.", labels, registry=self.registry)
         self.compute = Histogram(
             "ferryman_node_compute_seconds",

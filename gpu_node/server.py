@@ -71,8 +71,10 @@ class RegistryLink:
         # LoRA adapters after the models: an adapter loads into its base's engine.
         for key, spec in sorted(wanted.items(), key=lambda item: local_adapter(item[1])):
             if key not in service.slots:
-                slot = await service.load(spec)
+                slot = (await service.load(spec, pinned=True)).slot
                 log.info("version %s: %s %s", slot.key, slot.state, slot.reason)
+            else:
+                service.slots[key].pinned = True  # loaded on demand, placed since
             self._placed.add(key)
 
     async def watch_placements(self, service: NodeService) -> None:
@@ -86,6 +88,14 @@ class RegistryLink:
                 problems.warning("placements", "could not read placements (serving on): %s", exc)
                 continue
             await self.follow(service, placed)
+
+    async def audit(self, action: str, key: str, detail: dict[str, object]) -> None:
+        """Record a load or eviction this node decided in the audit log (best effort: the
+        registry being down never stops a load)."""
+        try:
+            await asyncio.to_thread(self._writer.record_node_change, self._settings.name, action, key, detail)
+        except Exception as exc:
+            log.warning("could not audit %s of %s: %s", action, key, exc)
 
     async def lifecycle(self, target: NodeLifecycle) -> None:
         try:
@@ -136,7 +146,9 @@ async def serve_node(
             settings.artifact_fetch_timeout_s,
             link.reader if link is not None else None,
         )
-        service = NodeService(settings, device, rt.health, metrics, artifacts)
+        service = NodeService(
+            settings, device, rt.health, metrics, artifacts, link.audit if link is not None else None
+        )
         rt.on_close(service.close)
         node_pb2_grpc.add_NodeServicer_to_server(NodeServicer(service), rt.server)
         # Reachable (NOT_SERVING) while it registers and loads its placements.

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -20,6 +22,8 @@ from opentelemetry.trace import SpanKind
 
 from ferryman.durations import seconds_of, set_seconds
 from ferryman.v1 import node_pb2
+from ferryman_kernel.artifacts import artifact_path
+from ferryman_kernel.placement import NodeRoom, victims
 from ferryman_kernel.serving import NOT_SERVING, SERVING
 from ferryman_kernel.telemetry import links, parent_context, tracer
 from gpu_node.executor import run_batch
@@ -31,6 +35,37 @@ from gpu_node.metrics import NodeMetrics
 from gpu_node.settings import NodeSettings
 from gpu_node.slots import LatencyProfile, ModelSlot, SlotState
 from registry.states import ModelFormat, NodeLifecycle, next_node_lifecycle
+
+log = logging.getLogger("ferryman.node")
+
+
+MIB = 1 << 20
+
+Audit = Callable[[str, str, dict[str, object]], Awaitable[None]]
+"""action, ``model:version``, detail -> recorded in the registry's audit log."""
+
+
+@dataclass(frozen=True)
+class LoadOutcome:
+    """What a load came to: the version's slot (SERVING, or FAILED with why), whether it
+    failed only for want of room, and what was evicted for it."""
+
+    slot: ModelSlot
+    no_room: bool = False
+    evicted: tuple[str, ...] = ()
+    need: int = 0
+    """With ``no_room``: the bytes it was expected, or measured, to need."""
+
+
+def artifact_bytes(spec: node_pb2.ModelVersionSpec) -> int:
+    """The size of a local artifact (a file, or a directory's files); 0 for a remote one
+    (fetched while it loads) or one that is missing (its load fails)."""
+    path = artifact_path(spec.artifact_uri)
+    if path is None or not path.exists():
+        return 0
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 class NodeRefusal(Exception):
@@ -51,13 +86,16 @@ class NodeService:
         health_servicer: HealthServicer,
         metrics: NodeMetrics,
         artifacts: ArtifactCache | None = None,
+        audit: Audit | None = None,
     ):
         self.settings = settings
         self.artifacts = artifacts
         """Where remote artifacts are fetched to (None: local paths only)."""
+        self._audit = audit
         self.metrics = metrics
         self._tracer = tracer("ferryman.node")
         self.device = device
+        metrics.memory_budget.set(self.budget())
         self.lifecycle = NodeLifecycle.STARTING
         self.slots: dict[str, ModelSlot] = {}
         self._health = health_servicer
@@ -126,48 +164,138 @@ class NodeService:
         slot.lm, slot.adapter, slot.base = lm, adapter, base_key
         slot.schema = parse_schema(slot.spec)
 
-    async def load(self, spec: node_pb2.ModelVersionSpec) -> ModelSlot:
-        """Load a version beside the others; a failure marks only it FAILED."""
+    async def load(
+        self,
+        spec: node_pb2.ModelVersionSpec,
+        *,
+        pinned: bool = False,
+        expected_bytes: int = 0,
+        evict: bool = False,
+    ) -> LoadOutcome:
+        """Load a version beside the others within the memory budget; a failure marks only
+        it FAILED.
+
+        ``pinned``: for a placement (never evicted; room is made for it). ``evict``: room
+        may be made by evicting idle, unpinned versions, least recently used first.
+        ``expected_bytes``: what it measured elsewhere, else its artifact's size counts
+        until it is measured here. What does not fit is refused (``no_room``) before any
+        work, or unloaded again if it measured bigger than expected; a pinned one stays
+        FAILED with why, a load on demand leaves nothing behind.
+        """
         key = f"{spec.model}:{spec.version}"
         async with self._load_lock:
             existing = self.slots.get(key)
             if existing is not None and existing.state in (SlotState.SERVING, SlotState.UNLOADING):
-                return existing
-            slot = ModelSlot(spec=spec, profile=self._profile())
+                existing.pinned = existing.pinned or pinned
+                return LoadOutcome(existing)
+            need = max(expected_bytes, artifact_bytes(spec))
+            make_room = evict or pinned
+            chosen = victims(self.room(), need)
+            if chosen is None or (chosen and not make_room):
+                return self._no_room(spec, pinned, need)
+            evicted = await self._evict(chosen, key)
+            slot = ModelSlot(spec=spec, profile=self._profile(), pinned=pinned, memory_bytes=need)
             self.slots[key] = slot
             await self._health.set(key, NOT_SERVING)
-            loop = asyncio.get_running_loop()
             # Loads run one at a time, so what the process gained meanwhile is this one's.
             before = self._held()
-            if spec.format == ModelFormat.CAUSAL_LM:
-                try:
-                    await self._load_lm(slot)
-                except LoadError as exc:
-                    slot.move(SlotState.FAILED, str(exc))
-                    self._count_versions()
-                    return slot
-                self._serving(slot, before)
-                await self._health.set(key, SERVING)
-                return slot
             try:
-                runtime, schema, profile = await loop.run_in_executor(
-                    self._load_pool,
-                    lambda: load_version(
-                        spec,
-                        self.device,
-                        runs=self.settings.warmup_runs,
-                        smoothing=self.settings.profile_smoothing,
-                        cache=self.artifacts,
-                    ),
-                )
+                await self._load_into(slot)
             except LoadError as exc:
                 slot.move(SlotState.FAILED, str(exc))
+                slot.memory_bytes = 0
+                if not pinned:  # a load on demand's caller has the reason, and may try again later
+                    del self.slots[key]
                 self._count_versions()
-                return slot
-            slot.runtime, slot.schema, slot.profile = runtime, schema, profile
-            self._serving(slot, before)
+                return LoadOutcome(slot, evicted=evicted)
+            measured = self._measure(slot, before)
+            # Measured bigger than expected: make the rest of the room now, or give it back.
+            others = self.room(excluding=key)
+            late = victims(others, slot.memory_bytes)
+            if late is None or (late and not make_room):
+                await self._drop(slot)
+                return self._no_room(spec, pinned, measured)
+            evicted += await self._evict(late, key)
+            self._serve(slot)
             await self._health.set(key, SERVING)
-            return slot
+            if self._audit is not None and not pinned:  # a placement's load is audited as placed
+                detail: dict[str, object] = {"bytes": slot.memory_bytes, "evicted": list(evicted)}
+                await self._audit("node.load", key, detail)
+            return LoadOutcome(slot, evicted=evicted)
+
+    async def _load_into(self, slot: ModelSlot) -> None:
+        """Load ``slot``'s version: a causal LM's engine, or a runtime warmed up and profiled."""
+        if slot.spec.format == ModelFormat.CAUSAL_LM:
+            await self._load_lm(slot)
+            return
+        spec = slot.spec
+        slot.runtime, slot.schema, slot.profile = await asyncio.get_running_loop().run_in_executor(
+            self._load_pool,
+            lambda: load_version(
+                spec,
+                self.device,
+                runs=self.settings.warmup_runs,
+                smoothing=self.settings.profile_smoothing,
+                cache=self.artifacts,
+            ),
+        )
+
+    def budget(self) -> int:
+        """What the versions here may hold together (``memory_budget_bytes``, else the device's)."""
+        return self.settings.memory_budget_bytes or self._memory()[0]
+
+    def room(self, excluding: str = "") -> NodeRoom:
+        """This node's memory as the placement policy sees it (failed versions hold nothing)."""
+        now = time.monotonic()
+        # A base version runs its adapters' generations: busy while any of them is.
+        running = {s.base for s in self.slots.values() if s.base and s.in_flight}
+        held = [
+            slot.held(now)
+            for key, slot in sorted(self.slots.items())
+            if key != excluding and slot.state != SlotState.FAILED
+        ]
+        held = [replace(h, busy=True) if h.key in running else h for h in held]
+        return NodeRoom(self.settings.name, self.budget(), tuple(held))
+
+    def _no_room(self, spec: node_pb2.ModelVersionSpec, pinned: bool, need: int) -> LoadOutcome:
+        key = f"{spec.model}:{spec.version}"
+        room = self.room(excluding=key)
+        reason = (
+            f"no room for {key} on node {self.settings.name}: it needs {need / MIB:,.0f} MiB, "
+            f"{max(0, room.budget - room.used) / MIB:,.0f} MiB of its {room.budget / MIB:,.0f} MiB budget "
+            "is free and what it could evict would not make enough"
+        )
+        self.metrics.no_room.labels(model=spec.model, version=spec.version).inc()
+        slot = ModelSlot(spec=spec, profile=self._profile(), pinned=pinned)
+        slot.move(SlotState.FAILED, reason)
+        if pinned:  # a placement's failure is reported (heartbeat) until it is taken back
+            self.slots[key] = slot
+            self._count_versions()
+        return LoadOutcome(slot, no_room=True, need=need)
+
+    async def _evict(self, keys: tuple[str, ...], incoming: str) -> tuple[str, ...]:
+        """Unload ``keys`` to make room for ``incoming``; audited and counted."""
+        for key in keys:
+            slot = self.slots.get(key)
+            if slot is None:  # an adapter that went with its base
+                continue
+            idle_s, held = slot.idle_s(), slot.memory_bytes
+            model, _, version = key.partition(":")
+            await self.unload(model, version)
+            self.metrics.evictions.labels(model=model, version=version).inc()
+            log.info(
+                "evicted %s (%d MiB, idle %.0f s) to make room for %s", key, held // MIB, idle_s, incoming
+            )
+            if self._audit is not None:
+                await self._audit(
+                    "node.evict", key, {"bytes": held, "idle_s": round(idle_s, 3), "for": incoming}
+                )
+        return keys
+
+    async def _drop(self, slot: ModelSlot) -> None:
+        """Free a version that loaded but does not fit after all."""
+        slot.move(SlotState.SERVING)
+        await self.unload(slot.spec.model, slot.spec.version)
 
     def _held(self) -> int:
         """Memory this process holds on its device: CUDA's allocated bytes, or resident ones."""
@@ -175,15 +303,21 @@ class NodeService:
             return int(torch.cuda.memory_allocated(self.device))
         return self._memory()[1]
 
-    def _serving(self, slot: ModelSlot, before: int) -> None:
-        """``slot`` loaded: it serves, holding what the process gained since ``before``, and
-        a causal LM's whole KV cache (on a CPU it is mapped only as sequences write it)."""
-        slot.memory_bytes = max(0, self._held() - before)
+    def _measure(self, slot: ModelSlot, before: int) -> int:
+        """What ``slot`` holds: what the process gained since ``before`` (and a causal LM's
+        whole KV cache, mapped on a CPU only as sequences write it), at least what was
+        expected (a load can reuse heap an earlier one freed). Returns the measurement."""
+        measured = max(0, self._held() - before)
         if slot.lm is not None and not slot.adapter and self.device.type == "cpu":
-            slot.memory_bytes += slot.lm.cache_bytes
+            measured += slot.lm.cache_bytes
+        slot.memory_bytes = max(slot.memory_bytes, measured)
+        return measured
+
+    def _serve(self, slot: ModelSlot) -> None:
         self.metrics.version_memory.labels(model=slot.spec.model, version=slot.spec.version).set(
             slot.memory_bytes
         )
+        slot.last_used = time.monotonic()
         slot.move(SlotState.SERVING)
         self._count_versions()
 
@@ -332,6 +466,7 @@ class NodeService:
             versions=[slot.to_proto() for _, slot in sorted(self.slots.items())],
             lifecycle=self.lifecycle.value,
             capacity=self.settings.capacity,
+            memory_budget=self.budget(),
         )
 
     async def drain(self) -> bool:

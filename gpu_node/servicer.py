@@ -27,8 +27,16 @@ class NodeServicer(node_pb2_grpc.NodeServicer):
     async def LoadModel(
         self, request: node_pb2.LoadModelRequest, context: ServicerContext
     ) -> node_pb2.LoadModelResponse:
-        slot = await self._service.load(request.spec)
-        return node_pb2.LoadModelResponse(state=slot.state.to_proto(), reason=slot.reason)
+        loaded = await self._service.load(
+            request.spec, expected_bytes=request.memory_bytes, evict=request.evict
+        )
+        return node_pb2.LoadModelResponse(
+            state=loaded.slot.state.to_proto(),
+            reason=loaded.slot.reason,
+            no_room=loaded.no_room,
+            evicted=loaded.evicted,
+            memory_bytes=loaded.need,
+        )
 
     async def UnloadModel(
         self, request: node_pb2.UnloadModelRequest, context: ServicerContext

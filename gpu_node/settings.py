@@ -44,6 +44,11 @@ class NodeSettings(BaseSettings):
     placement_refresh_s: float = Field(default=2.0, gt=0)
     """How often a registered node reads its placements and loads versions placed on it
     since it started (one already loading, serving or failed is left as it is)."""
+    memory_budget_bytes: int = Field(default=0, ge=0)
+    """What this node's versions may hold together, as each measured at load (0: the
+    device's memory: a GPU's, or the host's on a CPU). A load that would pass it evicts the
+    least recently used versions nothing pins or runs, when its caller allows (a load on
+    demand, a placement), or is refused."""
     drain_grace_s: float = Field(default=30.0, ge=0)
     """How long SIGTERM waits for in-flight batches."""
     warmup_runs: int = Field(default=2, ge=1)

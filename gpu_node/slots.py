@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from ferryman.durations import set_seconds
 from ferryman.v1 import node_pb2
+from ferryman_kernel.placement import Held
 from ferryman_kernel.schema import IOSchema
 from gpu_node.runtimes.base import Runtime
 
@@ -88,6 +90,10 @@ class ModelSlot:
     """A LoRA adapter version: its base version's key."""
     memory_bytes: int = 0
     """What it holds in the node's memory, measured at load (``LoadedVersion.memory_bytes``)."""
+    pinned: bool = False
+    """Loaded for a placement in the registry: never evicted to make room."""
+    last_used: float = field(default_factory=time.monotonic)
+    """When it last began a batch or a generation (or was created): eviction goes by it."""
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -106,6 +112,7 @@ class ModelSlot:
         self.reason = reason
 
     def begin(self) -> None:
+        self.last_used = time.monotonic()
         self.in_flight += 1
         self.idle.clear()
 
@@ -115,7 +122,7 @@ class ModelSlot:
             self.idle.set()
 
     def to_proto(self) -> node_pb2.LoadedVersion:
-        return node_pb2.LoadedVersion(
+        loaded = node_pb2.LoadedVersion(
             model=self.spec.model,
             version=self.spec.version,
             state=self.state.to_proto(),
@@ -124,4 +131,18 @@ class ModelSlot:
             profile=self.profile.to_proto(),
             in_flight=self.in_flight,
             memory_bytes=self.memory_bytes,
+            pinned=self.pinned,
         )
+        set_seconds(loaded.idle_for, self.idle_s())
+        return loaded
+
+    def idle_s(self, now: float | None = None) -> float:
+        """Seconds since it last began work; 0 while it runs something."""
+        if self.in_flight:
+            return 0.0
+        return max(0.0, (time.monotonic() if now is None else now) - self.last_used)
+
+    def held(self, now: float) -> Held:
+        """What the placement policy sees of it (a loading one is busy: not evictable)."""
+        busy = self.in_flight > 0 or self.state != SlotState.SERVING
+        return Held(self.key, self.memory_bytes, self.idle_s(now), self.pinned, busy)

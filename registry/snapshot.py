@@ -181,6 +181,9 @@ class NodeVersions:
     """``model:version`` -> [(node name, address)] of READY nodes with a fresh heartbeat."""
     failed: dict[str, list[tuple[str, str]]]
     """``model:version`` -> [(node name, why)] of live nodes on which it failed."""
+    nodes: dict[str, str] = field(default_factory=dict)
+    """Node name -> address of every READY node with a fresh heartbeat, serving or not
+    (where a version placed nowhere may be loaded on demand)."""
 
 
 def node_versions(engine: Engine, heartbeat_timeout_s: float) -> NodeVersions:
@@ -193,6 +196,7 @@ def node_versions(engine: Engine, heartbeat_timeout_s: float) -> NodeVersions:
             for key, reason in sorted((node.failed_versions or {}).items()):
                 found.failed.setdefault(key, []).append((node.name, reason))
             if node.lifecycle == "READY":
+                found.nodes[node.name] = node.address
                 for key in node.loaded_versions:
                     found.ready.setdefault(key, []).append((node.name, node.address))
     return found

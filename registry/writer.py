@@ -60,6 +60,8 @@ JOB_LIMITS = ("jobs_in_flight", "job_items_per_day")
 
 MAX_FAILURE_CHARS = 500
 """Of a failure's reason kept in the registry (a model's exception can be long)."""
+MAX_ENTITY_KEY = 200
+"""The audit log's entity key column."""
 PUSH_CHUNK_BYTES = 4 * 1024 * 1024
 """One row of a pushed artifact: far below any database's limit on one value."""
 
@@ -388,6 +390,12 @@ class RegistryWriter(RouteWrites, RolloutWrites, AccountWrites, WriterBase):
             node.failed_versions = {k: r[:MAX_FAILURE_CHARS] for k, r in sorted((failed or {}).items())}
             session.add(node)
             session.commit()
+
+    def record_node_change(self, node: str, action: str, key: str, detail: Mapping[str, object]) -> None:
+        """Audit what a node decided on its own (a load on demand, an eviction), as
+        ``model:version@node``; nothing else changes."""
+        with self._change(action, "placement", f"{key}@{node}"[:MAX_ENTITY_KEY]) as c:
+            c.detail.update(detail)
 
     def record_dead_letter(self, letter: DeadLetter) -> None:
         """Append a dead letter (an input the model failed on), without revision or audit."""

@@ -49,6 +49,16 @@ class FakeNode:
     """Batches it says (NodeInfo) it computes at once."""
     device: str = "cuda:0"
     """The device it says it computes on."""
+    budget: int = 0
+    """The memory budget it reports (NodeInfo)."""
+    held: dict[str, int] = field(default_factory=dict)
+    """Versions it loaded by LoadModel, with the bytes each holds (NodeInfo reports them)."""
+    loads: list[str] = field(default_factory=list)
+    """The versions it was asked to load, in order."""
+    load_answer: node_pb2.LoadModelResponse | None = None
+    """What LoadModel answers (None: SERVING, holding what the request expected)."""
+    load_s: float = 0.0
+    """How long a load takes."""
 
     async def infer_batch(
         self, request: node_pb2.InferBatchRequest, timeout_s: float
@@ -73,7 +83,34 @@ class FakeNode:
         self.probes += 1
         if self.hung:
             raise NodeCallError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
-        return node_pb2.NodeInfoResponse(name=self.name, capacity=self.capacity, device=self.device)
+        versions = [
+            node_pb2.LoadedVersion(
+                model=key.partition(":")[0],
+                version=key.partition(":")[2],
+                state=node_pb2.VERSION_STATE_SERVING,
+                memory_bytes=size,
+            )
+            for key, size in self.held.items()
+        ]
+        return node_pb2.NodeInfoResponse(
+            name=self.name,
+            capacity=self.capacity,
+            device=self.device,
+            memory_budget=self.budget,
+            versions=versions,
+            lifecycle="READY",
+        )
+
+    async def load_model(
+        self, request: node_pb2.LoadModelRequest, timeout_s: float
+    ) -> node_pb2.LoadModelResponse:
+        key = f"{request.spec.model}:{request.spec.version}"
+        self.loads.append(key)
+        await asyncio.sleep(self.load_s)
+        if self.load_answer is not None:
+            return self.load_answer
+        self.held[key] = request.memory_bytes or 1
+        return node_pb2.LoadModelResponse(state=node_pb2.VERSION_STATE_SERVING)
 
     async def generate(
         self, request: node_pb2.NodeGenerateRequest, timeout_s: float

@@ -155,7 +155,11 @@ def seed(writer: RegistryWriter, fx: Path) -> dict[str, str]:
     )
     writer.set_route("echo", {"1": 100})
     # A model whose only version runs nowhere: its route falls back to echo.
-    register(writer, "lonely", "1", plain, "python", echo.SCHEMA, handler=ECHO_HANDLER, nodes=())
+    # Never servable (its artifact is not a handler's config, so a load on demand fails):
+    # its route's fallback answers.
+    missing = fx / "broken.json"
+    missing.write_text("{")
+    register(writer, "lonely", "1", missing, "python", echo.SCHEMA, handler=ECHO_HANDLER, nodes=())
     writer.set_route("lonely", {"1": 100}, fallback="echo")
     keys = {"acme": writer.create_tenant("acme").plaintext}
     keys["insider"] = writer.create_tenant("insider").plaintext
@@ -173,7 +177,7 @@ def seed(writer: RegistryWriter, fx: Path) -> dict[str, str]:
         owners=("insider",),
     )
     writer.set_route("secret", {"1": 100})
-    register(writer, "front", "1", plain, "python", echo.SCHEMA, handler=ECHO_HANDLER, nodes=())
+    register(writer, "front", "1", missing, "python", echo.SCHEMA, handler=ECHO_HANDLER, nodes=())
     writer.set_route("front", {"1": 100}, fallback="secret")
     keys["limited"] = writer.create_tenant("limited", allowed_models=["echo"]).plaintext
     keys["metered"] = writer.create_tenant("metered").plaintext

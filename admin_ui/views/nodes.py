@@ -10,13 +10,17 @@ import streamlit as st
 
 from admin_ui.context import Console
 from admin_ui.series.charts import Shown, Window, grid, range_picker
+from ferryman.durations import seconds_of
 from ferryman.v1 import node_pb2, node_pb2_grpc
 from ferryman_kernel.security import Security, sync_channel
 from registry.accounts import Permission
 from registry.snapshot import heartbeat_age_s
+from registry.tables import AuditEvent
 from registry.validation import RegistryError
 
 NODE_INFO_TIMEOUT_S = 1.0
+FLEET_EVENTS = 200
+"""Recent audit events searched for loads on demand and evictions."""
 
 
 MIB = 2**20
@@ -42,6 +46,33 @@ def memory(info: node_pb2.NodeInfoResponse | None) -> str:
     return f"{info.memory_used / GIB:.1f} / {info.memory_total / GIB:.1f} GiB"
 
 
+def budget(info: node_pb2.NodeInfoResponse | None) -> str:
+    """What a node's versions hold of the memory budget they share."""
+    if info is None or not info.memory_budget:
+        return ""
+    held = sum(v.memory_bytes for v in info.versions)
+    return f"{held / GIB:.2f} / {info.memory_budget / GIB:.2f} GiB"
+
+
+FLEET_ACTIONS = ("node.load", "node.evict")
+"""The audit log's record of what nodes loaded on demand and evicted to make room."""
+
+
+def fleet_rows(events: list[AuditEvent]) -> list[dict[str, str]]:
+    """Recent loads on demand and evictions, newest first."""
+    return [
+        {
+            "when": e.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            "what": "evicted" if e.action == "node.evict" else "loaded on demand",
+            "version @ node": e.entity_key,
+            "memory": f"{int(e.detail.get('bytes', 0)) / MIB:,.0f} MiB",
+            "for": str(e.detail.get("for", "")),
+        }
+        for e in events
+        if e.action in FLEET_ACTIONS
+    ]
+
+
 def placed_rows(infos: dict[str, node_pb2.NodeInfoResponse]) -> list[dict[str, str]]:
     """Each version on each answering node: its state and the memory it holds there."""
     return [
@@ -50,6 +81,8 @@ def placed_rows(infos: dict[str, node_pb2.NodeInfoResponse]) -> list[dict[str, s
             "version": f"{v.model}:{v.version}",
             "state": node_pb2.VersionState.Name(v.state).removeprefix("VERSION_STATE_").lower(),
             "memory": f"{v.memory_bytes / MIB:,.0f} MiB" if v.memory_bytes else "",
+            "how": "pinned" if v.pinned else "on demand",
+            "idle s": f"{seconds_of(v.idle_for):,.0f}",
         }
         for node, info in sorted(infos.items())
         for v in sorted(info.versions, key=lambda v: (v.model, v.version))
@@ -92,6 +125,7 @@ def render(ctx: Console) -> None:
                 "lifecycle": node.lifecycle,
                 "device": node.device,
                 "memory used / total": memory(info),
+                "versions / budget": budget(info),
                 "address": node.address,
                 "loaded": ", ".join(node.loaded_versions),
                 "heartbeat s ago": round(heartbeat_age_s(node, now), 1),
@@ -103,6 +137,11 @@ def render(ctx: Console) -> None:
         st.subheader("What is loaded where")
         st.caption("Memory: what each version added as it loaded, a causal LM's reserved KV cache included.")
         st.table(placed_rows(infos))
+    moves = fleet_rows(ctx.reader.audit_events(limit=FLEET_EVENTS))
+    if moves:
+        st.subheader("Loads on demand and evictions")
+        st.caption("A version placed nowhere loads where a request wants it; the least recently used goes.")
+        st.table(moves)
     ready = [n.name for n in nodes if n.lifecycle == "READY"]
     if ready and ctx.can(Permission.OPERATE):
         chosen = st.selectbox("Node", ready, key="drain_node")

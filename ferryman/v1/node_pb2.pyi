@@ -147,18 +147,28 @@ class ModelVersionSpec(_message.Message):
     def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., artifact_uri: _Optional[str] = ..., sha256: _Optional[str] = ..., format: _Optional[str] = ..., handler: _Optional[str] = ..., schema: _Optional[_Union[_common_pb2.IOSchema, _Mapping]] = ..., max_batch_size: _Optional[int] = ...) -> None: ...
 
 class LoadModelRequest(_message.Message):
-    __slots__ = ("spec",)
+    __slots__ = ("spec", "memory_bytes", "evict")
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EVICT_FIELD_NUMBER: _ClassVar[int]
     spec: ModelVersionSpec
-    def __init__(self, spec: _Optional[_Union[ModelVersionSpec, _Mapping]] = ...) -> None: ...
+    memory_bytes: int
+    evict: bool
+    def __init__(self, spec: _Optional[_Union[ModelVersionSpec, _Mapping]] = ..., memory_bytes: _Optional[int] = ..., evict: bool = ...) -> None: ...
 
 class LoadModelResponse(_message.Message):
-    __slots__ = ("state", "reason")
+    __slots__ = ("state", "reason", "no_room", "evicted", "memory_bytes")
     STATE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    NO_ROOM_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     state: VersionState
     reason: str
-    def __init__(self, state: _Optional[_Union[VersionState, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+    no_room: bool
+    evicted: _containers.RepeatedScalarFieldContainer[str]
+    memory_bytes: int
+    def __init__(self, state: _Optional[_Union[VersionState, str]] = ..., reason: _Optional[str] = ..., no_room: bool = ..., evicted: _Optional[_Iterable[str]] = ..., memory_bytes: _Optional[int] = ...) -> None: ...
 
 class UnloadModelRequest(_message.Message):
     __slots__ = ("model", "version")
@@ -187,7 +197,7 @@ class LatencyPoint(_message.Message):
     def __init__(self, batch_size: _Optional[int] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LoadedVersion(_message.Message):
-    __slots__ = ("model", "version", "state", "reason", "max_batch_size", "profile", "in_flight", "memory_bytes")
+    __slots__ = ("model", "version", "state", "reason", "max_batch_size", "profile", "in_flight", "memory_bytes", "pinned", "idle_for")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -196,6 +206,8 @@ class LoadedVersion(_message.Message):
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    IDLE_FOR_FIELD_NUMBER: _ClassVar[int]
     model: str
     version: str
     state: VersionState
@@ -204,10 +216,12 @@ class LoadedVersion(_message.Message):
     profile: _containers.RepeatedCompositeFieldContainer[LatencyPoint]
     in_flight: int
     memory_bytes: int
-    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., state: _Optional[_Union[VersionState, str]] = ..., reason: _Optional[str] = ..., max_batch_size: _Optional[int] = ..., profile: _Optional[_Iterable[_Union[LatencyPoint, _Mapping]]] = ..., in_flight: _Optional[int] = ..., memory_bytes: _Optional[int] = ...) -> None: ...
+    pinned: bool
+    idle_for: _duration_pb2.Duration
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., state: _Optional[_Union[VersionState, str]] = ..., reason: _Optional[str] = ..., max_batch_size: _Optional[int] = ..., profile: _Optional[_Iterable[_Union[LatencyPoint, _Mapping]]] = ..., in_flight: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., pinned: bool = ..., idle_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class NodeInfoResponse(_message.Message):
-    __slots__ = ("name", "device", "memory_total", "memory_used", "versions", "lifecycle", "capacity")
+    __slots__ = ("name", "device", "memory_total", "memory_used", "versions", "lifecycle", "capacity", "memory_budget")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     MEMORY_TOTAL_FIELD_NUMBER: _ClassVar[int]
@@ -215,6 +229,7 @@ class NodeInfoResponse(_message.Message):
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     LIFECYCLE_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BUDGET_FIELD_NUMBER: _ClassVar[int]
     name: str
     device: str
     memory_total: int
@@ -222,4 +237,5 @@ class NodeInfoResponse(_message.Message):
     versions: _containers.RepeatedCompositeFieldContainer[LoadedVersion]
     lifecycle: str
     capacity: int
-    def __init__(self, name: _Optional[str] = ..., device: _Optional[str] = ..., memory_total: _Optional[int] = ..., memory_used: _Optional[int] = ..., versions: _Optional[_Iterable[_Union[LoadedVersion, _Mapping]]] = ..., lifecycle: _Optional[str] = ..., capacity: _Optional[int] = ...) -> None: ...
+    memory_budget: int
+    def __init__(self, name: _Optional[str] = ..., device: _Optional[str] = ..., memory_total: _Optional[int] = ..., memory_used: _Optional[int] = ..., versions: _Optional[_Iterable[_Union[LoadedVersion, _Mapping]]] = ..., lifecycle: _Optional[str] = ..., capacity: _Optional[int] = ..., memory_budget: _Optional[int] = ...) -> None: ...

@@ -5,11 +5,12 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from batcher.admission import QueueLimits, check_item, check_queue
+from batcher.admission import QueueLimits, Refusal, check_item, check_queue
 from ferryman.errors import Reason
 
 LIMITS = QueueLimits(max_queue_rows=100, max_total_rows=150, retry_after_min_s=0.05, retry_after_max_s=10.0)
 NOW = 100.0
+UNAVAILABLE, EXHAUSTED = grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 def item(**overrides: object) -> Reason | None:
@@ -20,7 +21,7 @@ def item(**overrides: object) -> Reason | None:
         "version_key": "m:1",
         "max_rows": 8,
         "rows": 2,
-        "no_replica": "",
+        "unserved": None,
     }
     refusal = check_item(**{**args, **overrides})  # type: ignore[arg-type]
     return None if refusal is None else refusal.reason
@@ -35,7 +36,14 @@ def item(**overrides: object) -> Reason | None:
         ({"max_rows": None}, Reason.UNKNOWN_VERSION),
         ({"rows": 0}, Reason.INVALID_INPUT),
         ({"rows": 9}, Reason.INVALID_INPUT),
-        ({"no_replica": "m:1 failed on n1: warm-up at batch 2 failed"}, Reason.NO_REPLICA),
+        (
+            {"unserved": Refusal(grpc.StatusCode.UNAVAILABLE, Reason.NO_REPLICA, "m:1 failed")},
+            Reason.NO_REPLICA,
+        ),
+        (
+            {"unserved": Refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, Reason.NO_ROOM, "no room")},
+            Reason.NO_ROOM,
+        ),
         # Order: a late item is refused as late even when everything else is wrong too.
         ({"deadline": NOW - 1, "accepting": False, "max_rows": None}, Reason.DEADLINE),
     ],
@@ -45,7 +53,7 @@ def test_item_checks(overrides: dict[str, object], reason: Reason | None) -> Non
 
 
 def test_bad_rows_name_the_field() -> None:
-    refusal = check_item(NOW, NOW + 1, True, "m:1", 8, 9, "")
+    refusal = check_item(NOW, NOW + 1, True, "m:1", 8, 9, None)
     assert refusal is not None and refusal.code == grpc.StatusCode.INVALID_ARGUMENT
     assert refusal.violations == [("inputs", "rows must be 1..8")]
 

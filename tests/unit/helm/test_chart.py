@@ -3,6 +3,7 @@ manifest validated against a current Kubernetes schema (kubernetes-validate)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,8 @@ import helm_python as helm
 import kubernetes_validate
 import pytest
 import yaml
+
+from ferryman_rollouts.settings import RolloutSettings
 
 CHART = Path(__file__).resolve().parents[3] / "helm" / "ferryman"
 KUBE_VERSION = kubernetes_validate.latest_version()
@@ -201,10 +204,37 @@ def test_scrape_targets_serve_metrics_and_pools_scale_on_their_own_queues() -> N
     (monitor,) = by_kind(docs, "ServiceMonitor")
     assert monitor["spec"]["targetLabels"] == ["app.kubernetes.io/component"]
     (scaled,) = by_kind(docs, "ScaledObject")
-    assert scaled["spec"]["triggers"][0]["metadata"]["query"] == (
+    queue = scaled["spec"]["triggers"][0]
+    assert queue["metadata"]["query"] == (
         'sum(ferryman_queue_depth{model="mlp",version="1"}'
         ' or ferryman_queue_depth{model="minilm",version="1"})'
     )
+
+
+def test_a_pool_scales_ahead_of_its_forecast_and_down_to_zero() -> None:
+    docs = render(ALL_ON)
+    (scaled,) = by_kind(docs, "ScaledObject")
+    _, ahead = scaled["spec"]["triggers"]
+    assert ahead["metadata"]["query"] == 'max(ferryman_forecast_replicas{pool="gpu"})'
+    assert ahead["metadata"]["threshold"] == "1", "as many replicas as the forecast says"
+    assert scaled["spec"]["idleReplicaCount"] == 0 < scaled["spec"]["minReplicaCount"]
+    workloads = {d["metadata"]["name"]: d for d in by_kind(docs, "Deployment")}
+    rollouts = {e["name"]: e.get("value") for e in containers(workloads["fm-ferryman-rollouts"])[0]["env"]}
+    assert json.loads(rollouts["FERRYMAN_ROLLOUT_FORECAST_POOLS"]) == {
+        "gpu": 'sum(rate(ferryman_requests_total{model="mlp"}[5m]))'
+    }
+    assert RolloutSettings(
+        prometheus_url="http://p:9090",
+        forecast_pools=json.loads(rollouts["FERRYMAN_ROLLOUT_FORECAST_POOLS"]),
+        forecast_per_replica=float(rollouts["FERRYMAN_ROLLOUT_FORECAST_PER_REPLICA"]),
+        forecast_lead_s=float(rollouts["FERRYMAN_ROLLOUT_FORECAST_LEAD_S"]),
+    ).forecast_pools == {"gpu": 'sum(rate(ferryman_requests_total{model="mlp"}[5m]))'}
+    batcher = {e["name"]: e.get("value") for e in containers(workloads["fm-ferryman-batcher"])[0]["env"]}
+    assert batcher["FERRYMAN_BATCHER_HOLD_FOR_NODE"] == "true", "a pool at zero: requests wait for a node"
+    plain = {d["metadata"]["name"]: d for d in by_kind(render(DEFAULTS), "Deployment")}
+    assert "FERRYMAN_BATCHER_HOLD_FOR_NODE" not in {
+        e["name"] for e in containers(plain["fm-ferryman-batcher"])[0]["env"]
+    }
 
 
 def pods(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,0 +1,237 @@
+"""Loads on demand: a version that no node serves is loaded, when a request wants it, on the
+node with room (``ferryman_kernel.placement.place`` over what the nodes report), evicting
+that node's least recently used idle versions when it must. One load per version at a
+time; requests wait for it within their own deadlines, and a load that fails is not tried
+again for ``demand_retry_s`` (its refusal answers meanwhile), so a broken or oversized
+version costs the nodes one attempt, not one per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import grpc
+
+from batcher.metrics import BatcherMetrics
+from batcher.node_client import NodeCallError
+from batcher.settings import BatcherSettings
+from ferryman.durations import seconds_of
+from ferryman.errors import Reason
+from ferryman.v1 import node_pb2
+from ferryman_kernel.placement import Held, NodeRoom, Placement, place
+from registry.specs import version_spec
+
+if TYPE_CHECKING:
+    from batcher.replicas import Replica, ReplicaDirectory
+
+log = logging.getLogger("ferryman.batcher.loads")
+NODE_INFO_TIMEOUT_S = 2.0
+MIB = 1 << 20
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+
+
+@dataclass(frozen=True)
+class LoadRefusal:
+    """Why a version could not be loaded: what its requests are answered meanwhile."""
+
+    code: grpc.StatusCode
+    reason: Reason
+    message: str
+    until: float
+
+
+def room_of(info: node_pb2.NodeInfoResponse) -> NodeRoom:
+    """A node's NodeInfo as the placement policy sees it (failed versions hold nothing)."""
+    held = tuple(
+        Held(
+            key=f"{v.model}:{v.version}",
+            bytes=v.memory_bytes,
+            idle_s=seconds_of(v.idle_for),
+            pinned=v.pinned,
+            busy=v.in_flight > 0 or v.state != node_pb2.VERSION_STATE_SERVING,
+        )
+        for v in info.versions
+        if v.state != node_pb2.VERSION_STATE_FAILED
+    )
+    return NodeRoom(info.name, info.memory_budget or info.memory_total, held)
+
+
+class DemandLoads:
+    """The directory's loads on demand (``ReplicaDirectory.loads``)."""
+
+    def __init__(
+        self,
+        directory: ReplicaDirectory,
+        settings: BatcherSettings,
+        metrics: BatcherMetrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._directory = directory
+        self._settings = settings
+        self._metrics = metrics
+        self._clock = clock
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._refused: dict[str, LoadRefusal] = {}
+        self._next_more: dict[str, float] = {}
+        """When one more replica of a version may next be tried for."""
+        self._footprints: dict[str, int] = {}
+        """Bytes each version measured where it last loaded: the next load's expectation."""
+        self.listeners: list[Callable[[], None]] = []
+        """Called when a load ends, either way (queues waiting on it look again)."""
+
+    @property
+    def enabled(self) -> bool:
+        return self._settings.load_on_demand
+
+    def pending(self, key: str) -> bool:
+        return key in self._running
+
+    def refusal(self, key: str) -> LoadRefusal | None:
+        """The last load's failure, while it still answers for the version."""
+        refused = self._refused.get(key)
+        if refused is not None and refused.until <= self._clock():
+            del self._refused[key]
+            return None
+        return refused
+
+    def want(self, key: str, *, more: bool = False) -> bool:
+        """Start loading ``key`` unless a load of it runs or failed lately; ``more``: one
+        more replica of a version that has some (only where it fits without evicting).
+        Whether a load of it is now under way."""
+        if not self.enabled or key not in self._directory.rows or self._directory.failures.get(key):
+            return False  # a version that failed on a node is answered with why, not retried
+        if key in self._running:
+            return True
+        if not self._directory.replicas and self._settings.hold_for_node:
+            return True  # scaled to zero: the queue's depth wakes a node, then it loads
+        if self.refusal(key) is not None or (not more and self._directory.ready(key)):
+            return False
+        if more:  # at most one attempt per retry period: a full fleet is asked once
+            if self._clock() < self._next_more.get(key, 0.0):
+                return False
+            self._next_more[key] = self._clock() + self._settings.demand_retry_s
+        self._running[key] = asyncio.create_task(self._load(key, more))
+        return True
+
+    async def wait(self, key: str, timeout_s: float) -> None:
+        """Until the load of ``key`` under way ends (or, with no node at all, until one
+        registers), or ``timeout_s``."""
+        task = self._running.get(key)
+        waited = asyncio.shield(task) if task is not None else self._directory.nodes_changed.wait()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waited, max(0.0, timeout_s))
+
+    async def _load(self, key: str, more: bool) -> None:
+        try:
+            await self._place(key, more)
+        except Exception as exc:  # a load must never take the batcher down
+            log.exception("load on demand of %s failed", key)
+            self._refuse(key, grpc.StatusCode.UNAVAILABLE, Reason.NO_REPLICA, f"loading {key} failed: {exc}")
+        finally:
+            del self._running[key]
+            for listener in self.listeners:
+                listener()
+
+    async def _rooms(self) -> list[tuple[Replica, NodeRoom]]:
+        """Every live node's memory, asked now (a node that does not answer is passed over)."""
+        replicas = list(self._directory.replicas.values())
+        infos = await asyncio.gather(
+            *(r.node.node_info(NODE_INFO_TIMEOUT_S) for r in replicas), return_exceptions=True
+        )
+        return [
+            (replica, room_of(info))
+            for replica, info in zip(replicas, infos, strict=True)
+            if isinstance(info, node_pb2.NodeInfoResponse) and info.lifecycle == "READY"
+        ]
+
+    async def _place(self, key: str, more: bool) -> None:
+        rooms = await self._rooms()
+        if not rooms:
+            self._refuse(key, UNAVAILABLE, Reason.NO_REPLICA, f"no ready node to load {key} on")
+            return
+        measured = [h.bytes for _, room in rooms for h in room.held if h.key == key]
+        need = max([self._footprints.get(key, 0), *measured])
+        model, _, version = key.partition(":")
+        labels = {"model": model, "version": version}
+        # Each round either learns the real need (a node that counted more than expected)
+        # or rules a node out, so this ends.
+        for _ in range(2 * len(rooms) + 1):
+            decision = self._decide(rooms, key, need, more)
+            if decision is None:
+                break
+            replica = next(r for r, room in rooms if room.name == decision.node)
+            evict = bool(decision.evict)
+            answer = await self._load_on(replica, key, need, evict=evict)
+            if answer is None:
+                return
+            self._directory.note_evicted(replica, answer.evicted)
+            if answer.state == node_pb2.VERSION_STATE_SERVING:
+                self._metrics.demand_loads.labels(**labels, outcome="loaded").inc()
+                await self._directory.note_loaded(replica, key)
+                log.info("loaded %s on %s on demand (evicted: %s)", key, replica.name, list(answer.evicted))
+                return
+            if not answer.no_room:
+                self._metrics.demand_loads.labels(**labels, outcome="failed").inc()
+                self._refuse(key, UNAVAILABLE, Reason.NO_REPLICA, f"{replica.name}: {answer.reason}")
+                return
+            if answer.memory_bytes > need:  # decide again, knowing what it needs
+                need = answer.memory_bytes
+            else:  # that node has less room than it reported: the others may have some
+                rooms = [(r, room) for r, room in rooms if r is not replica]
+        self._metrics.demand_loads.labels(**labels, outcome="no_room").inc()
+        if not more:
+            self._refuse(
+                key,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                Reason.NO_ROOM,
+                f"no node has room for {key}"
+                + (f" ({need / MIB:,.0f} MiB)" if need else "")
+                + ", even after evicting the idle versions nothing pins",
+            )
+
+    @staticmethod
+    def _decide(rooms: list[tuple[Replica, NodeRoom]], key: str, need: int, more: bool) -> Placement | None:
+        """Where: a node already loading ``key`` (a placement, another batcher's load) is
+        waited on, not doubled; else the policy's choice."""
+        if not more:
+            for _, room in rooms:
+                if room.holds(key):
+                    return Placement(room.name)
+        decision = place([room for _, room in rooms], key, need)
+        if decision is not None and more and decision.evict:
+            return None  # one more replica never pushes another version out
+        return decision
+
+    async def _load_on(
+        self, replica: Replica, key: str, need: int, *, evict: bool
+    ) -> node_pb2.LoadModelResponse | None:
+        spec = version_spec(*self._directory.rows[key])
+        request = node_pb2.LoadModelRequest(spec=spec, memory_bytes=need, evict=evict)
+        try:
+            answer = await replica.node.load_model(request, self._settings.demand_load_timeout_s)
+        except NodeCallError as exc:
+            self._refuse(
+                key, grpc.StatusCode.UNAVAILABLE, Reason.NO_REPLICA, f"{replica.name}: {exc.details}"
+            )
+            return None
+        for loaded in (await self._info(replica)).versions:
+            if f"{loaded.model}:{loaded.version}" == key and loaded.memory_bytes:
+                self._footprints[key] = loaded.memory_bytes
+        return answer
+
+    @staticmethod
+    async def _info(replica: Replica) -> node_pb2.NodeInfoResponse:
+        try:
+            return await replica.node.node_info(NODE_INFO_TIMEOUT_S)
+        except NodeCallError:
+            return node_pb2.NodeInfoResponse()
+
+    def _refuse(self, key: str, code: grpc.StatusCode, reason: Reason, message: str) -> None:
+        log.warning("load on demand of %s refused: %s", key, message)
+        self._refused[key] = LoadRefusal(code, reason, message, self._clock() + self._settings.demand_retry_s)

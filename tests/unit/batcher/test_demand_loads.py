@@ -1,0 +1,175 @@
+"""Loads on demand in the batcher, over fake nodes: a version no node serves is loaded where
+there is room and its requests are answered; one load however many requests wait; a load
+that cannot happen answers its requests with why, once, not one attempt per request."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+from batcher_fakes import FakeNode, Registry, real_time_batcher
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2
+
+from batcher.settings import BatcherSettings
+from ferryman.errors import Reason
+from ferryman.v1 import batcher_pb2, common_pb2, node_pb2
+from registry.snapshot import NodeVersions
+from registry.tables import ModelVersion
+
+COLD = "cold:1"
+MIB = 1 << 20
+SCHEMA = {
+    "inputs": [{"name": "input", "dtype": "FP32", "shape": [-1, 2]}],
+    "outputs": [{"name": "output", "dtype": "FP32", "shape": [-1, 2]}],
+}
+NO_ROOM = node_pb2.LoadModelResponse(state=node_pb2.VERSION_STATE_FAILED, reason="no room", no_room=True)
+
+
+class ColdVersion(Registry):
+    """Two live nodes serving ``m:1``; ``cold:1`` is registered and placed nowhere."""
+
+    def all_versions(self) -> list[tuple[str, ModelVersion]]:
+        cold = ModelVersion(
+            model_id=2, version="1", artifact_uri="/a", sha256="", format="python", io_schema=SCHEMA
+        )
+        return [*super().all_versions(), ("cold", cold)]
+
+    def node_versions(self, heartbeat_timeout_s: float) -> NodeVersions:
+        ready = super().node_versions(heartbeat_timeout_s).ready
+        return NodeVersions(ready=ready, failed={}, nodes={"n1": "n1:1", "n2": "n2:1"})
+
+
+def item(index: int) -> batcher_pb2.SubmitItem:
+    """Distinct inputs: nothing coalesces."""
+    data = index.to_bytes(4, "little") + bytes(4)
+    tensor = common_pb2.Tensor(dtype=common_pb2.DATA_TYPE_FP32, shape=[1, 2], data=data)
+    submitted = batcher_pb2.SubmitItem(
+        request_id=f"r{index}",
+        tenant="t",
+        model="cold",
+        version="1",
+        inputs=[common_pb2.NamedTensor(name="input", tensor=tensor)],
+    )
+    submitted.time_budget.FromSeconds(5)
+    return submitted
+
+
+async def submit_all(
+    nodes: dict[str, FakeNode], count: int, **settings: object
+) -> list[batcher_pb2.ItemResult]:
+    _, service = await real_time_batcher(
+        BatcherSettings(**settings),  # type: ignore[arg-type]
+        ColdVersion(),
+        nodes,
+    )
+    results, done = collector(count)
+    for i in range(count):
+        service.submit(item(i), results.append, stream=1)
+    async with asyncio.timeout(10):
+        await done.wait()
+    await service.close()
+    return results
+
+
+class Results(list[batcher_pb2.ItemResult]):
+    """A sink that sets ``done`` once ``count`` results came."""
+
+    def __init__(self, count: int, done: asyncio.Event) -> None:
+        super().__init__()
+        self._count, self._done = count, done
+
+    def append(self, result: batcher_pb2.ItemResult) -> None:
+        super().append(result)
+        if len(self) >= self._count:
+            self._done.set()
+
+
+def collector(count: int) -> tuple[Results, asyncio.Event]:
+    done = asyncio.Event()
+    return Results(count, done), done
+
+
+async def test_a_version_placed_nowhere_is_loaded_where_most_room_is_and_answered() -> None:
+    nodes = {
+        "n1": FakeNode("n1", budget=100 * MIB, held={"x:1": 80 * MIB}),
+        "n2": FakeNode("n2", budget=100 * MIB),
+    }
+    results = await submit_all(nodes, 5)
+    assert [r.status.code for r in results] == [0] * 5
+    assert nodes["n2"].loads == [COLD] and nodes["n1"].loads == [], "one load, on the node with room"
+    assert sum(len(c) for c in nodes["n2"].calls) == 5 and not nodes["n1"].calls
+
+
+async def test_no_room_on_any_node_is_resource_exhausted_and_tried_once() -> None:
+    nodes = {"n1": FakeNode("n1", load_answer=NO_ROOM), "n2": FakeNode("n2", load_answer=NO_ROOM)}
+    results = await submit_all(nodes, 3)
+    assert {r.status.code for r in results} == {grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]}
+    assert "no node has room for cold:1" in results[0].status.message
+    assert results[0].status.details, "with its reason"
+    assert sorted(nodes["n1"].loads + nodes["n2"].loads) == [COLD, COLD], (
+        "each node asked once, not per request"
+    )
+    reasons = {info.reason for r in results for d in r.status.details if (info := _error_info(d)) is not None}
+    assert reasons == {Reason.NO_ROOM}
+
+
+async def test_a_load_that_fails_answers_with_the_nodes_reason() -> None:
+    broken = node_pb2.LoadModelResponse(state=node_pb2.VERSION_STATE_FAILED, reason="sha256 mismatch")
+    nodes = {"n1": FakeNode("n1", load_answer=broken), "n2": FakeNode("n2", load_answer=broken)}
+    results = await submit_all(nodes, 2)
+    assert {r.status.code for r in results} == {grpc.StatusCode.UNAVAILABLE.value[0]}
+    assert "sha256 mismatch" in results[0].status.message
+    assert len(nodes["n1"].loads + nodes["n2"].loads) == 1, "a broken version is not tried on every node"
+
+
+async def test_off_it_is_refused_at_once_and_nothing_loads() -> None:
+    nodes = {"n1": FakeNode("n1"), "n2": FakeNode("n2")}
+    results = await submit_all(nodes, 1, load_on_demand=False)
+    assert results[0].status.code == grpc.StatusCode.UNAVAILABLE.value[0]
+    assert not nodes["n1"].loads and not nodes["n2"].loads
+
+
+def _error_info(detail: any_pb2.Any) -> error_details_pb2.ErrorInfo | None:
+    info = error_details_pb2.ErrorInfo()
+    return info if detail.Unpack(info) else None
+
+
+class ScaledToZero(ColdVersion):
+    """No live node until ``wake``: a pool scaled to zero."""
+
+    awake = False
+
+    def node_versions(self, heartbeat_timeout_s: float) -> NodeVersions:
+        if self.awake:
+            return super().node_versions(heartbeat_timeout_s)
+        return NodeVersions(ready={}, failed={})
+
+
+async def test_scaled_to_zero_the_request_waits_for_a_node_and_is_answered() -> None:
+    registry = ScaledToZero()
+    nodes = {"n1": FakeNode("n1"), "n2": FakeNode("n2")}
+    directory, service = await real_time_batcher(BatcherSettings(hold_for_node=True), registry, nodes)
+    results, done = collector(1)
+    service.submit(item(0), results.append, stream=1)
+    await asyncio.sleep(0.2)
+    assert not results, "held, not refused, while no node is up"
+    registry.awake = True  # the queue's depth woke the pool
+    await directory.refresh()
+    async with asyncio.timeout(10):
+        await done.wait()
+    await service.close()
+    assert results[0].status.code == 0, results[0].status.message
+    assert nodes["n1"].loads + nodes["n2"].loads == [COLD]
+
+
+async def test_with_no_node_and_no_hold_it_is_refused_at_once() -> None:
+    nodes = {"n1": FakeNode("n1")}
+    _, service = await real_time_batcher(BatcherSettings(), ScaledToZero(), nodes)
+    results, done = collector(1)
+    service.submit(item(0), results.append, stream=1)
+    async with asyncio.timeout(5):
+        await done.wait()
+    await service.close()
+    assert results[0].status.code == grpc.StatusCode.UNAVAILABLE.value[0]
+    assert "no ready node" in results[0].status.message
