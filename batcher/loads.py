@@ -54,7 +54,7 @@ def room_of(info: node_pb2.NodeInfoResponse) -> NodeRoom:
             bytes=v.memory_bytes,
             idle_s=seconds_of(v.idle_for),
             pinned=v.pinned,
-            busy=v.in_flight > 0 or v.state != node_pb2.VERSION_STATE_SERVING,
+            busy=not v.pinned and not v.evictable,
         )
         for v in info.versions
         if v.state != node_pb2.VERSION_STATE_FAILED

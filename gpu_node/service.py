@@ -250,7 +250,7 @@ class NodeService:
         # A base version runs its adapters' generations: busy while any of them is.
         running = {s.base for s in self.slots.values() if s.base and s.in_flight}
         held = [
-            slot.held(now)
+            slot.held(now, self.settings.evict_after_idle_s)
             for key, slot in sorted(self.slots.items())
             if key != excluding and slot.state != SlotState.FAILED
         ]
@@ -458,12 +458,13 @@ class NodeService:
 
     def info(self) -> node_pb2.NodeInfoResponse:
         total, used = self._memory()
+        settle_s = self.settings.evict_after_idle_s
         return node_pb2.NodeInfoResponse(
             name=self.settings.name,
             device=str(self.device),
             memory_total=total,
             memory_used=used,
-            versions=[slot.to_proto() for _, slot in sorted(self.slots.items())],
+            versions=[slot.to_proto(settle_s) for _, slot in sorted(self.slots.items())],
             lifecycle=self.lifecycle.value,
             capacity=self.settings.capacity,
             memory_budget=self.budget(),

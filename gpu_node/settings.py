@@ -49,6 +49,10 @@ class NodeSettings(BaseSettings):
     device's memory: a GPU's, or the host's on a CPU). A load that would pass it evicts the
     least recently used versions nothing pins or runs, when its caller allows (a load on
     demand, a placement), or is refused."""
+    evict_after_idle_s: float = Field(default=30.0, ge=0)
+    """A version may be evicted only once it has run nothing for this long. A tenant that
+    cycles through versions cannot keep pushing out the one another tenant is using: past
+    this, its loads are refused for want of room, and retried later."""
     drain_grace_s: float = Field(default=30.0, ge=0)
     """How long SIGTERM waits for in-flight batches."""
     warmup_runs: int = Field(default=2, ge=1)

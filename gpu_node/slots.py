@@ -121,7 +121,8 @@ class ModelSlot:
         if self.in_flight == 0:
             self.idle.set()
 
-    def to_proto(self) -> node_pb2.LoadedVersion:
+    def to_proto(self, settle_s: float = 0.0) -> node_pb2.LoadedVersion:
+        held = self.held(time.monotonic(), settle_s)
         loaded = node_pb2.LoadedVersion(
             model=self.spec.model,
             version=self.spec.version,
@@ -132,8 +133,9 @@ class ModelSlot:
             in_flight=self.in_flight,
             memory_bytes=self.memory_bytes,
             pinned=self.pinned,
+            evictable=held.evictable,
         )
-        set_seconds(loaded.idle_for, self.idle_s())
+        set_seconds(loaded.idle_for, held.idle_s)
         return loaded
 
     def idle_s(self, now: float | None = None) -> float:
@@ -142,7 +144,9 @@ class ModelSlot:
             return 0.0
         return max(0.0, (time.monotonic() if now is None else now) - self.last_used)
 
-    def held(self, now: float) -> Held:
-        """What the placement policy sees of it (a loading one is busy: not evictable)."""
-        busy = self.in_flight > 0 or self.state != SlotState.SERVING
-        return Held(self.key, self.memory_bytes, self.idle_s(now), self.pinned, busy)
+    def held(self, now: float, settle_s: float = 0.0) -> Held:
+        """What the placement policy sees of it: busy (not evictable) while it loads or
+        runs something, or until it has been idle ``settle_s``."""
+        idle = self.idle_s(now)
+        busy = self.in_flight > 0 or self.state != SlotState.SERVING or idle < settle_s
+        return Held(self.key, self.memory_bytes, idle, self.pinned, busy)

@@ -89,6 +89,7 @@ class FakeNode:
                 version=key.partition(":")[2],
                 state=node_pb2.VERSION_STATE_SERVING,
                 memory_bytes=size,
+                evictable=True,
             )
             for key, size in self.held.items()
         ]

@@ -197,7 +197,7 @@ class LatencyPoint(_message.Message):
     def __init__(self, batch_size: _Optional[int] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LoadedVersion(_message.Message):
-    __slots__ = ("model", "version", "state", "reason", "max_batch_size", "profile", "in_flight", "memory_bytes", "pinned", "idle_for")
+    __slots__ = ("model", "version", "state", "reason", "max_batch_size", "profile", "in_flight", "memory_bytes", "pinned", "idle_for", "evictable")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -208,6 +208,7 @@ class LoadedVersion(_message.Message):
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     PINNED_FIELD_NUMBER: _ClassVar[int]
     IDLE_FOR_FIELD_NUMBER: _ClassVar[int]
+    EVICTABLE_FIELD_NUMBER: _ClassVar[int]
     model: str
     version: str
     state: VersionState
@@ -218,7 +219,8 @@ class LoadedVersion(_message.Message):
     memory_bytes: int
     pinned: bool
     idle_for: _duration_pb2.Duration
-    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., state: _Optional[_Union[VersionState, str]] = ..., reason: _Optional[str] = ..., max_batch_size: _Optional[int] = ..., profile: _Optional[_Iterable[_Union[LatencyPoint, _Mapping]]] = ..., in_flight: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., pinned: bool = ..., idle_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    evictable: bool
+    def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., state: _Optional[_Union[VersionState, str]] = ..., reason: _Optional[str] = ..., max_batch_size: _Optional[int] = ..., profile: _Optional[_Iterable[_Union[LatencyPoint, _Mapping]]] = ..., in_flight: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., pinned: bool = ..., idle_for: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., evictable: bool = ...) -> None: ...
 
 class NodeInfoResponse(_message.Message):
     __slots__ = ("name", "device", "memory_total", "memory_used", "versions", "lifecycle", "capacity", "memory_budget")

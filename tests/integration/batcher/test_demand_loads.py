@@ -95,7 +95,11 @@ def test_three_versions_on_two_nodes_that_each_hold_one(tmp_path: Path) -> None:
     nodes, addresses = [], {}
     for name in ("n1", "n2"):
         settings = node_settings(
-            name=name, use_registry=True, heartbeat_interval_s=0.2, memory_budget_bytes=BUDGET
+            name=name,
+            use_registry=True,
+            heartbeat_interval_s=0.2,
+            memory_budget_bytes=BUDGET,
+            evict_after_idle_s=0,  # the test's requests are a moment apart
         )
         node = ServiceThread(node_main(settings, common), name)
         nodes.append(node)

@@ -119,3 +119,19 @@ def test_slot_state_machine() -> None:
         slot.move(SlotState.LOADING)
     slot.move(SlotState.UNLOADING)
     assert slot.to_proto().state == node_pb2.VERSION_STATE_UNLOADING
+
+
+def test_a_version_is_evictable_only_when_serving_idle_settled_and_unpinned() -> None:
+    slot = ModelSlot(spec=node_pb2.ModelVersionSpec(model="m", version="1"), profile=LatencyProfile(0.2))
+    start = slot.last_used
+    assert slot.held(start + 60).busy, "still loading"
+    slot.move(SlotState.SERVING)
+    assert slot.held(start + 60, settle_s=30).evictable
+    assert not slot.held(start + 10, settle_s=30).evictable, "not idle long enough: no thrash"
+    slot.begin()
+    assert not slot.held(start + 60).evictable, "running a batch"
+    assert slot.held(start + 60).idle_s == 0.0
+    slot.end()
+    slot.pinned = True
+    assert not slot.held(slot.last_used + 60).evictable, "a placement pins it"
+    assert slot.to_proto().pinned and not slot.to_proto().evictable
