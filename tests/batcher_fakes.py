@@ -172,7 +172,7 @@ class Letters:
         return True
 
 
-async def rig(**settings: object) -> Rig:
+async def rig(registry: ReplicaSource | None = None, **settings: object) -> Rig:
     config = BatcherSettings(retry_backoff_s=0, **settings)  # type: ignore[arg-type]
     nodes = {name: FakeNode(name) for name in NODES}
     by_address = {f"{name}:1": node for name, node in nodes.items()}
@@ -184,7 +184,7 @@ async def rig(**settings: object) -> Rig:
     metrics = BatcherMetrics()
     directory = ReplicaDirectory(
         config,
-        Registry(),
+        registry or Registry(),
         metrics,
         Security(),
         clock=clock,

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from batcher_fakes import GENERATED, KEY, Rig, rig
+from batcher_fakes import GENERATED, KEY, Registry, Rig, rig
 
 from batcher.generation import GenerationRelay
 from ferryman.errors import CallFailed, Reason, status_code, unpack_details
 from ferryman.v1 import batcher_pb2, node_pb2
+from registry.snapshot import NodeVersions
+from registry.tables import ModelVersion
 
 DEADLINE = 1010.0
 
@@ -112,3 +114,43 @@ async def test_a_caller_that_leaves_releases_its_replica() -> None:
     assert sum(replica.generations for replica in r.directory.replicas.values()) == 1
     await events.aclose()
     assert sum(replica.generations for replica in r.directory.replicas.values()) == 0
+
+
+class ColdVersion(Registry):
+    """``m:cold`` is registered and served by no node (both nodes are live)."""
+
+    def all_versions(self) -> list[tuple[str, ModelVersion]]:
+        cold = ModelVersion(
+            model_id=1, version="cold", artifact_uri="/lm", sha256="", format="causal_lm", io_schema=LM_SCHEMA
+        )
+        return [*super().all_versions(), ("m", cold)]
+
+    def node_versions(self, heartbeat_timeout_s: float) -> NodeVersions:
+        ready = super().node_versions(heartbeat_timeout_s).ready
+        return NodeVersions(ready=ready, failed={}, nodes={"n1": "n1:1", "n2": "n2:1"})
+
+
+LM_SCHEMA = {
+    "inputs": [{"name": "text", "text": True}],
+    "outputs": [{"name": "ids", "dtype": "INT64", "shape": [1]}],
+}
+
+
+async def test_a_generation_for_a_version_no_node_serves_waits_for_its_load() -> None:
+    r = await rig(ColdVersion())
+    events = await collect(relay(r), request(version="cold"))
+    assert len(events) == GENERATED
+    assert r.nodes["n1"].loads + r.nodes["n2"].loads == ["m:cold"], "loaded once, on one node"
+    (where,) = [name for name, node in r.nodes.items() if node.generations == ["g1"]]
+    assert r.nodes[where].loads == ["m:cold"], "it ran where it was loaded"
+
+
+async def test_a_generation_whose_load_fails_is_refused_with_the_nodes_reason() -> None:
+    r = await rig(ColdVersion())
+    broken = node_pb2.LoadModelResponse(state=node_pb2.VERSION_STATE_FAILED, reason="not a GGUF file")
+    for node in r.nodes.values():
+        node.load_answer = broken
+    with pytest.raises(CallFailed) as failed:
+        await collect(relay(r), request(version="cold"))
+    assert status_code(failed.value.status) == grpc.StatusCode.UNAVAILABLE
+    assert "not a GGUF file" in failed.value.status.message
