@@ -23,6 +23,7 @@ from opentelemetry.trace import SpanKind
 from ferryman.durations import seconds_of, set_seconds
 from ferryman.v1 import node_pb2
 from ferryman_kernel.artifacts import artifact_path
+from ferryman_kernel.host import usable_memory
 from ferryman_kernel.placement import NodeRoom, victims
 from ferryman_kernel.serving import NOT_SERVING, SERVING
 from ferryman_kernel.telemetry import links, parent_context, tracer
@@ -498,8 +499,6 @@ class NodeService:
         if self.device.type == "cuda":
             free, total = torch.cuda.mem_get_info(self.device)
             return int(total), int(total - free)
-        page = os.sysconf("SC_PAGE_SIZE")
-        total = os.sysconf("SC_PHYS_PAGES") * page
         with open("/proc/self/statm") as statm:
-            resident = int(statm.read().split()[1]) * page
-        return int(total), resident
+            resident = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return usable_memory(), resident

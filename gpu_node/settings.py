@@ -46,7 +46,7 @@ class NodeSettings(BaseSettings):
     since it started (one already loading, serving or failed is left as it is)."""
     memory_budget_bytes: int = Field(default=0, ge=0)
     """What this node's versions may hold together, as each measured at load (0: the
-    device's memory: a GPU's, or the host's on a CPU). A load that would pass it evicts the
+    device's memory: a GPU's, or on a CPU the host's, or its container's limit if lower). A load that would pass it evicts the
     least recently used versions nothing pins or runs, when its caller allows (a load on
     demand, a placement), or is refused."""
     evict_after_idle_s: float = Field(default=30.0, ge=0)

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import pytest
+
+from ferryman_kernel import host
 from ferryman_kernel.host import node_torch_threads, service_cores
 from gpu_node.settings import NodeSettings
 
@@ -20,3 +26,19 @@ def test_node_settings_fill_only_what_was_left_to_the_host() -> None:
     assert NodeSettings(torch_threads=2).sized("cpu", cores=8).torch_threads == 2
     # On a GPU the CPU threads stay torch's own choice.
     assert NodeSettings(torch_threads=0).sized("cuda", cores=8).torch_threads == 0
+
+
+def test_usable_memory_is_the_containers_limit_when_lower(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
+    monkeypatch.setattr(host, "CGROUP_MEMORY_LIMITS", (v2, v1))
+    assert host.usable_memory() == physical, "no cgroup file: the machine's"
+    v2.write_text("max\n")
+    v1.write_text(f"{2 << 30}\n")
+    assert host.usable_memory() == min(physical, 2 << 30), "v2 unlimited: v1's limit"
+    v2.write_text(f"{1 << 30}\n")
+    assert host.usable_memory() == min(physical, 1 << 30)
+    v2.write_text(f"{physical * 4}\n")
+    assert host.usable_memory() == physical, "a limit above the machine's memory is the machine's"
