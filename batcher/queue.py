@@ -185,14 +185,16 @@ class VersionQueue:
             arrival_rate=self.arrivals.rate(now),
         )
         fair, policy = self._fair_view(capacity.free_slots, now)
-        scale_out_s = self._scale_out_after_s
-        if capacity.free_slots <= 0 and scale_out_s and now - self.entries[0].arrival >= scale_out_s:
-            self._directory.loads.want(self.version_key, more=True)
+        scale_out_in = self._scale_out(capacity.free_slots, now)
         if not self.draining and (capacity.free_slots <= 0 or self._tenant_rows.keys() <= fair.blocked):
             # Nobody queued here may take a slot: a full decision (every item ordered and
             # priced) would dispatch nothing. Sleep until a slot frees (the dispatcher wakes
-            # every queue) or the most urgent item could no longer be run in time.
-            return self._expire_late(now)
+            # every queue), the most urgent item could no longer be run in time, or its
+            # wait asks for one more replica.
+            late_in = self._expire_late(now)
+            if scale_out_in is None or late_in is None:
+                return late_in
+            return min(late_in, scale_out_in)
         decision = decide(now, self.entries, self.config, self.predictor, load, self.draining, fair)
         self.last_decision_window, self.last_target_rows = decision.window_s, decision.target_rows
         for index in decision.expired:
@@ -216,6 +218,17 @@ class VersionQueue:
         if decision.wake_at is None:
             return None
         return max(0.0, decision.wake_at - now)
+
+    def _scale_out(self, free_slots: int, now: float) -> float | None:
+        """With every slot taken, ask for one more replica once the oldest item has waited
+        ``scale_out_after_s``; returns the seconds until it will have (None: not now)."""
+        if free_slots > 0 or not self._scale_out_after_s or not self.entries:
+            return None
+        left = self._scale_out_after_s - (now - self.entries[0].arrival)
+        if left > 0:
+            return left
+        self._directory.loads.want(self.version_key, more=True)
+        return None
 
     def _expire_late(self, now: float) -> float | None:
         """Fail the items that can no longer be run in time (as ``decide`` would); returns

@@ -46,9 +46,9 @@ class NodeSettings(BaseSettings):
     since it started (one already loading, serving or failed is left as it is)."""
     memory_budget_bytes: int = Field(default=0, ge=0)
     """What this node's versions may hold together, as each measured at load (0: the
-    device's memory: a GPU's, or on a CPU the host's, or its container's limit if lower). A load that would pass it evicts the
-    least recently used versions nothing pins or runs, when its caller allows (a load on
-    demand, a placement), or is refused."""
+    device's memory: a GPU's, or on a CPU the host's, or its container's limit if lower). A
+    load that would pass it evicts the least recently used versions nothing pins or runs,
+    when its caller allows (a load on demand, a placement), or is refused."""
     evict_after_idle_s: float = Field(default=30.0, ge=0)
     """A version may be evicted only once it has run nothing for this long. A tenant that
     cycles through versions cannot keep pushing out the one another tenant is using: past

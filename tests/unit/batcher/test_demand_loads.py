@@ -173,3 +173,62 @@ async def test_with_no_node_and_no_hold_it_is_refused_at_once() -> None:
     await service.close()
     assert results[0].status.code == grpc.StatusCode.UNAVAILABLE.value[0]
     assert "no ready node" in results[0].status.message
+
+
+class OnOneNode(ColdVersion):
+    """``m:1`` (one row a batch) served by n1 alone; n2 is live and serves nothing."""
+
+    def all_versions(self) -> list[tuple[str, ModelVersion]]:
+        one = ModelVersion(
+            model_id=1,
+            version="1",
+            artifact_uri="/m",
+            sha256="",
+            format="python",
+            io_schema=SCHEMA,
+            max_batch_size=1,
+        )
+        return [("m", one)]
+
+    def node_versions(self, heartbeat_timeout_s: float) -> NodeVersions:
+        return NodeVersions(ready={"m:1": [("n1", "n1:1")]}, failed={}, nodes={"n1": "n1:1", "n2": "n2:1"})
+
+
+def hot_item(index: int) -> batcher_pb2.SubmitItem:
+    submitted = item(index)
+    submitted.model = "m"
+    return submitted
+
+
+async def test_a_version_whose_replicas_stay_busy_gets_one_more_where_it_fits() -> None:
+    nodes = {"n1": FakeNode("n1", slow_s=0.3, capacity=1), "n2": FakeNode("n2", budget=100 * MIB)}
+    settings = BatcherSettings(
+        scale_out_after_s=0.05, max_tenant_inflight_per_node=1, max_inflight_per_node=1
+    )
+    _, service = await real_time_batcher(settings, OnOneNode(), nodes)
+    results, done = collector(6)
+    for i in range(6):
+        service.submit(hot_item(i), results.append, stream=1)
+    async with asyncio.timeout(10):
+        await done.wait()
+    await service.close()
+    assert [r.status.code for r in results] == [0] * 6
+    assert nodes["n2"].loads == ["m:1"], "one more replica, on the node without one"
+    assert nodes["n2"].calls, "and it took batches"
+
+
+async def test_one_more_replica_never_evicts_another_version() -> None:
+    full = FakeNode("n2", budget=100 * MIB, held={"other:1": 100 * MIB})
+    nodes = {"n1": FakeNode("n1", slow_s=0.2, capacity=1), "n2": full}
+    settings = BatcherSettings(
+        scale_out_after_s=0.05, max_tenant_inflight_per_node=1, max_inflight_per_node=1
+    )
+    _, service = await real_time_batcher(settings, OnOneNode(), nodes)
+    results, done = collector(4)
+    for i in range(4):
+        service.submit(hot_item(i), results.append, stream=1)
+    async with asyncio.timeout(10):
+        await done.wait()
+    await service.close()
+    assert [r.status.code for r in results] == [0] * 4, "served by the one replica, in turn"
+    assert full.loads == [] and "other:1" in full.held
