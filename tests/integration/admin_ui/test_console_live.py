@@ -169,7 +169,10 @@ def test_the_console_an_operator_keeps_open(
         sidebar.get_by_text("Nodes", exact=True).click()
         expect(page.get_by_text("What is loaded where")).to_be_visible(timeout=30_000)
         placed = page.locator("table").filter(has_text="minilm:1")
-        expect(placed).to_contain_text(re.compile(r"minilm:1\s*serving\s*[1-9][\d,]* MiB"), timeout=30_000)
+        # ferryman up places its demo versions: pinned, never evicted for a load on demand.
+        expect(placed).to_contain_text(
+            re.compile(r"minilm:1\s*serving\s*[1-9][\d,]* MiB\s*pinned"), timeout=30_000
+        )
 
         # An admin adds an operator in the browser; the operator logs in elsewhere.
         sidebar.get_by_text("People", exact=True).click()
