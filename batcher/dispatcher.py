@@ -272,6 +272,11 @@ class Dispatcher:
                 # breaker (that turns overload into an outage). Hung ones fail their probe.
                 self._fail(entries, grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed while the batch ran")
                 return _SETTLED
+            if exc.code == grpc.StatusCode.FAILED_PRECONDITION:
+                # The version left that node (evicted for another's load) before its heartbeat
+                # said so: the node is healthy, only this version is gone from it.
+                self._directory.note_evicted(replica, [f"{model}:{version}"])
+                return None
             was_open = replica.breaker.state != BreakerState.CLOSED
             replica.breaker.on_failure(self._clock())
             self._directory.record_breaker(replica)

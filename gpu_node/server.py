@@ -70,11 +70,13 @@ class RegistryLink:
             log.info("version %s unloaded: no longer placed on this node", key)
         # LoRA adapters after the models: an adapter loads into its base's engine.
         for key, spec in sorted(wanted.items(), key=lambda item: local_adapter(item[1])):
-            if key not in service.slots:
+            held = service.slots.get(key)
+            if held is None or held.no_room:  # not loaded, or not yet for want of room
                 slot = (await service.load(spec, pinned=True)).slot
-                log.info("version %s: %s %s", slot.key, slot.state, slot.reason)
+                if held is None or slot.state != held.state:
+                    log.info("version %s: %s %s", slot.key, slot.state, slot.reason)
             else:
-                service.slots[key].pinned = True  # loaded on demand, placed since
+                held.pinned = True  # loaded on demand, placed since
             self._placed.add(key)
 
     async def watch_placements(self, service: NodeService) -> None:

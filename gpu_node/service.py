@@ -266,8 +266,10 @@ class NodeService:
             f"{max(0, room.budget - room.used) / MIB:,.0f} MiB of its {room.budget / MIB:,.0f} MiB budget "
             "is free and what it could evict would not make enough"
         )
-        self.metrics.no_room.labels(model=spec.model, version=spec.version).inc()
-        slot = ModelSlot(spec=spec, profile=self._profile(), pinned=pinned)
+        previous = self.slots.get(key)
+        if previous is None or not previous.no_room:  # a placement's retries count once
+            self.metrics.no_room.labels(model=spec.model, version=spec.version).inc()
+        slot = ModelSlot(spec=spec, profile=self._profile(), pinned=pinned, no_room=True)
         slot.move(SlotState.FAILED, reason)
         if pinned:  # a placement's failure is reported (heartbeat) until it is taken back
             self.slots[key] = slot

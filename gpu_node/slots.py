@@ -92,6 +92,8 @@ class ModelSlot:
     """What it holds in the node's memory, measured at load (``LoadedVersion.memory_bytes``)."""
     pinned: bool = False
     """Loaded for a placement in the registry: never evicted to make room."""
+    no_room: bool = False
+    """FAILED only for want of memory: its placement is tried again as room frees."""
     last_used: float = field(default_factory=time.monotonic)
     """When it last began a batch or a generation (or was created): eviction goes by it."""
     in_flight: int = 0

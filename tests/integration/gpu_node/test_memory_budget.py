@@ -5,7 +5,9 @@ happens, the versions it holds stay within the budget."""
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +35,9 @@ EXPECTED = 100 * MIB
 beside the pinned one, three do not."""
 HANDLER = "gpu_node.demo.echo:EchoHandler"
 SLOW_MS = 3000
+PLACED_BYTES = 60 * MIB
+"""A placed version's artifact: more than the room left beside a, d and the pinned one."""
+PLACE_WAIT_S = 30.0
 
 
 def echo_spec(artifact: Path, version: str) -> node_pb2.ModelVersionSpec:
@@ -124,6 +129,19 @@ def test_pinned_and_running_versions_stay_and_the_least_recently_used_goes(tmp_p
         assert "no room for echo:e" in too_big.reason
         assert set(held(stub)) == {"pinned", "a", "d"}
         assert held(stub)["pinned"].pinned, "the placement's version stayed throughout"
+
+        # A placement made now makes its own room: it evicts the least recently used version
+        # loaded on demand (a: its last batch began before d loaded).
+        padded = tmp_path / "placed.json"
+        padded.write_text(json.dumps({"pad": "x" * PLACED_BYTES}))
+        register(writer, "echo", "placed", padded, "python", echo.SCHEMA, handler=HANDLER, nodes=("budget",))
+        deadline = time.monotonic() + PLACE_WAIT_S
+        while "placed" not in held(stub):
+            assert time.monotonic() < deadline, held(stub)
+            time.sleep(0.1)
+        now = held(stub)
+        assert set(now) == {"pinned", "d", "placed"} and now["placed"].pinned
+        assert now["placed"].memory_bytes >= PLACED_BYTES
         evictions = sample(
             f"http://{metrics}/metrics", "ferryman_node_evictions_total", model="echo", version="b"
         )

@@ -215,3 +215,16 @@ async def test_on_a_cpu_node_one_tenant_holds_one_slot_and_another_tenant_the_ot
     gpu = await rig()
     assert gpu.dispatcher.reserve(KEY, 1, "heavy", policy=policy) is not None
     assert gpu.directory.tenant_slots(next(iter(gpu.directory.replicas.values()))) == 2
+
+
+async def test_a_version_gone_from_its_node_is_run_elsewhere_and_the_node_keeps_its_breaker() -> None:
+    """Evicted for another version's load before its heartbeat said so: the node answers
+    FAILED_PRECONDITION. It is not a sick node: its breaker stays closed, the version is
+    dropped from it at once, and the batch runs on the other replica."""
+    r = await rig()
+    r.nodes["n1"].fail = grpc.StatusCode.FAILED_PRECONDITION
+    await send(r, entries(["x0"]))
+    assert codes(r) == {"x0": 0}
+    assert state(r, "n1") == BreakerState.CLOSED
+    assert KEY not in r.directory.replicas["n1"].versions
+    assert r.nodes["n2"].calls == [["x0"]]
