@@ -77,12 +77,12 @@ def main() -> None:
                 started = time.perf_counter()
                 client.predict(f"big-{name}", x)
                 cold = time.perf_counter() - started
-                warm = []
+                warm_calls: list[float] = []
                 for _ in range(WARM_CALLS):
                     started = time.perf_counter()
                     client.predict(f"big-{name}", x)
-                    warm.append(time.perf_counter() - started)
-                rows.append((name, cold, statistics.median(warm)))
+                    warm_calls.append(time.perf_counter() - started)
+                rows.append((name, cold, statistics.median(warm_calls)))
         evicted = [
             e.entity_key.partition("@")[0]
             for e in reversed(RegistryReader(engine).audit_events(limit=100))
