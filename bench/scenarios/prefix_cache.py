@@ -28,6 +28,7 @@ from gpu_node.demo import smollm2
 from gpu_node.generation.engine import GenerationEngine
 from gpu_node.generation.llama import SlotLlama
 from gpu_node.generation.scheduler import Scheduler, Sequence, VirtualTokenCounter
+from gpu_node.generation.tokenizer import ChatTokenizer
 
 SLOTS = 8
 MAX_LEN = 2048
@@ -58,7 +59,7 @@ def system_prompt(words: int) -> str:
     return " ".join(text.split()[:words])
 
 
-def run(model: SlotLlama, tokenizer: Any, opts: argparse.Namespace, cache: bool) -> dict[str, Any]:
+def run(model: SlotLlama, tokenizer: ChatTokenizer, opts: argparse.Namespace, cache: bool) -> dict[str, Any]:
     scheduler = Scheduler(SLOTS, STEP_TOKENS, VirtualTokenCounter(), prefix_cache=cache)
     # Stop tokens ignored: both runs generate the same number of tokens.
     engine = GenerationEngine(model, scheduler, MAX_LEN, stop_tokens=())
@@ -72,8 +73,7 @@ def run(model: SlotLlama, tokenizer: Any, opts: argparse.Namespace, cache: bool)
     def ask(chat: Conversation) -> None:
         question = QUESTIONS[(chat.asked + int(chat.name[1:])) % len(QUESTIONS)]
         chat.turns.append({"role": "user", "content": question})
-        ids = tokenizer.apply_chat_template(chat.turns, add_generation_prompt=True)
-        prompt = [int(i) for i in (ids if isinstance(ids, list) else ids["input_ids"])]
+        prompt = tokenizer.chat_ids(chat.turns)
         seq_id = f"{chat.name}-{chat.asked}"
         engine.submit(Sequence(seq_id, "acme", prompt, ANSWER_TOKENS))
         live[seq_id] = (chat, time.perf_counter(), [])
@@ -118,7 +118,7 @@ def main() -> None:
     opts = parser.parse_args()
     torch.set_num_threads(1)
     artifact = smollm2.build_artifact(default_data_dir() / "models" / "smollm2")
-    tokenizer = smollm2.load_tokenizer(artifact)
+    tokenizer = ChatTokenizer(artifact)
     model = SlotLlama.from_checkpoint(artifact, smollm2.WEIGHTS, SLOTS, MAX_LEN)
     print(f"machine: {machine()}; {opts.conversations} conversations x {opts.turns} turns, one thread")
     rows = [run(model, tokenizer, opts, cache) for cache in (False, True)]

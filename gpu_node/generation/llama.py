@@ -26,6 +26,7 @@ import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -106,6 +107,54 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+LLAMA_DEFAULTS: dict[str, Any] = {
+    "head_dim": None,
+    "rms_norm_eps": 1e-6,
+    "attention_bias": False,
+    "mlp_bias": False,
+}
+"""What transformers' LlamaConfig assumes for the fields SlotLlama reads when config.json
+leaves them out."""
+DEFAULT_ROPE_THETA = 10_000.0
+
+
+def llama_config(raw: dict[str, Any]) -> SimpleNamespace:
+    """A Llama ``config.json`` as the attributes SlotLlama reads, without transformers
+    (importing it costs a node about 2 s and 160 MB at start)."""
+    values = {**LLAMA_DEFAULTS, **raw}
+    values.setdefault("num_key_value_heads", values["num_attention_heads"])
+    return SimpleNamespace(**values)
+
+
+def rope_of(config: Any) -> dict[str, Any]:
+    """A config's RoPE: ``rope_parameters`` (transformers 5), else ``rope_scaling`` and
+    ``rope_theta`` (4.x)."""
+    given = getattr(config, "rope_parameters", None)
+    if given:
+        return dict(given)
+    scaling = dict(getattr(config, "rope_scaling", None) or {})
+    scaling.setdefault("rope_type", scaling.pop("type", "default"))
+    return {**scaling, "rope_theta": getattr(config, "rope_theta", DEFAULT_ROPE_THETA)}
+
+
+def rotary_tables(config: Any, head_dim: int, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of each position's rotary angles, [max_len, head_dim], as transformers'
+    LlamaRotaryEmbedding computes them; a scaled RoPE (llama3, yarn, ...) is left to it."""
+    rope = rope_of(config)
+    if rope.get("rope_type", "default") != "default":
+        from transformers import LlamaConfig
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+        scaled = config if isinstance(config, LlamaConfig) else LlamaConfig(**vars(config))
+        cos, sin = LlamaRotaryEmbedding(scaled)(torch.empty(0), torch.arange(max_len).view(1, -1))
+        return cos[0], sin[0]
+    base = float(rope.get("rope_theta", DEFAULT_ROPE_THETA))
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    angles = torch.arange(max_len, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    both = torch.cat((angles, angles), dim=-1)
+    return both.cos(), both.sin()
+
+
 class SlotLlama:
     """``prefill`` one sequence's chunk, ``decode`` one token for many; both return the
     float32 logits of each sequence's last position."""
@@ -121,8 +170,6 @@ class SlotLlama:
     ) -> None:
         """``weights``: a ``LlamaForCausalLM`` state dict (``lm_head.weight`` may be absent
         when the embeddings are tied); each tensor is converted as it is taken."""
-        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-
         if getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
             raise ValueError("Llama projections with biases are not supported")
         device = device or torch.device("cpu")
@@ -172,9 +219,8 @@ class SlotLlama:
         """LoRA adapters by id (0 is the base model itself)."""
         self._adapter_ids = itertools.count(1)
         self._device = device
-        cos, sin = LlamaRotaryEmbedding(config)(torch.empty(0), torch.arange(max_len).view(1, -1))
-        # [max_len, head_dim]
-        self._cos, self._sin = cos[0].to(device), sin[0].to(device)
+        cos, sin = rotary_tables(config, self.head_dim, max_len)  # [max_len, head_dim]
+        self._cos, self._sin = cos.to(device), sin.to(device)
         item_bytes = torch.empty((), dtype=dtype).element_size()
         self.shape = CacheShape(len(self.layers), slots, self.kv_heads, max_len, self.head_dim, item_bytes)
         size = (self.shape.layers, slots, self.kv_heads, max_len, self.head_dim)
@@ -199,9 +245,8 @@ class SlotLlama:
         """From a directory holding ``config.json`` and safetensors weights, read one tensor
         at a time (the float32 file is never whole in memory beside its conversion)."""
         from safetensors import safe_open
-        from transformers import LlamaConfig
 
-        config = LlamaConfig(**json.loads((path / "config.json").read_text()))
+        config = llama_config(json.loads((path / "config.json").read_text()))
         with safe_open(str(path / weights_file), framework="pt") as file:
             weights = _LazyWeights(file)
             return cls(config, weights, slots, max_len, dtype, device)  # type: ignore[arg-type]

@@ -27,6 +27,7 @@ from gpu_node.generation.scheduler import (
     VirtualTokenCounter,
 )
 from gpu_node.generation.structured import StructuredOutputs
+from gpu_node.generation.tokenizer import ChatTokenizer
 from gpu_node.metrics import NodeMetrics
 
 REPLACEMENT = "\ufffd"
@@ -61,7 +62,7 @@ class EngineLimits:
 class LoadedLM:
     """What a causal-LM slot holds once loaded (before its driver starts on the loop)."""
 
-    tokenizer: Any
+    tokenizer: ChatTokenizer
     engine: GenerationEngine
     slots: int
     model: SlotLlama
@@ -69,7 +70,7 @@ class LoadedLM:
 
 def load_causal_lm(path: Path, limits: EngineLimits, device: torch.device | None = None) -> LoadedLM:
     """Load the artifact and size its engine (in a worker thread: it takes seconds)."""
-    tokenizer = smollm2.load_tokenizer(path)
+    tokenizer = ChatTokenizer(path)
     stop = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
     model = SlotLlama.from_checkpoint(
         path, smollm2.WEIGHTS, limits.slots, limits.max_len, PRECISIONS[limits.precision], device
@@ -88,7 +89,7 @@ def load_causal_lm(path: Path, limits: EngineLimits, device: torch.device | None
         stop,
     )
     # Warm up: one short generation, so the first tenant does not pay for lazy init.
-    engine.submit(Sequence("warm-up", "", tokenizer("Ferryman")["input_ids"], max_tokens=2))
+    engine.submit(Sequence("warm-up", "", tokenizer.encode("Ferryman"), max_tokens=2))
     while not engine.idle:
         engine.step()
     return LoadedLM(tokenizer, engine, limits.slots, model)
@@ -169,11 +170,8 @@ class CausalLM:
         """The prompt's token ids: chat messages through the chat template, or the raw prompt."""
         if request.messages:
             messages = [{"role": m.role, "content": m.content} for m in request.messages]
-            encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-            ids = encoded["input_ids"] if not isinstance(encoded, list) else encoded
-        else:
-            ids = self.tokenizer(request.prompt)["input_ids"]
-        return [int(i) for i in ids]
+            return self.tokenizer.chat_ids(messages, add_generation_prompt=True)
+        return self.tokenizer.encode(request.prompt)
 
     @property
     def cache_bytes(self) -> int:

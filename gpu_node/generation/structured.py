@@ -15,12 +15,12 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 import llguidance
-import llguidance.hf
 import numpy as np
 import torch
 
 from ferryman.v1 import common_pb2
 from gpu_node.generation.scheduler import FinishReason
+from gpu_node.generation.tokenizer import ChatTokenizer
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions
@@ -65,15 +65,16 @@ class JsonConstraint:
 class StructuredOutputs:
     """Constraints for one loaded model's generations; thread-safe."""
 
-    def __init__(self, hf_tokenizer: Any) -> None:
-        self._hf_tokenizer = hf_tokenizer
+    def __init__(self, tokenizer: ChatTokenizer) -> None:
+        self._chat_tokenizer = tokenizer
         self._tokenizer: Any = None
         self._lock = threading.Lock()
 
     def _llg_tokenizer(self) -> Any:
         with self._lock:
             if self._tokenizer is None:
-                self._tokenizer = llguidance.hf.from_tokenizer(self._hf_tokenizer)
+                chat = self._chat_tokenizer
+                self._tokenizer = llguidance.LLTokenizer(chat.serialized(), eos_token=chat.eos_token_id)
             return self._tokenizer
 
     def constraint(self, sampling: common_pb2.SamplingParams) -> JsonConstraint | None:

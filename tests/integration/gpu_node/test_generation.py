@@ -5,6 +5,7 @@ float16 (what a node runs by default), logits within a stated tolerance of float
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,10 @@ import torch
 
 from gpu_node.demo import smollm2
 from gpu_node.generation.engine import GenerationEngine
-from gpu_node.generation.llama import SlotLlama
+from gpu_node.generation.llama import SlotLlama, llama_config, rotary_tables
 from gpu_node.generation.runtime import IncrementalText
 from gpu_node.generation.scheduler import Admission, FinishReason, Scheduler, Sequence, VirtualTokenCounter
+from gpu_node.generation.tokenizer import ChatTokenizer
 
 # Left out of make test-fast: the real SmolLM2 model.
 pytestmark = pytest.mark.slow
@@ -220,3 +222,46 @@ def test_a_second_turn_reuses_its_tenants_prefix_and_answers_as_from_scratch(smo
     assert second == cold_tokens
     run(Sequence("b", "globex", second_prompt, 12))
     assert scheduler.prefix.reused_tokens == reused, "another tenant never reads acme's cache"
+
+
+CHATS = [[{"role": "user", "content": question}] for question, _ in QUESTIONS] + [
+    [
+        {"role": "system", "content": "Answer in one word."},
+        {"role": "user", "content": "Colour of the sky?"},
+        {"role": "assistant", "content": "Blue. ünïcödé 🚀"},
+        {"role": "user", "content": "  and at night?\n\n"},
+    ]
+]
+
+
+def test_the_nodes_tokenizer_reads_and_writes_as_transformers_does(
+    smol: tuple[Any, Any], smollm2_artifact: Path
+) -> None:
+    """The node tokenizes without transformers (gpu_node/generation/tokenizer.py): the same
+    ids for raw prompts and chat templates, the same text back, the same end token."""
+    _, reference = smol
+    ours = ChatTokenizer(smollm2_artifact)
+    assert ours.eos_token_id == reference.eos_token_id
+    for turns in CHATS:
+        assert ours.chat_ids(turns) == chat(reference, turns)
+        assert ours.chat_ids(turns, add_generation_prompt=False) == [
+            int(i) for i in reference.apply_chat_template(turns, add_generation_prompt=False)["input_ids"]
+        ]
+    for text in ("Ferryman", "  leading spaces", "émoji 🚀 and 日本語", ""):
+        assert ours.encode(text) == reference(text)["input_ids"]
+    ids = ours.chat_ids(CHATS[-1])
+    for skip in (True, False):
+        assert ours.decode(ids, skip_special_tokens=skip) == reference.decode(ids, skip_special_tokens=skip)
+
+
+def test_rotary_tables_equal_transformers(smol: tuple[Any, Any], smollm2_artifact: Path) -> None:
+    """SlotLlama's rotary angles (computed without transformers) are transformers' own."""
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    model, _ = smol
+    positions = torch.arange(MAX_LEN).view(1, -1)
+    cos, sin = LlamaRotaryEmbedding(model.config)(torch.empty(0), positions)
+    config = llama_config(json.loads((smollm2_artifact / "config.json").read_text()))
+    head_dim = model.config.hidden_size // model.config.num_attention_heads
+    ours = rotary_tables(config, head_dim, MAX_LEN)
+    assert torch.equal(ours[0], cos[0]) and torch.equal(ours[1], sin[0])
