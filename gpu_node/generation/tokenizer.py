@@ -1,10 +1,11 @@
 """A causal LM's tokenizer without transformers: the ``tokenizers`` library reads the
-artifact's ``tokenizer.json``, and its chat template renders as transformers renders it
-(a sandboxed, immutable jinja2 environment with ``trim_blocks``, ``lstrip_blocks`` and loop
-controls, the special tokens as variables, the result tokenized without added special
-tokens). Importing transformers costs a node about 2 s and 160 MB at start; this is what
-the node needs of it. ``tests/integration/gpu_node/test_generation.py`` checks ids, chat
-prompts and text against transformers' own tokenizer.
+artifact's ``tokenizer.json``, and its chat template renders as transformers renders it:
+a sandboxed, immutable jinja2 environment with ``trim_blocks``, ``lstrip_blocks``, loop
+controls and a namespace that refuses underscore names, the special tokens as variables,
+and the result tokenized without added special tokens. Importing transformers costs a
+node about 2 s and 160 MB at start; this is what the node needs of it.
+``tests/integration/gpu_node/test_generation.py`` checks ids, chat prompts and text
+against transformers' own tokenizer.
 """
 
 from __future__ import annotations
@@ -39,6 +40,25 @@ def _strftime_now(format: str) -> str:
     return datetime.now().strftime(format)
 
 
+class _Namespace(jinja2.utils.Namespace):
+    """``namespace()`` in a template, refusing underscore names (a way out of the sandbox)."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # Jinja's own signature trick
+        self, rest = args[0], args[1:]
+        for name in dict(*rest, **kwargs):
+            _Namespace._check(name)
+        jinja2.utils.Namespace.__init__(self, *rest, **kwargs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _Namespace._check(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check(name: object) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(f"a chat template may not set {name!r} on a namespace")
+
+
 def _token_text(value: object) -> str | None:
     """A special token as tokenizer_config.json writes it: a string or ``{"content": ...}``."""
     if isinstance(value, str):
@@ -67,6 +87,7 @@ class ChatTokenizer:
         environment.filters["tojson"] = _tojson
         environment.globals["raise_exception"] = _raise
         environment.globals["strftime_now"] = _strftime_now
+        environment.globals["namespace"] = _Namespace
         self._template = environment.from_string(template)
 
     def encode(self, text: str) -> list[int]:
