@@ -194,7 +194,7 @@ class Dispatcher:
                 if not self._directory.ready(key):
                     unserved = self._directory.unserved(key)
                     if unserved is not None:
-                        self._fail(entries, unserved.code, unserved.message)
+                        self._fail(entries, unserved.code, unserved.message, unserved.reason)
                         return
                     await self._directory.loads.wait(key, remaining)
                     continue
@@ -374,7 +374,7 @@ class Dispatcher:
         )
         self._finish(entry, batcher_pb2.ItemResult(status=status))
 
-    def _fail(self, entries: Sequence[Entry], code: grpc.StatusCode, message: str) -> None:
-        status = make_status(code, message, reason=code.name)
+    def _fail(self, entries: Sequence[Entry], code: grpc.StatusCode, message: str, reason: str = "") -> None:
+        status = make_status(code, message, reason=reason or code.name)
         for entry in entries:
             self._finish(entry, batcher_pb2.ItemResult(status=status))

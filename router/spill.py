@@ -30,8 +30,11 @@ from router.jobs import JobDesk
 from router.metrics import RouterMetrics
 from router.settings import RouterSettings
 
-LOAD = frozenset({Reason.OVERLOADED, Reason.QUEUE_FULL, Reason.DEADLINE_UNMEETABLE, Reason.DEADLINE})
-"""Refusals that say the platform could not answer in time: worth queueing for later."""
+LOAD = frozenset(
+    {Reason.OVERLOADED, Reason.QUEUE_FULL, Reason.DEADLINE_UNMEETABLE, Reason.DEADLINE, Reason.NO_ROOM}
+)
+"""Refusals that say the platform could not answer in time (no node had room to load the
+version, too): worth queueing for later."""
 RATE_LIMITS = frozenset({"rpm", "tpm", "burst", "max_concurrency"})
 """Quota limits that only pace a tenant: a job later does not break them. The daily cost
 limit is not among them: a job would spend what the tenant may not."""
