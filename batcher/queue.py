@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from datetime import timedelta
 
 import grpc
 
@@ -337,7 +338,8 @@ class VersionQueue:
         self._finish(entry, batcher_pb2.ItemResult(status=status))
 
     def _fail_all(self, refusal: Refusal) -> None:
-        status = make_status(refusal.code, refusal.message, reason=refusal.reason)
+        retry_after = None if refusal.retry_after_s is None else timedelta(seconds=refusal.retry_after_s)
+        status = make_status(refusal.code, refusal.message, reason=refusal.reason, retry_after=retry_after)
         entries, self.entries, self._rows = self.entries, [], 0
         self._tenant_rows.clear()
         for entry in entries:

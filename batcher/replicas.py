@@ -287,8 +287,9 @@ class ReplicaDirectory:
         if self.ready(version_key) or self.loads.want(version_key):
             return None
         refused = self.loads.refusal(version_key)
-        if refused is not None:
-            return Refusal(refused.code, refused.reason, refused.message)
+        if refused is not None:  # a caller may try again once a load is tried again
+            retry_after_s = max(0.0, refused.until - self._clock())
+            return Refusal(refused.code, refused.reason, refused.message, retry_after_s=retry_after_s)
         return Refusal(grpc.StatusCode.UNAVAILABLE, Reason.NO_REPLICA, self.no_replica(version_key))
 
     def slots_per_replica(self, version_key: str) -> int:

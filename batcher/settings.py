@@ -137,4 +137,9 @@ class BatcherSettings(BaseSettings):
             raise ValueError(
                 "FERRYMAN_BATCHER_RETRY_AFTER_MIN_S may not exceed FERRYMAN_BATCHER_RETRY_AFTER_MAX_S"
             )
+        if not self.load_on_demand and (self.hold_for_node or self.scale_out_after_s):
+            raise ValueError(
+                "FERRYMAN_BATCHER_HOLD_FOR_NODE and FERRYMAN_BATCHER_SCALE_OUT_AFTER_S load versions on "
+                "demand: they need FERRYMAN_BATCHER_LOAD_ON_DEMAND"
+            )
         return self

@@ -110,6 +110,8 @@ async def test_no_room_on_any_node_is_resource_exhausted_and_tried_once() -> Non
     assert sorted(nodes["n1"].loads + nodes["n2"].loads) == [COLD, COLD], (
         "each node asked once, not per request"
     )
+    retry = [d for r in results for d in r.status.details if d.Is(error_details_pb2.RetryInfo.DESCRIPTOR)]
+    assert len(retry) == len(results), "each caller is told when a load will be tried again"
     reasons = {info.reason for r in results for d in r.status.details if (info := _error_info(d)) is not None}
     assert reasons == {Reason.NO_ROOM}
 

@@ -15,6 +15,7 @@ from batcher.settings import BatcherSettings
 from ferryman_cli.configuration import MODELS, REFERENCE, render
 from ferryman_kernel.config import CommonSettings
 from ferryman_quota.settings import QuotaSettings
+from ferryman_rollouts.settings import RolloutSettings
 from gpu_node.settings import NodeSettings
 from router.settings import RouterSettings
 
@@ -59,8 +60,11 @@ def test_the_reference_names_no_machine() -> None:
         (RouterSettings, {"limit_initial": 8}, "FERRYMAN_ROUTER_LIMIT_INITIAL"),
         (RouterSettings, {"job_window_s": 10, "job_max_window_s": 5}, "FERRYMAN_ROUTER_JOB_MAX_WINDOW_S"),
         (QuotaSettings, {"backend": "redis"}, "FERRYMAN_QUOTA_REDIS_URL"),
+        (RolloutSettings, {"forecast_pools": {"gpu": "sum(x)"}}, "FERRYMAN_ROLLOUT_PROMETHEUS_URL"),
         (BatcherSettings, {"max_queue_rows": 10, "max_total_rows": 5}, "FERRYMAN_BATCHER_MAX_TOTAL_ROWS"),
         (BatcherSettings, {"retry_after_min_s": 2, "retry_after_max_s": 1}, "RETRY_AFTER_MAX_S"),
+        (BatcherSettings, {"load_on_demand": False, "hold_for_node": True}, "LOAD_ON_DEMAND"),
+        (BatcherSettings, {"load_on_demand": False, "scale_out_after_s": 5}, "LOAD_ON_DEMAND"),
         (NodeSettings, {"generation_slots": 8, "generation_step_tokens": 8}, "GENERATION_SLOTS"),
     ],
 )
