@@ -234,3 +234,45 @@ async def test_one_more_replica_never_evicts_another_version() -> None:
     await service.close()
     assert [r.status.code for r in results] == [0] * 4, "served by the one replica, in turn"
     assert full.loads == [] and "other:1" in full.held
+
+
+async def test_a_load_longer_than_the_deadline_answers_in_time_and_serves_the_next_request() -> None:
+    """The caller is not held past its deadline; the load goes on, once, and the next
+    request finds the version warm."""
+    nodes = {"n1": FakeNode("n1", load_s=2.0), "n2": FakeNode("n2", load_s=2.0)}
+    directory, service = await real_time_batcher(BatcherSettings(), ColdVersion(), nodes)
+    early, early_done = collector(1)
+    hurried = item(0)
+    hurried.time_budget.FromMilliseconds(150)
+    service.submit(hurried, early.append, stream=1)
+    async with asyncio.timeout(5):
+        await early_done.wait()
+    assert directory.loads.pending(COLD), "answered by its own deadline, while the load still runs"
+    assert early[0].status.code == grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+    async with asyncio.timeout(5):  # the load finishes without anyone waiting for it
+        await directory.loads.wait(COLD, 5)
+    later, later_done = collector(1)
+    service.submit(item(1), later.append, stream=1)
+    async with asyncio.timeout(5):
+        await later_done.wait()
+    await service.close()
+    assert later[0].status.code == 0
+    assert len(nodes["n1"].loads + nodes["n2"].loads) == 1, "one load for both"
+
+
+async def test_a_caller_that_leaves_while_its_version_loads_takes_nothing_with_it() -> None:
+    nodes = {"n1": FakeNode("n1", load_s=0.3), "n2": FakeNode("n2", load_s=0.3)}
+    _, service = await real_time_batcher(BatcherSettings(), ColdVersion(), nodes)
+    gone: list[batcher_pb2.ItemResult] = []
+    service.submit(item(0), gone.append, stream=1)
+    await asyncio.sleep(0.05)
+    service.cancel(1, "r0")
+    stayed, done = collector(1)
+    service.submit(item(1), stayed.append, stream=2)
+    async with asyncio.timeout(5):
+        await done.wait()
+    await service.close()
+    assert not gone, "the one who left is not answered"
+    assert stayed[0].status.code == 0
+    assert len(nodes["n1"].loads + nodes["n2"].loads) == 1
+    assert all(len(call) == 1 and call[0] == "r1" for node in nodes.values() for call in node.calls)
