@@ -33,6 +33,7 @@ from gpu_node.generation import lora
 from gpu_node.generation.limits import OverBudget
 from gpu_node.loader import LoadError, load_version, locate, parse_schema
 from gpu_node.metrics import NodeMetrics
+from gpu_node.runtimes.factory import prepare_format
 from gpu_node.settings import NodeSettings
 from gpu_node.slots import LatencyProfile, ModelSlot, SlotState
 from registry.states import ModelFormat, NodeLifecycle, next_node_lifecycle
@@ -198,6 +199,7 @@ class NodeService:
             slot = ModelSlot(spec=spec, profile=self._profile(), pinned=pinned, memory_bytes=need)
             self.slots[key] = slot
             await self._health.set(key, NOT_SERVING)
+            await asyncio.get_running_loop().run_in_executor(self._load_pool, prepare_format, spec.format)
             # Loads run one at a time, so what the process gained meanwhile is this one's.
             before = self._held()
             try:

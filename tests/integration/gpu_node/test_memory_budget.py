@@ -15,13 +15,13 @@ from batcher_platform import register, wait_for_replicas
 from harness import ServiceThread
 from internal import internal_channel, service_metadata
 from metrics_scrape import sample
-from node_helpers import node_settings, spec
+from node_helpers import node_settings, node_subprocess, spec
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, node_pb2, node_pb2_grpc
 from ferryman_kernel.config import CommonSettings
 from ferryman_kernel.net import free_port
-from gpu_node.demo import echo
+from gpu_node.demo import echo, mlp
 from gpu_node.server import serve_node
 from registry.db import make_engine
 from registry.migrate import upgrade
@@ -38,6 +38,9 @@ SLOW_MS = 3000
 PLACED_BYTES = 60 * MIB
 """A placed version's artifact: more than the room left beside a, d and the pinned one."""
 PLACE_WAIT_S = 30.0
+FIRST_LOAD_CHARGE = 64 * MIB
+"""Well above the MLP's 4 MB of weights and its warm-up, well below the ~100 MiB its first
+load was charged when the loader's imports counted as the version's."""
 
 
 def echo_spec(artifact: Path, version: str) -> node_pb2.ModelVersionSpec:
@@ -148,4 +151,28 @@ def test_pinned_and_running_versions_stay_and_the_least_recently_used_goes(tmp_p
         assert evictions == 1
     finally:
         node.stop()
+        engine.dispose()
+
+
+def test_a_fresh_nodes_first_version_is_not_charged_for_its_formats_libraries(tmp_path: Path) -> None:
+    """A node process's first torch.export load imports the format's loader (torch._dynamo
+    and its serializer, ~70 MB): the process's, shared by every later load, not the first
+    version's. A 4 MB MLP is charged about its own size, so a budget is not spent on code."""
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    engine = make_engine(url)
+    upgrade(engine)
+    writer = RegistryWriter(engine, actor="test")
+    artifact = mlp.export_mlp(tmp_path / "mlp.pt2")
+    register(writer, "mlp", "1", artifact, "torch_export", mlp.SCHEMA, max_batch=8, nodes=("fresh",))
+    address = f"127.0.0.1:{free_port()}"
+    proc = node_subprocess("fresh", address, url, tmp_path)
+    try:
+        wait_for_replicas(RegistryReader(engine), ("fresh",), {"mlp:1"})
+        stub = node_pb2_grpc.NodeStub(internal_channel(address))
+        info = stub.NodeInfo(node_pb2.NodeInfoRequest(), metadata=service_metadata(), timeout=10)
+        (loaded,) = info.versions
+        assert 0 < loaded.memory_bytes < FIRST_LOAD_CHARGE, loaded.memory_bytes
+    finally:
+        proc.kill()
+        proc.wait(10)
         engine.dispose()
