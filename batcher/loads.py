@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from batcher.metrics import BatcherMetrics
-from batcher.node_client import NodeCallError
+from batcher.node_client import NODE_INFO_TIMEOUT_S, NodeCallError
 from batcher.settings import BatcherSettings
 from ferryman.durations import seconds_of
 from ferryman.errors import Reason
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from batcher.replicas import Replica, ReplicaDirectory
 
 log = logging.getLogger("ferryman.batcher.loads")
-NODE_INFO_TIMEOUT_S = 2.0
 MIB = 1 << 20
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 
@@ -80,8 +79,6 @@ class DemandLoads:
         self._refused: dict[str, LoadRefusal] = {}
         self._next_more: dict[str, float] = {}
         """When one more replica of a version may next be tried for."""
-        self._footprints: dict[str, int] = {}
-        """Bytes each version measured where it last loaded: the next load's expectation."""
         self.listeners: list[Callable[[], None]] = []
         """Called when a load ends, either way (queues waiting on it look again)."""
 
@@ -132,7 +129,7 @@ class DemandLoads:
             await self._place(key, more)
         except Exception as exc:  # a load must never take the batcher down
             log.exception("load on demand of %s failed", key)
-            self._refuse(key, grpc.StatusCode.UNAVAILABLE, Reason.NO_REPLICA, f"loading {key} failed: {exc}")
+            self._refuse(key, UNAVAILABLE, Reason.NO_REPLICA, f"loading {key} failed: {exc}")
         finally:
             del self._running[key]
             for listener in self.listeners:
@@ -156,7 +153,7 @@ class DemandLoads:
             self._refuse(key, UNAVAILABLE, Reason.NO_REPLICA, f"no ready node to load {key} on")
             return
         measured = [h.bytes for _, room in rooms for h in room.held if h.key == key]
-        need = max([self._footprints.get(key, 0), *measured])
+        need = max([self._directory.footprints.get(key, 0), *measured])
         model, _, version = key.partition(":")
         labels = {"model": model, "version": version}
         # Each round either learns the real need (a node that counted more than expected)
@@ -216,21 +213,9 @@ class DemandLoads:
         try:
             answer = await replica.node.load_model(request, self._settings.demand_load_timeout_s)
         except NodeCallError as exc:
-            self._refuse(
-                key, grpc.StatusCode.UNAVAILABLE, Reason.NO_REPLICA, f"{replica.name}: {exc.details}"
-            )
+            self._refuse(key, UNAVAILABLE, Reason.NO_REPLICA, f"{replica.name}: {exc.details}")
             return None
-        for loaded in (await self._info(replica)).versions:
-            if f"{loaded.model}:{loaded.version}" == key and loaded.memory_bytes:
-                self._footprints[key] = loaded.memory_bytes
         return answer
-
-    @staticmethod
-    async def _info(replica: Replica) -> node_pb2.NodeInfoResponse:
-        try:
-            return await replica.node.node_info(NODE_INFO_TIMEOUT_S)
-        except NodeCallError:
-            return node_pb2.NodeInfoResponse()
 
     def _refuse(self, key: str, code: grpc.StatusCode, reason: Reason, message: str) -> None:
         log.warning("load on demand of %s refused: %s", key, message)

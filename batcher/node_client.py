@@ -8,9 +8,10 @@ the same protocol and raise ``NodeCallError`` as the real one does.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
+from google.protobuf.message import Message
 
 from ferryman.v1 import node_pb2, node_pb2_grpc
 from ferryman_kernel.security import Security, aio_channel
@@ -55,6 +56,9 @@ class NodeClient(Protocol):
     async def close(self) -> None: ...
 
 
+NODE_INFO_TIMEOUT_S = 2.0
+"""How long a node has to answer NodeInfo (its memory, versions and profiles)."""
+
 NodeConnector = Callable[[str], NodeClient]
 """Makes the client for a node's address."""
 
@@ -67,35 +71,29 @@ class GrpcNodeClient:
         self._stub = node_pb2_grpc.NodeStub(self._channel)
         self._metadata = security.metadata()
 
+    async def _unary(self, method: Any, request: Message, timeout_s: float) -> Any:
+        """One unary call with the service credentials; its errors as NodeCallError."""
+        try:
+            return await method(request, timeout=timeout_s, metadata=self._metadata)
+        except grpc.aio.AioRpcError as exc:
+            raise NodeCallError(exc.code(), exc.details() or "") from None
+
     async def infer_batch(
         self, request: node_pb2.InferBatchRequest, timeout_s: float
     ) -> node_pb2.InferBatchResponse:
-        try:
-            response: node_pb2.InferBatchResponse = await self._stub.InferBatch(
-                request, timeout=timeout_s, metadata=self._metadata
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise NodeCallError(exc.code(), exc.details() or "") from None
+        response: node_pb2.InferBatchResponse = await self._unary(self._stub.InferBatch, request, timeout_s)
         return response
 
     async def node_info(self, timeout_s: float) -> node_pb2.NodeInfoResponse:
-        try:
-            info: node_pb2.NodeInfoResponse = await self._stub.NodeInfo(
-                node_pb2.NodeInfoRequest(), timeout=timeout_s, metadata=self._metadata
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise NodeCallError(exc.code(), exc.details() or "") from None
+        info: node_pb2.NodeInfoResponse = await self._unary(
+            self._stub.NodeInfo, node_pb2.NodeInfoRequest(), timeout_s
+        )
         return info
 
     async def load_model(
         self, request: node_pb2.LoadModelRequest, timeout_s: float
     ) -> node_pb2.LoadModelResponse:
-        try:
-            answer: node_pb2.LoadModelResponse = await self._stub.LoadModel(
-                request, timeout=timeout_s, metadata=self._metadata
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise NodeCallError(exc.code(), exc.details() or "") from None
+        answer: node_pb2.LoadModelResponse = await self._unary(self._stub.LoadModel, request, timeout_s)
         return answer
 
     async def generate(

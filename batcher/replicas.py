@@ -24,7 +24,7 @@ from batcher.breaker import Breaker, BreakerState
 from batcher.fairness import SlotPolicy
 from batcher.loads import DemandLoads
 from batcher.metrics import BatcherMetrics
-from batcher.node_client import GrpcNodeClient, NodeCallError, NodeClient, NodeConnector
+from batcher.node_client import NODE_INFO_TIMEOUT_S, GrpcNodeClient, NodeCallError, NodeClient, NodeConnector
 from batcher.scheduler import Capacity
 from batcher.settings import BatcherSettings
 from ferryman.durations import seconds_of
@@ -34,7 +34,6 @@ from registry.snapshot import NodeVersions
 from registry.tables import ModelVersion
 
 log = logging.getLogger("ferryman.batcher.replicas")
-NODE_INFO_TIMEOUT_S = 2.0
 UNKNOWN_CAPACITY_SLOTS = 1
 """Batch slots on a node whose capacity is not known (its NodeInfo failed)."""
 
@@ -129,6 +128,8 @@ class ReplicaDirectory:
         self.failures: dict[str, list[tuple[str, str]]] = {}
         """``model:version`` -> [(node, why)] where it failed (from the nodes' heartbeats)."""
         self.versions: dict[str, VersionConfig] = {}
+        self.footprints: dict[str, int] = {}
+        """Bytes each version measured where a node last reported it: a load's expectation."""
         self.rows: dict[str, tuple[str, ModelVersion]] = {}
         """Each version's registry row (a load on demand builds its spec from it)."""
         self._revision = -1
@@ -228,9 +229,10 @@ class ReplicaDirectory:
             return
         replica.capacity, replica.device = info.capacity, info.device
         for loaded in info.versions:
-            replica.profiles[f"{loaded.model}:{loaded.version}"] = {
-                p.batch_size: seconds_of(p.latency) for p in loaded.profile
-            }
+            key = f"{loaded.model}:{loaded.version}"
+            replica.profiles[key] = {p.batch_size: seconds_of(p.latency) for p in loaded.profile}
+            if loaded.memory_bytes:
+                self.footprints[key] = loaded.memory_bytes
 
     async def run(self, stop: asyncio.Event) -> None:
         """Refresh until ``stop`` is set; registry errors keep the last good copy."""
