@@ -8,6 +8,7 @@ the item's queue is known (its predicted latency and fill). The service turns a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -41,11 +42,12 @@ def check_item(
     version_key: str,
     max_rows: int | None,
     rows: int,
-    unserved: Refusal | None,
+    unserved: Callable[[], Refusal | None],
 ) -> Refusal | None:
     """Refuse what cannot be queued at all: late, draining, unknown version (``max_rows``
     None), rows outside 1..max batch size, nothing to serve it (``unserved``: why no
-    replica can, None when one serves it or a load of it is under way)."""
+    replica can, None when one serves it or a load of it is under way). ``unserved`` is
+    asked last, as it may start a load: an item refused for anything else never does."""
     if deadline <= now:
         return Refusal(
             grpc.StatusCode.DEADLINE_EXCEEDED, Reason.DEADLINE, "the deadline passed before arrival"
@@ -61,7 +63,7 @@ def check_item(
             f"an item needs 1..{max_rows} rows, got {rows}",
             violations=[("inputs", f"rows must be 1..{max_rows}")],
         )
-    return unserved
+    return unserved()
 
 
 def check_queue(

@@ -107,7 +107,7 @@ class BatcherService:
             version_key,
             None if config is None else config.max_batch_size,
             rows,
-            None if config is None else self._directory.unserved(version_key),
+            lambda: self._directory.unserved(version_key),
         )
         if refused is not None:
             return refuse(refused)

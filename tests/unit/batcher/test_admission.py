@@ -21,7 +21,7 @@ def item(**overrides: object) -> Reason | None:
         "version_key": "m:1",
         "max_rows": 8,
         "rows": 2,
-        "unserved": None,
+        "unserved": lambda: None,
     }
     refusal = check_item(**{**args, **overrides})  # type: ignore[arg-type]
     return None if refusal is None else refusal.reason
@@ -37,11 +37,11 @@ def item(**overrides: object) -> Reason | None:
         ({"rows": 0}, Reason.INVALID_INPUT),
         ({"rows": 9}, Reason.INVALID_INPUT),
         (
-            {"unserved": Refusal(grpc.StatusCode.UNAVAILABLE, Reason.NO_REPLICA, "m:1 failed")},
+            {"unserved": lambda: Refusal(grpc.StatusCode.UNAVAILABLE, Reason.NO_REPLICA, "m:1 failed")},
             Reason.NO_REPLICA,
         ),
         (
-            {"unserved": Refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, Reason.NO_ROOM, "no room")},
+            {"unserved": lambda: Refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, Reason.NO_ROOM, "no room")},
             Reason.NO_ROOM,
         ),
         # Order: a late item is refused as late even when everything else is wrong too.
@@ -53,7 +53,7 @@ def test_item_checks(overrides: dict[str, object], reason: Reason | None) -> Non
 
 
 def test_bad_rows_name_the_field() -> None:
-    refusal = check_item(NOW, NOW + 1, True, "m:1", 8, 9, None)
+    refusal = check_item(NOW, NOW + 1, True, "m:1", 8, 9, lambda: None)
     assert refusal is not None and refusal.code == grpc.StatusCode.INVALID_ARGUMENT
     assert refusal.violations == [("inputs", "rows must be 1..8")]
 
@@ -81,3 +81,19 @@ def test_full_queues_retry_after_their_drain_time_within_bounds() -> None:
     assert stalled is not None and stalled.retry_after_s == LIMITS.retry_after_max_s
     quick = check_queue(NOW, NOW + 1, "m:1", 1, 0.01, 100, 100, 1e9, LIMITS)
     assert quick is not None and quick.retry_after_s == LIMITS.retry_after_min_s
+
+
+def test_nothing_is_asked_of_the_fleet_for_an_item_refused_for_anything_else() -> None:
+    """``unserved`` may start a load on demand: a late, malformed or unknown item never
+    gets that far, so it cannot make a node load (and evict) for free."""
+    asked: list[str] = []
+
+    def unserved() -> None:
+        asked.append("m:1")
+
+    for late, rows, max_rows in ((True, 2, 8), (False, 0, 8), (False, 9, 8), (False, 2, None)):
+        deadline = NOW - 1 if late else NOW + 1
+        assert check_item(NOW, deadline, True, "m:1", max_rows, rows, unserved) is not None
+    assert asked == []
+    assert check_item(NOW, NOW + 1, True, "m:1", 8, 2, unserved) is None
+    assert asked == ["m:1"]

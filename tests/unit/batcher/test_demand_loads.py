@@ -276,3 +276,27 @@ async def test_a_caller_that_leaves_while_its_version_loads_takes_nothing_with_i
     assert stayed[0].status.code == 0
     assert len(nodes["n1"].loads + nodes["n2"].loads) == 1
     assert all(len(call) == 1 and call[0] == "r1" for node in nodes.values() for call in node.calls)
+
+
+async def test_an_item_refused_for_its_own_fault_makes_no_node_load() -> None:
+    """A malformed or late request for a version placed nowhere is refused before anything
+    is asked of the fleet: it cannot make a node load, and evict another's version, free."""
+    nodes = {"n1": FakeNode("n1"), "n2": FakeNode("n2")}
+    _, service = await real_time_batcher(BatcherSettings(), ColdVersion(), nodes)
+    empty = item(0)
+    empty.inputs[0].tensor.shape[:] = [0, 2]
+    empty.inputs[0].tensor.data = b""
+    late = item(1)
+    late.time_budget.FromNanoseconds(0)
+    results, done = collector(2)
+    service.submit(empty, results.append, stream=1)
+    service.submit(late, results.append, stream=1)
+    async with asyncio.timeout(5):
+        await done.wait()
+    await asyncio.sleep(0.05)
+    await service.close()
+    assert {r.status.code for r in results} <= {
+        grpc.StatusCode.INVALID_ARGUMENT.value[0],
+        grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
+    }
+    assert nodes["n1"].loads == nodes["n2"].loads == []
