@@ -97,7 +97,10 @@ class NodeService:
         self.metrics = metrics
         self._tracer = tracer("ferryman.node")
         self.device = device
-        metrics.memory_budget.set(self.budget())
+        # The device's size (or the container's limit) is fixed for the process's life: read
+        # once, not on every NodeInfo and placement decision.
+        self._budget = settings.memory_budget_bytes or self._memory()[0]
+        metrics.memory_budget.set(self._budget)
         self.lifecycle = NodeLifecycle.STARTING
         self.slots: dict[str, ModelSlot] = {}
         self._health = health_servicer
@@ -190,7 +193,9 @@ class NodeService:
             if existing is not None and existing.state in (SlotState.SERVING, SlotState.UNLOADING):
                 existing.pinned = existing.pinned or pinned
                 return LoadOutcome(existing)
-            need = max(expected_bytes, artifact_bytes(spec))
+            loop = asyncio.get_running_loop()
+            # A directory's size is a walk of its files: off the event loop.
+            need = max(expected_bytes, await loop.run_in_executor(self._load_pool, artifact_bytes, spec))
             make_room = evict or pinned
             chosen = victims(self.room(), need)
             if chosen is None or (chosen and not make_room):
@@ -199,7 +204,7 @@ class NodeService:
             slot = ModelSlot(spec=spec, profile=self._profile(), pinned=pinned, memory_bytes=need)
             self.slots[key] = slot
             await self._health.set(key, NOT_SERVING)
-            await asyncio.get_running_loop().run_in_executor(self._load_pool, prepare_format, spec.format)
+            await loop.run_in_executor(self._load_pool, prepare_format, spec.format)
             # Loads run one at a time, so what the process gained meanwhile is this one's.
             before = self._held()
             try:
@@ -245,7 +250,7 @@ class NodeService:
 
     def budget(self) -> int:
         """What the versions here may hold together (``memory_budget_bytes``, else the device's)."""
-        return self.settings.memory_budget_bytes or self._memory()[0]
+        return self._budget
 
     def room(self, excluding: str = "") -> NodeRoom:
         """This node's memory as the placement policy sees it (failed versions hold nothing)."""
