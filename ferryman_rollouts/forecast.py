@@ -84,8 +84,8 @@ def forecast(history: Sequence[float], policy: CapacityPolicy) -> float | None:
     return None
 
 
-Decide = Callable[[Sequence[float], list[int]], int]
-"""(demand so far, replicas wanted at each earlier step) -> replicas wanted now."""
+Decide = Callable[[Sequence[float]], int]
+"""Demand so far -> replicas wanted now."""
 
 
 def reactive(policy: CapacityPolicy) -> Decide:
@@ -93,7 +93,7 @@ def reactive(policy: CapacityPolicy) -> Decide:
     only once the stabilisation window has passed without wanting more."""
     window = max(1, round(policy.stabilisation_s / policy.step_s))
 
-    def decide(history: Sequence[float], wanted: list[int]) -> int:
+    def decide(history: Sequence[float]) -> int:
         return policy.replicas(max(history[-window:]))
 
     return decide
@@ -104,10 +104,10 @@ def predictive(policy: CapacityPolicy) -> Decide:
     does not know); reactive alone until there is a season of history."""
     fallback = reactive(policy)
 
-    def decide(history: Sequence[float], wanted: list[int]) -> int:
+    def decide(history: Sequence[float]) -> int:
         expected = forecast(history, policy)
         if expected is None:
-            return fallback(history, wanted)
+            return fallback(history)
         return max(policy.replicas(expected), policy.replicas(history[-1]))
 
     return decide
@@ -129,14 +129,12 @@ def replay(demand: Sequence[float], decide: Decide, policy: CapacityPolicy, star
     """Run ``decide`` at every step of ``demand`` (it sees only the past), a replica asked
     for becoming ready ``lead_steps`` later and one given back at once; score the steps
     from ``start`` on."""
-    wanted: list[int] = []
     ready_at: list[int] = []
     """When each replica that is asked for (ready or not) serves."""
     refused = served = idle = hours = 0.0
     step_h = policy.step_s / 3600
     for t in range(len(demand)):
-        target = decide(demand[: t + 1], wanted)
-        wanted.append(target)
+        target = decide(demand[: t + 1])
         if target > len(ready_at):
             ready_at += [t + policy.lead_steps] * (target - len(ready_at))
         else:  # give back the latest asked first: those not ready yet go first

@@ -232,6 +232,10 @@ class Feedback(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, index=True)
 
 
+ENTITY_KEY_CHARS = 200
+"""An audit event's entity key (a name, or ``model:version@node``)."""
+
+
 class AuditEvent(SQLModel, table=True):
     __tablename__ = "audit_events"
 
@@ -240,7 +244,7 @@ class AuditEvent(SQLModel, table=True):
     actor: str = Field(max_length=64)
     action: str = Field(max_length=64, index=True)
     entity: str = Field(max_length=32)
-    entity_key: str = Field(max_length=200)
+    entity_key: str = Field(max_length=ENTITY_KEY_CHARS)
     detail: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow, index=True)
 

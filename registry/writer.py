@@ -40,6 +40,7 @@ from registry.states import (
     next_version_status,
 )
 from registry.tables import (
+    ENTITY_KEY_CHARS,
     AdminCredential,
     ApiKey,
     ArtifactChunk,
@@ -60,8 +61,6 @@ JOB_LIMITS = ("jobs_in_flight", "job_items_per_day")
 
 MAX_FAILURE_CHARS = 500
 """Of a failure's reason kept in the registry (a model's exception can be long)."""
-MAX_ENTITY_KEY = 200
-"""The audit log's entity key column."""
 PUSH_CHUNK_BYTES = 4 * 1024 * 1024
 """One row of a pushed artifact: far below any database's limit on one value."""
 
@@ -394,7 +393,7 @@ class RegistryWriter(RouteWrites, RolloutWrites, AccountWrites, WriterBase):
     def record_node_change(self, node: str, action: str, key: str, detail: Mapping[str, object]) -> None:
         """Audit what a node decided on its own (a load on demand, an eviction), as
         ``model:version@node``; nothing else changes."""
-        with self._change(action, "placement", f"{key}@{node}"[:MAX_ENTITY_KEY]) as c:
+        with self._change(action, "placement", f"{key}@{node}"[:ENTITY_KEY_CHARS]) as c:
             c.detail.update(detail)
 
     def record_dead_letter(self, letter: DeadLetter) -> None:

@@ -29,7 +29,7 @@ def test_a_daily_pattern_is_forecast_before_it_rises() -> None:
 def test_without_a_season_of_history_there_is_no_forecast() -> None:
     assert forecast(daily(1)[:20], POLICY) is None
     decide = predictive(POLICY)
-    assert decide(daily(1)[:20], []) == reactive(POLICY)(daily(1)[:20], [])
+    assert decide(daily(1)[:20]) == reactive(POLICY)(daily(1)[:20])
 
 
 def test_todays_level_scales_the_seasons() -> None:
