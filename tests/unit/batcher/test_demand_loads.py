@@ -202,18 +202,25 @@ def hot_item(index: int) -> batcher_pb2.SubmitItem:
     return submitted
 
 
-async def test_a_version_whose_replicas_stay_busy_gets_one_more_where_it_fits() -> None:
-    nodes = {"n1": FakeNode("n1", slow_s=0.3, capacity=1), "n2": FakeNode("n2", budget=100 * MIB)}
+async def hot(nodes: dict[str, FakeNode], count: int) -> list[batcher_pb2.ItemResult]:
+    """``count`` requests at once for ``m:1``, one batch at a time on its one replica, with
+    one more replica asked for once the oldest has waited 50 ms."""
     settings = BatcherSettings(
         scale_out_after_s=0.05, max_tenant_inflight_per_node=1, max_inflight_per_node=1
     )
     _, service = await real_time_batcher(settings, OnOneNode(), nodes)
-    results, done = collector(6)
-    for i in range(6):
+    results, done = collector(count)
+    for i in range(count):
         service.submit(hot_item(i), results.append, stream=1)
     async with asyncio.timeout(10):
         await done.wait()
     await service.close()
+    return results
+
+
+async def test_a_version_whose_replicas_stay_busy_gets_one_more_where_it_fits() -> None:
+    nodes = {"n1": FakeNode("n1", slow_s=0.3, capacity=1), "n2": FakeNode("n2", budget=100 * MIB)}
+    results = await hot(nodes, 6)
     assert [r.status.code for r in results] == [0] * 6
     assert nodes["n2"].loads == ["m:1"], "one more replica, on the node without one"
     assert nodes["n2"].calls, "and it took batches"
@@ -221,17 +228,7 @@ async def test_a_version_whose_replicas_stay_busy_gets_one_more_where_it_fits() 
 
 async def test_one_more_replica_never_evicts_another_version() -> None:
     full = FakeNode("n2", budget=100 * MIB, held={"other:1": 100 * MIB})
-    nodes = {"n1": FakeNode("n1", slow_s=0.2, capacity=1), "n2": full}
-    settings = BatcherSettings(
-        scale_out_after_s=0.05, max_tenant_inflight_per_node=1, max_inflight_per_node=1
-    )
-    _, service = await real_time_batcher(settings, OnOneNode(), nodes)
-    results, done = collector(4)
-    for i in range(4):
-        service.submit(hot_item(i), results.append, stream=1)
-    async with asyncio.timeout(10):
-        await done.wait()
-    await service.close()
+    results = await hot({"n1": FakeNode("n1", slow_s=0.2, capacity=1), "n2": full}, 4)
     assert [r.status.code for r in results] == [0] * 4, "served by the one replica, in turn"
     assert full.loads == [] and "other:1" in full.held
 
