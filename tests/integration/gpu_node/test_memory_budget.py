@@ -119,9 +119,10 @@ def test_pinned_and_running_versions_stay_and_the_least_recently_used_goes(tmp_p
         slow = threading.Thread(target=run, args=(stub, "a", SLOW_MS))
         slow.start()
         try:
-            busy = held(stub)
-            while busy["a"].in_flight == 0:
-                busy = held(stub)
+            deadline = time.monotonic() + PLACE_WAIT_S
+            while held(stub)["a"].in_flight == 0:
+                assert time.monotonic() < deadline, "a's slow batch never started"
+                time.sleep(0.01)
             assert list(load("d", evict=True).evicted) == ["echo:c"]
         finally:
             slow.join()
