@@ -22,10 +22,12 @@ holds it)."""
 def build_demo_artifacts(models_dir: Path, generative: bool = False) -> list[VersionSpec]:
     """Build (or reuse) the demo artifacts under ``models_dir``; return their specs. With
     ``generative``, SmolLM2 too (its GGUF converted once: ~20 s the first time)."""
-    mlp_path = models_dir / "mlp-1.pt2"
+    # TorchScript, not torch.export: loading a .pt2 imports torch._dynamo and its serializer,
+    # ~2 CPU-seconds and ~100 MiB of every node's start for a 4 MB model.
+    mlp_path = models_dir / "mlp-1.pt"
     if not mlp_path.exists():
-        # Export beside the target and rename, so a crash never leaves a half-written artifact.
-        partial = mlp.export_mlp(mlp_path.with_name("mlp-1.partial.pt2"))
+        # Write beside the target and rename, so a crash never leaves a half-written artifact.
+        partial = mlp.script_mlp(mlp_path.with_name("mlp-1.partial.pt"))
         partial.rename(mlp_path)
     minilm_dir = minilm.build_artifact(models_dir / "minilm-1")
     specs = [
@@ -33,7 +35,7 @@ def build_demo_artifacts(models_dir: Path, generative: bool = False) -> list[Ver
             model="mlp",
             version="1",
             artifact=str(mlp_path),
-            format=ModelFormat.TORCH_EXPORT,
+            format=ModelFormat.TORCHSCRIPT,
             io_schema=mlp.SCHEMA,
             description="Demo MLP: float32 [512] -> [10], seeded weights",
             max_batch_size=MLP_MAX_BATCH,

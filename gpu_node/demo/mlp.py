@@ -1,4 +1,5 @@
-"""``mlp``: float32 [N, 512] -> [N, 10], seeded weights, exported with torch.export."""
+"""``mlp``: float32 [N, 512] -> [N, 10], seeded weights, as TorchScript (the demo) or a
+torch.export program."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def export_mlp(path: Path, seed: int = 0) -> Path:
 
 
 def script_mlp(path: Path, seed: int = 0) -> Path:
-    """Write the same MLP as TorchScript (for the torchscript runtime)."""
+    """Write the same MLP as TorchScript (the demo's artifact)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.jit.save(torch.jit.script(build_mlp(seed)), str(path))
     return path
