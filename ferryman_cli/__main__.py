@@ -13,12 +13,13 @@ SERVER_EXTRA_HINT = (
 def main() -> None:
     try:
         from ferryman_cli.main import run
+
+        run()  # each command's modules are imported as it is called
     except ModuleNotFoundError as exc:
         # An SDK-only install has no typer, sqlmodel, torch...: say what to install.
         if exc.name and exc.name.split(".")[0] not in ("ferryman", "ferryman_cli"):
             sys.exit(f"{SERVER_EXTRA_HINT}; missing {exc.name}")
         raise
-    run()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ from sqlalchemy import Engine
 
 from ferryman_kernel.config import CommonSettings
 from registry.db import make_engine
-from registry.migrate import current_revision, head_revision
 
 
 @cache
@@ -24,6 +23,7 @@ def engine() -> Engine:
 def migrated_engine() -> Engine:
     """The registry engine, refusing to work on a database that is not migrated."""
     from ferryman_cli.output import fail
+    from registry.migrate import current_revision, head_revision  # alembic: only commands that write
 
     eng = engine()
     if current_revision(eng) != head_revision():

@@ -2,28 +2,70 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Annotated
 
 import typer
+from typer import _click as click  # typer 0.29 vendors click: its commands are these
+from typer.core import TyperGroup
 
 from ferryman import __version__
-from ferryman_cli.admin_cmd import admin_app
-from ferryman_cli.bench_cmd import bench
-from ferryman_cli.canary_cmd import canary
-from ferryman_cli.generate_cmd import generate
-from ferryman_cli.job_cmds import job_app
-from ferryman_cli.models_cmds import models_app
 from ferryman_cli.output import say_error
-from ferryman_cli.predict_cmd import predict
-from ferryman_cli.registry_cmds import db_app, key_app, model_app, quota_app, tenant_app
-from ferryman_cli.rollout_cmds import experiment_app, rollout_app
-from ferryman_cli.route_cmds import route_app
-from ferryman_cli.serve_cmds import serve_app
-from ferryman_cli.top_cmd import top
-from ferryman_cli.up import up
 
 REASON_CHARS = 200
 """Most of a driver's error message an error line repeats."""
+
+COMMANDS: dict[str, str] = {
+    "db": "ferryman_cli.registry_cmds:db_app",
+    "tenant": "ferryman_cli.registry_cmds:tenant_app",
+    "key": "ferryman_cli.registry_cmds:key_app",
+    "quota": "ferryman_cli.registry_cmds:quota_app",
+    "model": "ferryman_cli.registry_cmds:model_app",
+    "route": "ferryman_cli.route_cmds:route_app",
+    "rollout": "ferryman_cli.rollout_cmds:rollout_app",
+    "experiment": "ferryman_cli.rollout_cmds:experiment_app",
+    "job": "ferryman_cli.job_cmds:job_app",
+    "models": "ferryman_cli.models_cmds:models_app",
+    "serve": "ferryman_cli.serve_cmds:serve_app",
+    "admin": "ferryman_cli.admin_cmd:admin_app",
+    "up": "ferryman_cli.up:up",
+    "predict": "ferryman_cli.predict_cmd:predict",
+    "generate": "ferryman_cli.generate_cmd:generate",
+    "top": "ferryman_cli.top_cmd:top",
+    "canary": "ferryman_cli.canary_cmd:canary",
+    "bench": "ferryman_cli.bench_cmd:bench",
+}
+"""Each command, in help order, and where it is defined (``module:attribute``): a Typer app
+is a group of commands, a function one command."""
+
+
+def load_command(name: str, target: str) -> click.Command:
+    """The click command ``name`` from its ``module:attribute``, imported now."""
+    module, _, attribute = target.partition(":")
+    found = getattr(importlib.import_module(module), attribute)
+    if isinstance(found, typer.Typer):
+        command: click.Command = typer.main.get_group(found)
+    else:
+        single = typer.Typer()
+        single.command(name)(found)
+        command = typer.main.get_command(single)
+    command.name = name
+    return command
+
+
+class LazyCommands(TyperGroup):
+    """``ferryman``'s commands, each imported when it is called (or listed by ``--help``):
+    a service's process (``ferryman serve node``, started by ``up``) pays for its own
+    imports only, not for every command's (a second of CPU each on a start)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            self.commands[cmd_name] = load_command(cmd_name, COMMANDS[cmd_name])
+        return self.commands.get(cmd_name)
+
 
 app = typer.Typer(
     name="ferryman",
@@ -31,25 +73,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    cls=LazyCommands,
 )
-app.add_typer(db_app, name="db")
-app.add_typer(tenant_app, name="tenant")
-app.add_typer(key_app, name="key")
-app.add_typer(quota_app, name="quota")
-app.add_typer(model_app, name="model")
-app.add_typer(route_app, name="route")
-app.add_typer(rollout_app, name="rollout")
-app.add_typer(experiment_app, name="experiment")
-app.add_typer(job_app, name="job")
-app.add_typer(models_app, name="models")
-app.add_typer(serve_app, name="serve")
-app.add_typer(admin_app, name="admin")
-app.command("up")(up)
-app.command("predict")(predict)
-app.command("generate")(generate)
-app.command("top")(top)
-app.command("canary")(canary)
-app.command("bench")(bench)
 
 
 def _version(value: bool) -> None:
