@@ -3,7 +3,9 @@
 Runs ``ferryman up --nodes N --json`` in a fresh data directory: the first start builds the
 demo artifacts (SmolLM2's GGUF conversion among them), later ones reuse them (warm). Ready
 is the JSON line ``up`` prints once every service answers; memory is the resident set of
-``up`` and every process under it at that moment (and ``up``'s own apart).
+``up`` and every process under it at that moment (and ``up``'s own apart), and CPU the
+seconds each had used by then: on a loaded or slower machine the wall time moves with
+the load, the CPU a start costs much less.
 
     python -m bench.scenarios.up_start [--nodes 1] [--runs 3] [--no-generate]
 """
@@ -34,21 +36,24 @@ class Start:
     seconds: float
     rss_mib: float
     up_rss_mib: float
-    processes: dict[str, float]
+    cpu_s: float
+    processes: dict[str, tuple[float, float]]
+    """Each process by its role: (resident MiB, CPU seconds used)."""
 
 
-def rss_by_process(root: psutil.Process) -> dict[str, float]:
-    """Resident MiB of ``root`` and each descendant, named by its role."""
-    sizes: dict[str, float] = {}
+def usage_by_process(root: psutil.Process) -> dict[str, tuple[float, float]]:
+    """Resident MiB and CPU seconds of ``root`` and each descendant, named by its role."""
+    usage: dict[str, tuple[float, float]] = {}
     for proc in [root, *root.children(recursive=True)]:
         try:
             args = proc.cmdline()
             rss = proc.memory_info().rss / MIB
+            times = proc.cpu_times()
         except psutil.NoSuchProcess:
             continue
         name = "up" if proc.pid == root.pid else " ".join(a for a in args[2:6] if not a.startswith("-"))
-        sizes[f"{name} ({proc.pid})"] = rss
-    return sizes
+        usage[f"{name} ({proc.pid})"] = (rss, times.user + times.system)
+    return usage
 
 
 def start_once(data_dir: Path, nodes: int, generate: bool) -> Start:
@@ -65,9 +70,10 @@ def start_once(data_dir: Path, nodes: int, generate: bool) -> Start:
         seconds = time.perf_counter() - began
         if not line.startswith("{"):
             raise RuntimeError(f"ferryman up did not get ready (exit {proc.poll()})")
-        sizes = rss_by_process(psutil.Process(proc.pid))
-        up_rss = next(v for k, v in sizes.items() if k.startswith("up "))
-        return Start(seconds, sum(sizes.values()), up_rss, sizes)
+        usage = usage_by_process(psutil.Process(proc.pid))
+        up_rss = next(rss for k, (rss, _) in usage.items() if k.startswith("up "))
+        rss_mib, cpu_s = (sum(column) for column in zip(*usage.values(), strict=True))
+        return Start(seconds, rss_mib, up_rss, cpu_s, usage)
     finally:
         pids = tree_pids([proc.pid])
         proc.send_signal(signal.SIGINT)
@@ -95,11 +101,11 @@ def main() -> None:
             kind = "first" if run == 0 else "warm"
             print(
                 f"{kind}: ready in {start.seconds:.1f} s, {start.rss_mib:.0f} MiB resident in all "
-                f"(up itself {start.up_rss_mib:.0f} MiB)",
+                f"(up itself {start.up_rss_mib:.0f} MiB), {start.cpu_s:.1f} CPU-s in all",
                 flush=True,
             )
-            for name, rss in sorted(start.processes.items(), key=lambda item: -item[1]):
-                print(f"    {rss:7.0f} MiB  {name}")
+            for name, (rss, cpu) in sorted(start.processes.items(), key=lambda item: -item[1][0]):
+                print(f"    {rss:7.0f} MiB  {cpu:5.1f} CPU-s  {name}")
 
 
 if __name__ == "__main__":
