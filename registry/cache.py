@@ -46,6 +46,8 @@ class SnapshotCache:
             except Exception as exc:
                 if self.healthy:
                     log.warning("registry unreachable, serving on the last good config: %s", exc)
+                elif not self.loaded.is_set():  # a service waiting on its first config says why
+                    log.warning("registry unreachable, no config loaded yet: %s", exc)
                 self.healthy = False
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self._refresh_s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,22 @@ def normalize_url(url: str) -> str:
     return url
 
 
+def create_private(database: Path) -> None:
+    """Create the SQLite file ``database`` readable by this user alone, unless it exists.
+
+    The file holds key hashes, job data and uploaded files; SQLite gives its -wal and -shm
+    files the database file's permissions. An existing file is never opened here: closing
+    any descriptor of a file drops every POSIX lock this process holds on it, so a second
+    engine in a process (a co-hosted service, a test) would drop the first one's SQLite
+    locks. Another process could then take the file for its own, checkpoint and delete the
+    WAL under the first engine, and the database reads as malformed."""
+    database.parent.mkdir(parents=True, exist_ok=True)
+    if database.exists():
+        return
+    with contextlib.suppress(FileExistsError):  # another process created it meanwhile
+        os.close(os.open(database, os.O_CREAT | os.O_EXCL | os.O_RDWR, PRIVATE_FILE_MODE))
+
+
 def make_engine(url: str, **kwargs: Any) -> Engine:
     """Create an engine for ``url``; SQLite files get WAL and a busy timeout."""
     url = normalize_url(url)
@@ -30,11 +47,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True, **kwargs)
     if parsed.database and parsed.database != ":memory:":
-        database = Path(parsed.database)
-        database.parent.mkdir(parents=True, exist_ok=True)
-        # The file holds key hashes, job data and uploaded files: this user's alone. SQLite
-        # gives its -wal and -shm files the database file's permissions.
-        os.close(os.open(database, os.O_CREAT | os.O_RDWR, PRIVATE_FILE_MODE))
+        create_private(Path(parsed.database))
     engine = create_engine(url, connect_args={"check_same_thread": False}, **kwargs)
 
     @event.listens_for(engine, "connect")

@@ -4,6 +4,8 @@ refused writes that change nothing, and keys that verify but never read back."""
 from __future__ import annotations
 
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -203,3 +205,27 @@ def test_a_versions_item_limit_is_its_schemas_or_its_batch_size_whichever_is_les
     versions = load_snapshot(registry_engine).versions
     assert versions["mlp:1"].schema.max_items == 32
     assert versions["mlp:2"].schema.max_items == 8
+
+
+def test_a_second_engine_on_a_sqlite_file_keeps_the_first_ones_locks(tmp_path: Path) -> None:
+    """Two engines on one SQLite file in one process (a co-hosted service, a test's
+    in-process router): making the second must not drop the first one's locks. When it
+    did, another process closing its connection took the file for its own and deleted the
+    WAL under the live engine, and the registry read as malformed from then on."""
+    database = tmp_path / "registry.db"
+    first = make_engine(f"sqlite:///{database}")
+    with first.begin() as conn:
+        conn.execute(text("CREATE TABLE t (x INTEGER)"))
+        conn.execute(text("INSERT INTO t VALUES (1)"))
+    with first.connect() as live:
+        assert live.execute(text("SELECT count(*) FROM t")).scalar() == 1
+        make_engine(f"sqlite:///{database}")
+        other = (
+            "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA journal_mode=WAL'); "
+            "c.execute('INSERT INTO t VALUES (2)'); c.commit(); c.close()"
+        )
+        subprocess.run([sys.executable, "-c", other, str(database)], check=True, timeout=60)
+        # A connection of this process is open: the other process was not the last, so the WAL stays.
+        assert database.with_name("registry.db-wal").exists()
+        assert live.execute(text("SELECT count(*) FROM t")).scalar() == 2
+    assert stat.S_IMODE(database.stat().st_mode) == 0o600
