@@ -10,16 +10,20 @@ SERVER_EXTRA_HINT = (
 )
 
 
+def require_server(exc: ModuleNotFoundError) -> None:
+    """Exit saying what to install when ``exc`` is a platform dependency an SDK-only install
+    lacks (typer, sqlmodel, torch...); return (for the caller to raise) otherwise."""
+    if exc.name and exc.name.split(".")[0] not in ("ferryman", "ferryman_cli"):
+        sys.exit(f"{SERVER_EXTRA_HINT}; missing {exc.name}")
+
+
 def main() -> None:
     try:
         from ferryman_cli.main import run
-
-        run()  # each command's modules are imported as it is called
     except ModuleNotFoundError as exc:
-        # An SDK-only install has no typer, sqlmodel, torch...: say what to install.
-        if exc.name and exc.name.split(".")[0] not in ("ferryman", "ferryman_cli"):
-            sys.exit(f"{SERVER_EXTRA_HINT}; missing {exc.name}")
+        require_server(exc)
         raise
+    run()
 
 
 if __name__ == "__main__":

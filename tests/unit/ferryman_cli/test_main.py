@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import typer
 from typer import _click as click
 from typer.testing import CliRunner
@@ -52,3 +53,16 @@ def test_starting_a_service_does_not_import_every_command() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_a_command_whose_platform_dependency_is_missing_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An SDK-only install lacks the platform's libraries: the command that needs one says
+    which extra to install (it is imported only when called, so this is where it shows)."""
+    monkeypatch.setitem(COMMANDS, "needs-absent", "no_such_platform_dependency:app")
+    result = CliRunner().invoke(app, ["needs-absent"])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, SystemExit)
+    assert "pip install 'ferryman[server]'" in str(result.exception.code)
+    assert "no_such_platform_dependency" in str(result.exception.code)
