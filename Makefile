@@ -54,8 +54,8 @@ lint: install $(PROTOC_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
-	$(BIN)/python -m ferryman_cli.protogen --check
-	$(BIN)/python -m ferryman_cli.configuration --check
+	$(BIN)/python -m ferryman_server.cli.protogen --check
+	$(BIN)/python -m ferryman_server.cli.configuration --check
 
 test: lint $(CLIENTS_STAMP) $(BUF_STAMP)
 	$(BIN)/python -m pytest tests
@@ -71,11 +71,11 @@ test-abuse: install $(CLIENTS_STAMP)
 	$(BIN)/python -m pytest tests -m abuse -q
 
 protos: install $(PROTOC_STAMP)
-	$(BIN)/python -m ferryman_cli.protogen
+	$(BIN)/python -m ferryman_server.cli.protogen
 
 # docs/configuration.md, generated from the settings models.
 docs: install
-	$(BIN)/python -m ferryman_cli.configuration
+	$(BIN)/python -m ferryman_server.cli.configuration
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

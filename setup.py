@@ -1,35 +1,17 @@
 """The platform distribution's packages (metadata is in pyproject.toml).
 
-It installs one import name, ``ferryman_cli`` (the ``ferryman`` command). Every other room
-of the platform goes into that package's private ``rooms/`` folder under its own name, so
-``router``, ``registry`` and the rest never land in site-packages where they would shadow an
-app's own modules; ``ferryman_cli`` puts the folder on the platform's own path when it runs.
+It installs one import name, ``ferryman_server``. Its rooms are the checkout's top-level
+folders (router/, registry/, kernel/...); ``ferryman_server/`` holds a link to each, so
+setuptools finds them as ``ferryman_server.router`` and the rest and the wheel holds them
+there, as real files, under that one name.
 """
 
 from setuptools import find_packages, setup
 
-ROOMS = (
-    "ferryman_kernel",
-    "registry",
-    "ferryman_jobs",
-    "router",
-    "batcher",
-    "gpu_node",
-    "ferryman_quota",
-    "ferryman_rollouts",
-    "admin_ui",
-)
-PRIVATE = "ferryman_cli.rooms"
-
-packages = find_packages(include=["ferryman_cli", "ferryman_cli.*"])
-package_dir = {}
-for room in ROOMS:
-    for name in find_packages(include=[room, f"{room}.*"]):
-        packages.append(f"{PRIVATE}.{name}")
-    package_dir[f"{PRIVATE}.{room}"] = room
-
 setup(
-    packages=packages,
-    package_dir=package_dir,
-    package_data={f"{PRIVATE}.registry": ["migrations/*.mako", "migrations/versions/*.py"]},
+    packages=find_packages(include=["ferryman_server", "ferryman_server.*"]),
+    package_data={
+        "ferryman_server": ["py.typed"],
+        "ferryman_server.registry": ["migrations/*.mako", "migrations/versions/*.py"],
+    },
 )

@@ -6,10 +6,10 @@ import math
 
 import streamlit as st
 
-from admin_ui import session
-from admin_ui.auth import MAX_NAME_CHARS, MAX_PASSWORD_CHARS, LoginThrottle, log_in
-from admin_ui.context import Console, NotAllowed, Person, build_console
-from admin_ui.views import PAGES
+from ferryman_server.admin_ui import session
+from ferryman_server.admin_ui.auth import MAX_NAME_CHARS, MAX_PASSWORD_CHARS, LoginThrottle, log_in
+from ferryman_server.admin_ui.context import Console, NotAllowed, Person, build_console
+from ferryman_server.admin_ui.views import PAGES
 
 
 @st.cache_resource

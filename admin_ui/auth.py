@@ -14,9 +14,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from admin_ui.context import Person
-from registry.accounts import Role
-from registry.reader import RegistryReader
+from ferryman_server.admin_ui.context import Person
+from ferryman_server.registry.accounts import Role
+from ferryman_server.registry.reader import RegistryReader
 
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
 SALT_BYTES = 16

@@ -8,14 +8,14 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy import Engine
 
-from admin_ui.series.history import ScrapeHistory
-from admin_ui.series.source import LocalSource, PrometheusSource, SeriesSource
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.security import Security
-from registry.accounts import Permission, Role, allows
-from registry.db import make_engine
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter
+from ferryman_server.admin_ui.series.history import ScrapeHistory
+from ferryman_server.admin_ui.series.source import LocalSource, PrometheusSource, SeriesSource
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.security import Security
+from ferryman_server.registry.accounts import Permission, Role, allows
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.writer import RegistryWriter
 
 
 class ConsoleSettings(BaseSettings):

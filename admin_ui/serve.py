@@ -1,5 +1,5 @@
-"""``python -m admin_ui.serve run app.py ...``: Streamlit's command line, its web server
-under a ``ConnectionGuard`` (ferryman_kernel/connections.py), so idle and half-open
+"""``python -m ferryman_server.admin_ui.serve run app.py ...``: Streamlit's command line, its web server
+under a ``ConnectionGuard`` (kernel/connections.py), so idle and half-open
 connections cannot hold the console's port: a request's headers within
 ``FERRYMAN_CONSOLE_HEADER_TIMEOUT_S``, and past the port's bound the longest-waiting
 connection is shed, not the operator who just connected."""
@@ -13,9 +13,9 @@ from typing import Any
 from streamlit.web import cli
 from streamlit.web.server.starlette import starlette_server
 
-from admin_ui.context import ConsoleSettings
-from ferryman_kernel.connections import ConnectionGuard, GuardLimits
-from ferryman_kernel.http_guard import guarded
+from ferryman_server.admin_ui.context import ConsoleSettings
+from ferryman_server.kernel.connections import ConnectionGuard, GuardLimits
+from ferryman_server.kernel.http_guard import guarded
 
 CONFIG_HOOK = "_get_uvicorn_config_kwargs"
 """Where Streamlit makes its uvicorn settings (streamlit.web.server.starlette_server)."""

@@ -18,10 +18,10 @@ import time
 
 import streamlit as st
 
-from admin_ui.auth import BOOTSTRAP_ACCOUNT
-from admin_ui.context import Console, Person
-from registry.accounts import Role
-from registry.writer import RegistryWriter
+from ferryman_server.admin_ui.auth import BOOTSTRAP_ACCOUNT
+from ferryman_server.admin_ui.context import Console, Person
+from ferryman_server.registry.accounts import Role
+from ferryman_server.registry.writer import RegistryWriter
 
 COOKIE = "ferryman_console"
 TOKEN_BYTES = 32

@@ -7,8 +7,8 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from registry.tables import DeadLetter
-from registry.writer import RegistryWriter
+from ferryman_server.registry.tables import DeadLetter
+from ferryman_server.registry.writer import RegistryWriter
 
 log = logging.getLogger("ferryman.batcher.dead_letters")
 

@@ -19,20 +19,20 @@ from google.rpc import status_pb2
 from opentelemetry import trace
 from opentelemetry.context import Context
 
-from batcher.breaker import BreakerState
-from batcher.dead_letters import DeadLetters
-from batcher.entries import Entry, Finisher
-from batcher.fairness import SlotPolicy, batch_owner
-from batcher.metrics import BatcherMetrics
-from batcher.node_client import NodeCallError
-from batcher.predictor import LatencyPredictor
-from batcher.replicas import Replica, ReplicaDirectory
-from batcher.settings import BatcherSettings
 from ferryman.durations import seconds_of
 from ferryman.errors import Reason, make_status, reason_of
 from ferryman.v1 import batcher_pb2, node_pb2
-from ferryman_kernel.telemetry import links, traceparent, tracer
-from registry.tables import DeadLetter
+from ferryman_server.batcher.breaker import BreakerState
+from ferryman_server.batcher.dead_letters import DeadLetters
+from ferryman_server.batcher.entries import Entry, Finisher
+from ferryman_server.batcher.fairness import SlotPolicy, batch_owner
+from ferryman_server.batcher.metrics import BatcherMetrics
+from ferryman_server.batcher.node_client import NodeCallError
+from ferryman_server.batcher.predictor import LatencyPredictor
+from ferryman_server.batcher.replicas import Replica, ReplicaDirectory
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.kernel.telemetry import links, traceparent, tracer
+from ferryman_server.registry.tables import DeadLetter
 
 log = logging.getLogger("ferryman.batcher")
 RETRIABLE = frozenset(

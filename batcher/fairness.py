@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ferryman_kernel.scopes import is_background
-from registry.validation import MAX_WEIGHT, MIN_WEIGHT
+from ferryman_server.kernel.scopes import is_background
+from ferryman_server.registry.validation import MAX_WEIGHT, MIN_WEIGHT
 
 DEFAULT_WEIGHT = 1.0
 

@@ -1,5 +1,5 @@
 """Generations through the batcher: each goes to a node serving its version, which batches
-it with its other generations step by step (``gpu_node.generation``). The batcher picks the
+it with its other generations step by step (``ferryman_server.gpu_node.generation``). The batcher picks the
 replica (fewest running generations, breakers respected) and fails over to another only
 before the first event: after that, tokens have reached the caller and a second run would
 be a different answer."""
@@ -11,11 +11,11 @@ from collections.abc import AsyncGenerator, Callable
 
 import grpc
 
-from batcher.node_client import NodeCallError
-from batcher.replicas import Replica, ReplicaDirectory
 from ferryman.durations import set_seconds
 from ferryman.errors import CallFailed, Reason, make_status
 from ferryman.v1 import batcher_pb2, node_pb2
+from ferryman_server.batcher.node_client import NodeCallError
+from ferryman_server.batcher.replicas import Replica, ReplicaDirectory
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION})
 """Codes on which another replica may serve the generation: the node is gone, draining or

@@ -1,26 +1,26 @@
 """A batcher's parts, started and stopped together: the service, the generation relay, its
 replica directory (refreshed from the registry) and its dead-letter sink. ``serve_batcher`` serves a host
-over gRPC; a router in the same process calls one through ``batcher.local.LocalBatcher``."""
+over gRPC; a router in the same process calls one through ``ferryman_server.batcher.local.LocalBatcher``."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 
-from batcher.dead_letters import DeadLetterSink
-from batcher.dispatcher import Dispatcher
-from batcher.generation import GenerationRelay
-from batcher.jobs import JobWorker
-from batcher.local import LocalBatcher
-from batcher.metrics import BatcherMetrics
-from batcher.replicas import ReplicaDirectory
-from batcher.service import BatcherService
-from batcher.settings import BatcherSettings
-from ferryman_jobs.port import open_job_queue
-from ferryman_kernel.config import CommonSettings
-from registry.db import make_engine
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter
+from ferryman_server.batcher.dead_letters import DeadLetterSink
+from ferryman_server.batcher.dispatcher import Dispatcher
+from ferryman_server.batcher.generation import GenerationRelay
+from ferryman_server.batcher.jobs import JobWorker
+from ferryman_server.batcher.local import LocalBatcher
+from ferryman_server.batcher.metrics import BatcherMetrics
+from ferryman_server.batcher.replicas import ReplicaDirectory
+from ferryman_server.batcher.service import BatcherService
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.jobs.port import open_job_queue
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.writer import RegistryWriter
 
 log = logging.getLogger("ferryman.batcher")
 

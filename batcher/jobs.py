@@ -1,4 +1,4 @@
-"""The batcher's job worker: takes job items from the durable queue (``ferryman_jobs``) and
+"""The batcher's job worker: takes job items from the durable queue (``ferryman_server.jobs``) and
 runs them through this batcher's own queues under the tenant's background scope, so they
 use only the capacity real-time traffic leaves, then records each result once.
 
@@ -22,15 +22,15 @@ from collections.abc import Callable
 import grpc
 import redis.asyncio as aioredis
 
-from batcher.local import LocalBatcher
-from batcher.metrics import BatcherMetrics
-from batcher.service import item_rows
-from batcher.settings import BatcherSettings
 from ferryman.errors import NO_CAPACITY
 from ferryman.v1 import batcher_pb2, common_pb2, jobs_pb2
-from ferryman_jobs.port import JobQueue
-from ferryman_jobs.store import FINISHED, Claimed, JobRecord, State
-from ferryman_kernel.scopes import job_scope
+from ferryman_server.batcher.local import LocalBatcher
+from ferryman_server.batcher.metrics import BatcherMetrics
+from ferryman_server.batcher.service import item_rows
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.jobs.port import JobQueue
+from ferryman_server.jobs.store import FINISHED, Claimed, JobRecord, State
+from ferryman_server.kernel.scopes import job_scope
 
 log = logging.getLogger("ferryman.batcher.jobs")
 RETRY_LATER = NO_CAPACITY | {grpc.StatusCode.NOT_FOUND.value[0]}

@@ -1,5 +1,5 @@
 """Loads on demand: a version that no node serves is loaded, when a request wants it, on the
-node with room (``ferryman_kernel.placement.place`` over what the nodes report), evicting
+node with room (``ferryman_server.kernel.placement.place`` over what the nodes report), evicting
 that node's least recently used idle versions when it must. One load per version at a
 time; requests wait for it within their own deadlines, and a load that fails is not tried
 again for ``demand_retry_s`` (its refusal answers meanwhile), so a broken or oversized
@@ -18,17 +18,17 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from batcher.metrics import BatcherMetrics
-from batcher.node_client import NODE_INFO_TIMEOUT_S, NodeCallError
-from batcher.settings import BatcherSettings
 from ferryman.durations import seconds_of
 from ferryman.errors import Reason
 from ferryman.v1 import node_pb2
-from ferryman_kernel.placement import Held, NodeRoom, Placement, place
-from registry.specs import version_spec
+from ferryman_server.batcher.metrics import BatcherMetrics
+from ferryman_server.batcher.node_client import NODE_INFO_TIMEOUT_S, NodeCallError
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.kernel.placement import Held, NodeRoom, Placement, place
+from ferryman_server.registry.specs import version_spec
 
 if TYPE_CHECKING:
-    from batcher.replicas import Replica, ReplicaDirectory
+    from ferryman_server.batcher.replicas import Replica, ReplicaDirectory
 
 log = logging.getLogger("ferryman.batcher.loads")
 MIB = 1 << 20

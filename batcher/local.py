@@ -1,4 +1,4 @@
-"""The router's batcher port (``router.batchers.BatcherPort``) served by a batcher in the
+"""The router's batcher port (``ferryman_server.router.batchers.BatcherPort``) served by a batcher in the
 same process: items go straight to ``BatcherService.submit``, no stream, no encoding.
 The CLI wires it (``ferryman serve router --local-batcher``); services never import
 each other."""
@@ -11,10 +11,10 @@ from collections.abc import AsyncGenerator
 
 import grpc
 
-from batcher.generation import GenerationRelay
-from batcher.service import BatcherService
 from ferryman.errors import Reason, make_status
 from ferryman.v1 import batcher_pb2, node_pb2
+from ferryman_server.batcher.generation import GenerationRelay
+from ferryman_server.batcher.service import BatcherService
 
 LOCAL_STREAM = 0
 """The one caller stream of an in-process batcher (gRPC streams count from 1)."""

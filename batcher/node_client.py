@@ -14,8 +14,8 @@ import grpc
 from google.protobuf.message import Message
 
 from ferryman.v1 import node_pb2, node_pb2_grpc
-from ferryman_kernel.security import Security, aio_channel
-from ferryman_kernel.serving import channel_options
+from ferryman_server.kernel.security import Security, aio_channel
+from ferryman_server.kernel.serving import channel_options
 
 
 class NodeCallError(Exception):

@@ -10,20 +10,20 @@ from datetime import timedelta
 
 import grpc
 
-from batcher.admission import Refusal
-from batcher.dispatcher import Dispatcher, owner_of
-from batcher.entries import Entry, Finisher, QueueKey
-from batcher.fairness import FairShare, FairView, SlotPolicy, outranked, rows_ahead
-from batcher.metrics import BatcherMetrics
-from batcher.predictor import LatencyPredictor
-from batcher.rate import RateMeter
-from batcher.replicas import ReplicaDirectory
-from batcher.scheduler import DispatchReason, Load, SchedulerConfig, decide, row_cost
-from batcher.settings import BatcherSettings
 from ferryman.errors import Reason, make_status
 from ferryman.v1 import batcher_pb2
-from ferryman_kernel.scopes import is_background
-from ferryman_kernel.telemetry import exemplar
+from ferryman_server.batcher.admission import Refusal
+from ferryman_server.batcher.dispatcher import Dispatcher, owner_of
+from ferryman_server.batcher.entries import Entry, Finisher, QueueKey
+from ferryman_server.batcher.fairness import FairShare, FairView, SlotPolicy, outranked, rows_ahead
+from ferryman_server.batcher.metrics import BatcherMetrics
+from ferryman_server.batcher.predictor import LatencyPredictor
+from ferryman_server.batcher.rate import RateMeter
+from ferryman_server.batcher.replicas import ReplicaDirectory
+from ferryman_server.batcher.scheduler import DispatchReason, Load, SchedulerConfig, decide, row_cost
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.kernel.scopes import is_background
+from ferryman_server.kernel.telemetry import exemplar
 
 
 class VersionQueue:

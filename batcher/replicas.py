@@ -19,19 +19,25 @@ from typing import Protocol
 
 import grpc
 
-from batcher.admission import Refusal
-from batcher.breaker import Breaker, BreakerState
-from batcher.fairness import SlotPolicy
-from batcher.loads import DemandLoads
-from batcher.metrics import BatcherMetrics
-from batcher.node_client import NODE_INFO_TIMEOUT_S, GrpcNodeClient, NodeCallError, NodeClient, NodeConnector
-from batcher.scheduler import Capacity
-from batcher.settings import BatcherSettings
 from ferryman.durations import seconds_of
 from ferryman.errors import Reason
-from ferryman_kernel.security import Security
-from registry.snapshot import NodeVersions
-from registry.tables import ModelVersion
+from ferryman_server.batcher.admission import Refusal
+from ferryman_server.batcher.breaker import Breaker, BreakerState
+from ferryman_server.batcher.fairness import SlotPolicy
+from ferryman_server.batcher.loads import DemandLoads
+from ferryman_server.batcher.metrics import BatcherMetrics
+from ferryman_server.batcher.node_client import (
+    NODE_INFO_TIMEOUT_S,
+    GrpcNodeClient,
+    NodeCallError,
+    NodeClient,
+    NodeConnector,
+)
+from ferryman_server.batcher.scheduler import Capacity
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.kernel.security import Security
+from ferryman_server.registry.snapshot import NodeVersions
+from ferryman_server.registry.tables import ModelVersion
 
 log = logging.getLogger("ferryman.batcher.replicas")
 UNKNOWN_CAPACITY_SLOTS = 1
@@ -56,7 +62,8 @@ class Replica:
     inflight: int = 0
     outstanding_rows: int = 0
     tenant_slots: dict[str, int] = field(default_factory=dict)
-    """In-flight batches by the tenant each counts against (``batcher.fairness.batch_owner``)."""
+    """In-flight batches by the tenant each counts against
+    (``ferryman_server.batcher.fairness.batch_owner``)."""
     profiles: dict[str, dict[int, float]] = field(default_factory=dict)
     generations: int = 0
     """Generation streams running through this batcher to the node."""
@@ -91,7 +98,7 @@ MAX_REASON_CHARS = 300
 
 
 class ReplicaSource(Protocol):
-    """What the directory reads of the registry (``registry.reader.RegistryReader``)."""
+    """What the directory reads of the registry (``ferryman_server.registry.reader.RegistryReader``)."""
 
     def revision(self) -> int: ...
     def all_versions(self) -> list[tuple[str, ModelVersion]]: ...

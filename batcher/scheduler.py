@@ -6,7 +6,7 @@ longer meet their deadline (fail them now, never run them), whether to dispatch 
 and which items in which order, and otherwise when to look again.
 
 - Order: fair between tenants (virtual time over estimated compute, see
-  ``batcher.fairness``); a tenant's own items by priority class plus one class per
+  ``ferryman_server.batcher.fairness``); a tenant's own items by priority class plus one class per
   ``aging_s`` waited (nothing starves), then earliest deadline, then arrival. Items of
   a tenant that holds its share of node slots wait for one of its own.
 - A batch only takes an item if the batch, with it, is predicted to finish before the
@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from batcher.fairness import FairView, Work, fair_order
-from batcher.predictor import LatencyPredictor
+from ferryman_server.batcher.fairness import FairView, Work, fair_order
+from ferryman_server.batcher.predictor import LatencyPredictor
 
 
 class DispatchReason(StrEnum):

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from batcher.host import BatcherHost
-from batcher.metrics import BatcherMetrics
-from batcher.servicer import BatcherServicer
-from batcher.settings import BatcherSettings
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.runtime import ServiceSpec, run_service
+from ferryman_server.batcher.host import BatcherHost
+from ferryman_server.batcher.metrics import BatcherMetrics
+from ferryman_server.batcher.servicer import BatcherServicer
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.runtime import ServiceSpec, run_service
 
 BATCHER_SERVICE = batcher_pb2.DESCRIPTOR.services_by_name["Batcher"].full_name
 

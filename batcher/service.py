@@ -11,22 +11,22 @@ from datetime import timedelta
 import grpc
 from google.rpc import status_pb2
 
-from batcher.admission import QueueLimits, Refusal, check_item, check_queue
-from batcher.cache import TTLCache
-from batcher.coalescer import coalescing_key, input_digest
-from batcher.dispatcher import Dispatcher
-from batcher.entries import Entry, Finisher, QueueKey, Sink, Waiter
-from batcher.fairness import FairShare
-from batcher.metrics import BatcherMetrics
-from batcher.queue import VersionQueue
-from batcher.replicas import ReplicaDirectory, VersionConfig
-from batcher.scheduler import SchedulerConfig
-from batcher.settings import BatcherSettings
 from ferryman.durations import seconds_of, set_seconds
 from ferryman.errors import EXPECTED_MS, Reason, make_status
 from ferryman.v1 import batcher_pb2, common_pb2
-from ferryman_kernel.scopes import is_background
-from ferryman_kernel.telemetry import parent_context, tracer
+from ferryman_server.batcher.admission import QueueLimits, Refusal, check_item, check_queue
+from ferryman_server.batcher.cache import TTLCache
+from ferryman_server.batcher.coalescer import coalescing_key, input_digest
+from ferryman_server.batcher.dispatcher import Dispatcher
+from ferryman_server.batcher.entries import Entry, Finisher, QueueKey, Sink, Waiter
+from ferryman_server.batcher.fairness import FairShare
+from ferryman_server.batcher.metrics import BatcherMetrics
+from ferryman_server.batcher.queue import VersionQueue
+from ferryman_server.batcher.replicas import ReplicaDirectory, VersionConfig
+from ferryman_server.batcher.scheduler import SchedulerConfig
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.kernel.scopes import is_background
+from ferryman_server.kernel.telemetry import parent_context, tracer
 
 DEADLINE_CODE = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
 DEFAULT_PRIORITY = common_pb2.PRIORITY_NORMAL

@@ -7,11 +7,11 @@ import itertools
 import time
 from collections.abc import AsyncIterator
 
-from batcher.generation import GenerationRelay
-from batcher.service import BatcherService
 from ferryman.errors import CallFailed, abort
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, node_pb2
-from ferryman_kernel.serving import ServicerContext
+from ferryman_server.batcher.generation import GenerationRelay
+from ferryman_server.batcher.service import BatcherService
+from ferryman_server.kernel.serving import ServicerContext
 
 # Longest a Submit stream's reader runs before letting other tasks in.
 READ_YIELD_INTERVAL_S = 0.0005

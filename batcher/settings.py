@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ferryman_kernel.config import ListenAddress, MessageBytes, MetricsListen
+from ferryman_server.kernel.config import ListenAddress, MessageBytes, MetricsListen
 
 
 class BatcherSettings(BaseSettings):

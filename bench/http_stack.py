@@ -28,7 +28,7 @@ from starlette.routing import Route
 
 from bench.scenarios.doors import HttpConnection, http_head
 from bench.scenarios.measure import machine
-from ferryman_kernel.net import free_port
+from ferryman_server.kernel.net import free_port
 
 BODY = json.dumps({"data": [0.5] * 256}).encode()
 READY_TIMEOUT_S = 30.0

@@ -19,8 +19,8 @@ import numpy as np
 
 from ferryman.tensors import encode
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, common_pb2
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.security import aio_channel
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.security import aio_channel
 
 STREAMS = 4
 CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}

@@ -25,12 +25,12 @@ import torch
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, node_pb2, node_pb2_grpc
-from ferryman_kernel.artifacts import artifact_sha256
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.net import free_port
-from ferryman_kernel.schema import IOSchema
-from ferryman_kernel.serving import channel_options
-from gpu_node.demo import mlp
+from ferryman_server.gpu_node.demo import mlp
+from ferryman_server.kernel.artifacts import artifact_sha256
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.net import free_port
+from ferryman_server.kernel.schema import IOSchema
+from ferryman_server.kernel.serving import channel_options
 
 BATCHES = (1, 8, 32, 128)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -57,7 +57,7 @@ def start_node(threads: int, data_dir: Path) -> tuple[subprocess.Popen[bytes], s
         [
             sys.executable,
             "-m",
-            "ferryman_cli",
+            "ferryman_server.cli",
             "serve",
             "node",
             "--listen",

@@ -5,7 +5,7 @@ MiniLM requests of 32 texts of 4 KB each in flight (~1.3 s of compute per reques
 2 cores); the light tenant (created here) sends ``--rate`` requests per second to
 ``--model`` for ``--seconds``, open loop, each with ``--deadline``. Goodput is answers
 within the deadline; the light tenant's inputs are new each phase, so the batcher's
-cache answers none of them. The workload is ``ferryman_cli.bench.neighbors``.
+cache answers none of them. The workload is ``ferryman_server.cli.bench.neighbors``.
 
     python -m bench.noisy_neighbor [--model mlp] [--rate 100] [--seconds 8] [--deadline 0.25]
 """
@@ -20,10 +20,10 @@ import tempfile
 from pathlib import Path
 
 from ferryman.sdk.aio import AsyncClient
-from ferryman_cli.bench.neighbors import LightLoad, ferryman_up, flood, goodput, until_served
-from ferryman_kernel.net import free_port
-from registry.db import make_engine
-from registry.writer import RegistryWriter
+from ferryman_server.cli.bench.neighbors import LightLoad, ferryman_up, flood, goodput, until_served
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.writer import RegistryWriter
 
 WARM_S = 3.0
 

@@ -19,9 +19,9 @@ from google.rpc import status_pb2
 from ferryman.errors import Reason, make_status
 from ferryman.tensors import DataType
 from ferryman.v1 import common_pb2, node_pb2
-from ferryman_kernel.schema import IOSchema
-from ferryman_kernel.schema_check import check_inputs
-from gpu_node.runtimes.base import BatchInput
+from ferryman_server.gpu_node.handler import BatchInput
+from ferryman_server.kernel.schema import IOSchema
+from ferryman_server.kernel.schema_check import check_inputs
 
 TORCH_BY_DTYPE: dict[DataType, torch.dtype] = {
     common_pb2.DATA_TYPE_BOOL: torch.bool,

@@ -11,9 +11,10 @@ import torch
 
 from ferryman.errors import Reason, make_status, ok_status
 from ferryman.v1 import common_pb2, node_pb2
-from ferryman_kernel.schema import IOSchema
-from gpu_node.batch import build_inputs, plan, slice_inputs, split_outputs
-from gpu_node.runtimes.base import BatchInput, Runtime, RuntimeOutput
+from ferryman_server.gpu_node.batch import build_inputs, plan, slice_inputs, split_outputs
+from ferryman_server.gpu_node.handler import BatchInput, RuntimeOutput
+from ferryman_server.gpu_node.runtimes.base import Runtime
+from ferryman_server.kernel.schema import IOSchema
 
 
 @dataclass

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 from urllib.parse import urlparse
 
-from ferryman_kernel.artifacts import artifact_sha256, pushed_sha256
+from ferryman_server.kernel.artifacts import artifact_sha256, pushed_sha256
 
 log = logging.getLogger("ferryman.node")
 
@@ -43,7 +43,7 @@ class FetchError(Exception):
 
 
 class PushedArtifacts(Protocol):
-    """The registry's pushed artifacts (``registry.reader.RegistryReader``)."""
+    """The registry's pushed artifacts (``ferryman_server.registry.reader.RegistryReader``)."""
 
     def pushed_artifact(self, sha256: str) -> object | None: ...
     def artifact_chunks(self, sha256: str) -> Iterator[bytes]: ...

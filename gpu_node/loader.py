@@ -14,14 +14,14 @@ from pydantic import ValidationError
 
 from ferryman.tensors import DTYPE_BY_NAME
 from ferryman.v1 import node_pb2
-from ferryman_kernel.artifacts import artifact_path, artifact_sha256
-from ferryman_kernel.schema import IOSchema
-from gpu_node.batch import TORCH_BY_DTYPE, split_outputs
-from gpu_node.executor import predict_splitting
-from gpu_node.fetch import ArtifactCache, FetchError
-from gpu_node.runtimes import Runtime, load_runtime
-from gpu_node.runtimes.base import BatchInput
-from gpu_node.slots import LatencyProfile
+from ferryman_server.gpu_node.batch import TORCH_BY_DTYPE, split_outputs
+from ferryman_server.gpu_node.executor import predict_splitting
+from ferryman_server.gpu_node.fetch import ArtifactCache, FetchError
+from ferryman_server.gpu_node.handler import BatchInput
+from ferryman_server.gpu_node.runtimes import Runtime, load_runtime
+from ferryman_server.gpu_node.slots import LatencyProfile
+from ferryman_server.kernel.artifacts import artifact_path, artifact_sha256
+from ferryman_server.kernel.schema import IOSchema
 
 WARMUP_TEXT = "Ferryman warms this model up before it serves."
 

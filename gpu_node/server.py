@@ -10,22 +10,22 @@ from collections.abc import Callable
 import torch
 
 from ferryman.v1 import node_pb2, node_pb2_grpc
-from ferryman_kernel.artifacts import artifact_path
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.logs import Throttled
-from ferryman_kernel.runtime import ServiceSpec, run_service
-from gpu_node.fetch import ArtifactCache
-from gpu_node.generation import lora
-from gpu_node.loader import resolve_device
-from gpu_node.metrics import NodeMetrics
-from gpu_node.service import NodeService
-from gpu_node.servicer import NodeServicer
-from gpu_node.settings import NodeSettings
-from registry.db import make_engine
-from registry.reader import RegistryReader
-from registry.specs import version_spec
-from registry.states import ModelFormat, NodeLifecycle
-from registry.writer import RegistryWriter
+from ferryman_server.gpu_node.fetch import ArtifactCache
+from ferryman_server.gpu_node.generation import lora
+from ferryman_server.gpu_node.loader import resolve_device
+from ferryman_server.gpu_node.metrics import NodeMetrics
+from ferryman_server.gpu_node.service import NodeService
+from ferryman_server.gpu_node.servicer import NodeServicer
+from ferryman_server.gpu_node.settings import NodeSettings
+from ferryman_server.kernel.artifacts import artifact_path
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.logs import Throttled
+from ferryman_server.kernel.runtime import ServiceSpec, run_service
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.specs import version_spec
+from ferryman_server.registry.states import ModelFormat, NodeLifecycle
+from ferryman_server.registry.writer import RegistryWriter
 
 log = logging.getLogger("ferryman.node")
 NODE_SERVICE = node_pb2.DESCRIPTOR.services_by_name["Node"].full_name

@@ -22,21 +22,21 @@ from opentelemetry.trace import SpanKind
 
 from ferryman.durations import seconds_of, set_seconds
 from ferryman.v1 import node_pb2
-from ferryman_kernel.artifacts import artifact_path
-from ferryman_kernel.host import usable_memory
-from ferryman_kernel.placement import NodeRoom, victims
-from ferryman_kernel.serving import NOT_SERVING, SERVING
-from ferryman_kernel.telemetry import links, parent_context, tracer
-from gpu_node.executor import run_batch
-from gpu_node.fetch import ArtifactCache
-from gpu_node.generation import lora
-from gpu_node.generation.limits import OverBudget
-from gpu_node.loader import LoadError, load_version, locate, parse_schema
-from gpu_node.metrics import NodeMetrics
-from gpu_node.runtimes.factory import prepare_format
-from gpu_node.settings import NodeSettings
-from gpu_node.slots import LatencyProfile, ModelSlot, SlotState
-from registry.states import ModelFormat, NodeLifecycle, next_node_lifecycle
+from ferryman_server.gpu_node.executor import run_batch
+from ferryman_server.gpu_node.fetch import ArtifactCache
+from ferryman_server.gpu_node.generation import lora
+from ferryman_server.gpu_node.generation.limits import OverBudget
+from ferryman_server.gpu_node.loader import LoadError, load_version, locate, parse_schema
+from ferryman_server.gpu_node.metrics import NodeMetrics
+from ferryman_server.gpu_node.runtimes.factory import prepare_format
+from ferryman_server.gpu_node.settings import NodeSettings
+from ferryman_server.gpu_node.slots import LatencyProfile, ModelSlot, SlotState
+from ferryman_server.kernel.artifacts import artifact_path
+from ferryman_server.kernel.host import usable_memory
+from ferryman_server.kernel.placement import NodeRoom, victims
+from ferryman_server.kernel.serving import NOT_SERVING, SERVING
+from ferryman_server.kernel.telemetry import links, parent_context, tracer
+from ferryman_server.registry.states import ModelFormat, NodeLifecycle, next_node_lifecycle
 
 log = logging.getLogger("ferryman.node")
 
@@ -128,8 +128,8 @@ class NodeService:
 
     async def _load_lm(self, slot: ModelSlot) -> None:
         """A causal-LM version: its engine, sized by the generation_* settings."""
-        from gpu_node.generation.runtime import CausalLM, EngineLimits, load_causal_lm
-        from gpu_node.generation.scheduler import Admission
+        from ferryman_server.gpu_node.generation.runtime import CausalLM, EngineLimits, load_causal_lm
+        from ferryman_server.gpu_node.generation.scheduler import Admission
 
         limits = EngineLimits(
             self.settings.generation_slots,

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import grpc
 
 from ferryman.v1 import node_pb2, node_pb2_grpc
-from ferryman_kernel.serving import ServicerContext
-from gpu_node.service import NodeRefusal, NodeService
+from ferryman_server.gpu_node.service import NodeRefusal, NodeService
+from ferryman_server.kernel.serving import ServicerContext
 
 
 class NodeServicer(node_pb2_grpc.NodeServicer):

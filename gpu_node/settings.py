@@ -8,8 +8,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ferryman_kernel.config import ListenAddress, MessageBytes, MetricsListen
-from ferryman_kernel.host import node_torch_threads, usable_cores
+from ferryman_server.kernel.config import ListenAddress, MessageBytes, MetricsListen
+from ferryman_server.kernel.host import node_torch_threads, usable_cores
 
 
 class NodeSettings(BaseSettings):
@@ -35,7 +35,7 @@ class NodeSettings(BaseSettings):
     beside a long batch instead of waiting for it (batches are not preemptible)."""
     torch_threads: int = Field(default=0, ge=0)
     """torch intra-op threads on the CPU; 0 sizes them to the host
-    (``ferryman_kernel.host.node_torch_threads``: every core but the services' share)."""
+    (``ferryman_server.kernel.host.node_torch_threads``: every core but the services' share)."""
     use_registry: bool = True
     """Register in the registry, heartbeat, and load this node's placements."""
     heartbeat_interval_s: float = Field(default=2.0, gt=0)

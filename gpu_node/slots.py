@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 
 from ferryman.durations import set_seconds
 from ferryman.v1 import node_pb2
-from ferryman_kernel.placement import Held
-from ferryman_kernel.schema import IOSchema
-from gpu_node.runtimes.base import Runtime
+from ferryman_server.gpu_node.runtimes.base import Runtime
+from ferryman_server.kernel.placement import Held
+from ferryman_server.kernel.schema import IOSchema
 
 if TYPE_CHECKING:
-    from gpu_node.generation.runtime import CausalLM
+    from ferryman_server.gpu_node.generation.runtime import CausalLM
 
 
 class SlotState(StrEnum):

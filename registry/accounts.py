@@ -15,9 +15,9 @@ import time
 from sqlalchemy import delete
 from sqlmodel import Session, col, select
 
-from registry import validation as v
-from registry.change import WriterBase
-from registry.tables import ConsoleAccount, ConsoleSession, utcnow
+from ferryman_server.registry import validation as v
+from ferryman_server.registry.change import WriterBase
+from ferryman_server.registry.tables import ConsoleAccount, ConsoleSession, utcnow
 
 ACCOUNT_RE = re.compile(r"^(?=.{1,64}$)[a-z0-9][a-z0-9._+-]*(@[a-z0-9-]+(\.[a-z0-9-]+)+)?$")
 """A short name, or the e-mail address single sign-on vouches for (lowercase, 64 at most:

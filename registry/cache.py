@@ -12,7 +12,7 @@ import logging
 
 from sqlalchemy import Engine
 
-from registry.snapshot import ConfigSnapshot, load_snapshot, read_revision, ready_versions
+from ferryman_server.registry.snapshot import ConfigSnapshot, load_snapshot, read_revision, ready_versions
 
 log = logging.getLogger("ferryman.registry.cache")
 

@@ -12,9 +12,9 @@ from sqlalchemy import Engine, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
-from registry import validation as v
-from registry.states import InvalidTransition
-from registry.tables import AuditEvent, ConfigRevision, utcnow
+from ferryman_server.registry import validation as v
+from ferryman_server.registry.states import InvalidTransition
+from ferryman_server.registry.tables import AuditEvent, ConfigRevision, utcnow
 
 
 @dataclass

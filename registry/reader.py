@@ -11,10 +11,10 @@ from typing import Any
 from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
 
-from ferryman_kernel.canary import Moments
-from registry.accounts import token_digest
-from registry.snapshot import NodeVersions, node_versions, ready_versions
-from registry.tables import (
+from ferryman_server.kernel.canary import Moments
+from ferryman_server.registry.accounts import token_digest
+from ferryman_server.registry.snapshot import NodeVersions, node_versions, ready_versions
+from ferryman_server.registry.tables import (
     AdminCredential,
     ApiKey,
     ArtifactChunk,

@@ -7,11 +7,11 @@ from collections.abc import Mapping
 
 from sqlmodel import Session, select
 
-from registry import rows
-from registry import validation as v
-from registry.change import Change, WriterBase
-from registry.states import VersionStatus
-from registry.tables import Model, Rollout, Route, utcnow
+from ferryman_server.registry import rows
+from ferryman_server.registry import validation as v
+from ferryman_server.registry.change import Change, WriterBase
+from ferryman_server.registry.states import VersionStatus
+from ferryman_server.registry.tables import Model, Rollout, Route, utcnow
 
 ROUTE_SALT_BYTES = 8
 MAX_SHADOW_PERCENT = 100

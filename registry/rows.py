@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlmodel import Session, select
 
-from registry import validation as v
-from registry.tables import Model, ModelVersion, Route, Tenant
+from ferryman_server.registry import validation as v
+from ferryman_server.registry.tables import Model, ModelVersion, Route, Tenant
 
 
 def find_tenant(session: Session, name: str) -> Tenant | None:

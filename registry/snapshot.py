@@ -13,9 +13,18 @@ from datetime import UTC, datetime
 from sqlalchemy import Engine
 from sqlmodel import Session, select
 
-from ferryman_kernel.schema import IOSchema
-from registry.specs import QuotaLimits
-from registry.tables import ApiKey, ConfigRevision, Model, ModelVersion, Node, QuotaPolicy, Route, Tenant
+from ferryman_server.kernel.schema import IOSchema
+from ferryman_server.registry.specs import QuotaLimits
+from ferryman_server.registry.tables import (
+    ApiKey,
+    ConfigRevision,
+    Model,
+    ModelVersion,
+    Node,
+    QuotaPolicy,
+    Route,
+    Tenant,
+)
 
 
 @dataclass(frozen=True)
@@ -34,7 +43,7 @@ class TenantRecord:
     weight: float = 1.0
     """Share of contended compute against other busy tenants."""
     spill_to_job: bool = False
-    """Requests refused for load or a rate quota become durable jobs (``router.spill``)."""
+    """Requests refused for load or a rate quota become durable jobs (``ferryman_server.router.spill``)."""
 
 
 @dataclass(frozen=True)

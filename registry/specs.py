@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from ferryman.v1 import node_pb2
-from ferryman_kernel.schema import IOSchema
-from registry.tables import ModelVersion
+from ferryman_server.kernel.schema import IOSchema
+from ferryman_server.registry.tables import ModelVersion
 
 
 @dataclass(frozen=True)

@@ -182,7 +182,7 @@ class DeadLetter(SQLModel, table=True):
 
 class Rollout(SQLModel, table=True):
     """A progressive rollout of one model from its baseline version to a candidate, in
-    weight steps gated by analysis (``registry.rollout``)."""
+    weight steps gated by analysis (``ferryman_server.registry.rollout``)."""
 
     __tablename__ = "rollouts"
 
@@ -201,7 +201,7 @@ class Rollout(SQLModel, table=True):
     dwell_s: float
     """Least time a step runs before a passing verdict may advance it."""
     gates: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    """The analysis' thresholds (``ferryman_kernel.canary.Gates`` fields)."""
+    """The analysis' thresholds (``ferryman_server.kernel.canary.Gates`` fields)."""
     nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     """Nodes serving the candidate when it got weight: one that stops pauses the rollout."""
     step_started_at: datetime | None = None
@@ -260,13 +260,13 @@ class AdminCredential(SQLModel, table=True):
 
 
 class JobRow(SQLModel, table=True):
-    """A durable job, when jobs live in the registry database (``ferryman_jobs.sql_store``:
+    """A durable job, when jobs live in the registry database (``ferryman_server.jobs.sql_store``:
     no Redis, the embedded platform)."""
 
     __tablename__ = "jobs"
 
     key: str = Field(primary_key=True, max_length=64)
-    """sha256 of tenant and job id (``ferryman_jobs.store.job_key``'s digest)."""
+    """sha256 of tenant and job id (``ferryman_server.jobs.store.job_key``'s digest)."""
     tenant: str = Field(max_length=64, index=True)
     job_id: str = Field(max_length=128)
     model: str = Field(max_length=64)
@@ -327,7 +327,7 @@ class ConsoleAccount(SQLModel, table=True):
 
     name: str = Field(primary_key=True, max_length=64)
     role: str = Field(max_length=16)
-    """viewer, operator or admin (``registry.accounts.Role``)."""
+    """viewer, operator or admin (``ferryman_server.registry.accounts.Role``)."""
     password_hash: str = Field(max_length=256)
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
@@ -353,7 +353,7 @@ class PushedArtifact(SQLModel, table=True):
     __tablename__ = "artifacts"
 
     sha256: str = Field(primary_key=True, max_length=64)
-    """The artifact's digest (a directory's: its manifest's, ``ferryman_kernel.artifacts``)."""
+    """The artifact's digest (a directory's: its manifest's, ``ferryman_server.kernel.artifacts``)."""
     kind: str = Field(max_length=8)
     """``file``, or ``dir``: the chunks are then a tar of the directory."""
     size: int

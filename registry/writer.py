@@ -22,24 +22,24 @@ from sqlalchemy import func, insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
-from ferryman_kernel.artifacts import artifact_path, artifact_sha256, pushed_sha256
-from ferryman_kernel.schema import IOSchema
-from registry import rows
-from registry import validation as v
-from registry.accounts import AccountWrites
-from registry.change import Change, WriterBase
-from registry.keys import NewKey, generate_key
-from registry.rollout.writes import RolloutWrites
-from registry.route_writes import RouteWrites
-from registry.specs import QuotaLimits
-from registry.states import (
+from ferryman_server.kernel.artifacts import artifact_path, artifact_sha256, pushed_sha256
+from ferryman_server.kernel.schema import IOSchema
+from ferryman_server.registry import rows
+from ferryman_server.registry import validation as v
+from ferryman_server.registry.accounts import AccountWrites
+from ferryman_server.registry.change import Change, WriterBase
+from ferryman_server.registry.keys import NewKey, generate_key
+from ferryman_server.registry.rollout.writes import RolloutWrites
+from ferryman_server.registry.route_writes import RouteWrites
+from ferryman_server.registry.specs import QuotaLimits
+from ferryman_server.registry.states import (
     ModelFormat,
     NodeLifecycle,
     VersionStatus,
     next_node_lifecycle,
     next_version_status,
 )
-from registry.tables import (
+from ferryman_server.registry.tables import (
     ENTITY_KEY_CHARS,
     AdminCredential,
     ApiKey,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from registry.keys import matches, parse_prefix
-from registry.snapshot import ConfigSnapshot, TenantRecord
+from ferryman_server.registry.keys import matches, parse_prefix
+from ferryman_server.registry.snapshot import ConfigSnapshot, TenantRecord
 
 BEARER = "bearer "
 

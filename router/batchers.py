@@ -18,9 +18,9 @@ import grpc
 from ferryman.durations import set_seconds
 from ferryman.errors import CallFailed, Reason, make_status, status_of
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, node_pb2
-from ferryman_kernel.security import Security, aio_channel
-from ferryman_kernel.serving import channel_options
-from router.discovery import Member, Resolver, flatten, resolve, split, system_resolver
+from ferryman_server.kernel.security import Security, aio_channel
+from ferryman_server.kernel.serving import channel_options
+from ferryman_server.router.discovery import Member, Resolver, flatten, resolve, split, system_resolver
 
 log = logging.getLogger("ferryman.router.batchers")
 
@@ -36,7 +36,7 @@ def set_deadline(item: batcher_pb2.SubmitItem, remaining_s: float) -> batcher_pb
 
 class BatcherPort(Protocol):
     """How the router hands an item to "a batcher": over gRPC streams (``BatcherPool``) or
-    in-process (``batcher.local.LocalBatcher``, wired by the CLI)."""
+    in-process (``ferryman_server.batcher.local.LocalBatcher``, wired by the CLI)."""
 
     async def submit(self, item: batcher_pb2.SubmitItem, deadline: float) -> batcher_pb2.ItemResult:
         """The item's result (errors come back as results), by ``deadline`` (event-loop time)."""

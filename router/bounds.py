@@ -1,5 +1,5 @@
 """Bounds on everything a tenant sends besides its inputs (which the version's schema
-bounds): ids, names, maps. Pure; returns field violations like ``router.validation``."""
+bounds): ids, names, maps. Pure; returns field violations like ``ferryman_server.router.validation``."""
 
 from __future__ import annotations
 

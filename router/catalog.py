@@ -8,10 +8,10 @@ import grpc
 
 from ferryman.errors import Reason
 from ferryman.v1 import inference_pb2
-from registry.cache import SnapshotCache
-from registry.snapshot import RouteRecord, TenantRecord, VersionRecord
-from router.bounds import clip
-from router.failures import fail, unknown_model
+from ferryman_server.registry.cache import SnapshotCache
+from ferryman_server.registry.snapshot import RouteRecord, TenantRecord, VersionRecord
+from ferryman_server.router.bounds import clip
+from ferryman_server.router.failures import fail, unknown_model
 
 
 class ModelCatalog:

@@ -13,10 +13,10 @@ from datetime import timedelta
 import grpc
 
 from ferryman.errors import Reason, make_status, reason_of
-from router.failures import RequestFailed
-from router.limiter import AdaptiveLimit
-from router.metrics import RouterMetrics
-from router.settings import RouterSettings
+from ferryman_server.router.failures import RequestFailed
+from ferryman_server.router.limiter import AdaptiveLimit
+from ferryman_server.router.metrics import RouterMetrics
+from ferryman_server.router.settings import RouterSettings
 
 LOAD_REFUSALS = frozenset({Reason.OVERLOADED, Reason.QUEUE_FULL})
 """Refusals further down that mean the platform held more than it could serve in time (a

@@ -7,8 +7,8 @@ import grpc
 from google.rpc import status_pb2
 
 from ferryman.errors import CallFailed, Reason, make_status
-from router.bounds import clip
-from router.routing import Choice
+from ferryman_server.router.bounds import clip
+from ferryman_server.router.routing import Choice
 
 
 class RequestFailed(CallFailed):

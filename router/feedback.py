@@ -27,14 +27,14 @@ import redis.asyncio as aioredis
 
 from ferryman.errors import Reason
 from ferryman.v1 import inference_pb2
-from registry import validation as v
-from registry.snapshot import RouteRecord, TenantRecord
-from registry.tables import Feedback
-from registry.writer import RegistryWriter
-from router.bounds import MAX_REQUEST_ID_CHARS, clip
-from router.failures import fail
-from router.routing import sticky_point
-from router.settings import RouterSettings
+from ferryman_server.registry import validation as v
+from ferryman_server.registry.snapshot import RouteRecord, TenantRecord
+from ferryman_server.registry.tables import Feedback
+from ferryman_server.registry.writer import RegistryWriter
+from ferryman_server.router.bounds import MAX_REQUEST_ID_CHARS, clip
+from ferryman_server.router.failures import fail
+from ferryman_server.router.routing import sticky_point
+from ferryman_server.router.settings import RouterSettings
 
 log = logging.getLogger("ferryman.router.feedback")
 MAX_ABS_VALUE = 1e12

@@ -21,23 +21,30 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from ferryman.durations import seconds_of
 from ferryman.errors import Reason, make_status, status_code
 from ferryman.v1 import common_pb2, inference_pb2
-from ferryman_kernel.logs import log_request
-from ferryman_kernel.telemetry import current_span, exemplar, tracer
-from registry.cache import SnapshotCache
-from registry.snapshot import RouteRecord, TenantRecord
-from router.auth import authenticate
-from router.catalog import ModelCatalog
-from router.door_limit import DoorLimit
-from router.failures import RequestFailed, fail
-from router.generation import Generator
-from router.handlers import Undecodable, undecodable
-from router.metrics import GENERATE, PREDICT, RouterMetrics
-from router.routing import Choice
-from router.service import RouterService
-from router.settings import RouterSettings
-from router.spans import Door, Protocol, failure_attributes, grpc_door, is_server_fault, server_address
-from router.spill import Spill
-from router.statistics import Statistics, VersionStats
+from ferryman_server.kernel.logs import log_request
+from ferryman_server.kernel.telemetry import current_span, exemplar, tracer
+from ferryman_server.registry.cache import SnapshotCache
+from ferryman_server.registry.snapshot import RouteRecord, TenantRecord
+from ferryman_server.router.auth import authenticate
+from ferryman_server.router.catalog import ModelCatalog
+from ferryman_server.router.door_limit import DoorLimit
+from ferryman_server.router.failures import RequestFailed, fail
+from ferryman_server.router.generation import Generator
+from ferryman_server.router.handlers import Undecodable, undecodable
+from ferryman_server.router.metrics import GENERATE, PREDICT, RouterMetrics
+from ferryman_server.router.routing import Choice
+from ferryman_server.router.service import RouterService
+from ferryman_server.router.settings import RouterSettings
+from ferryman_server.router.spans import (
+    Door,
+    Protocol,
+    failure_attributes,
+    grpc_door,
+    is_server_fault,
+    server_address,
+)
+from ferryman_server.router.spill import Spill
+from ferryman_server.router.statistics import Statistics, VersionStats
 
 log = logging.getLogger("ferryman.router")
 

@@ -22,18 +22,18 @@ import orjson
 from ferryman.durations import set_seconds
 from ferryman.errors import CallFailed, Reason, status_code
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
-from ferryman_kernel.quota import Ask, Decision
-from registry.snapshot import TenantRecord, VersionRecord
-from registry.states import ModelFormat
-from router.batchers import BatcherPort
-from router.bounds import Violation, check_names, clip
-from router.failures import RequestFailed, fail
-from router.fingerprint import DIGEST_BYTES
-from router.metrics import RouterMetrics
-from router.reservations import Reservations
-from router.service import RouterService
-from router.settings import RouterSettings
-from router.validation import price
+from ferryman_server.kernel.quota import Ask, Decision
+from ferryman_server.registry.snapshot import TenantRecord, VersionRecord
+from ferryman_server.registry.states import ModelFormat
+from ferryman_server.router.batchers import BatcherPort
+from ferryman_server.router.bounds import Violation, check_names, clip
+from ferryman_server.router.failures import RequestFailed, fail
+from ferryman_server.router.fingerprint import DIGEST_BYTES
+from ferryman_server.router.metrics import RouterMetrics
+from ferryman_server.router.reservations import Reservations
+from ferryman_server.router.service import RouterService
+from ferryman_server.router.settings import RouterSettings
+from ferryman_server.router.validation import price
 
 ROLES = frozenset({"system", "user", "assistant"})
 MAX_MESSAGES = 64

@@ -1,4 +1,4 @@
-"""Jobs in the tenant's daily spend: what a job's items cost (``ferryman_jobs``, recorded by
+"""Jobs in the tenant's daily spend: what a job's items cost (``ferryman_server.jobs``, recorded by
 the batchers' workers) is charged to the tenant's quota, so a daily cost limit holds for
 jobs (and requests spilled into them) as for real-time requests.
 
@@ -17,10 +17,10 @@ import logging
 
 import redis.asyncio as aioredis
 
-from ferryman_jobs.port import JobQueue
-from ferryman_jobs.store import FINISHED, State
-from ferryman_kernel.quota import QuotaClient, QuotaUnavailable
-from router.settings import RouterSettings
+from ferryman_server.jobs.port import JobQueue
+from ferryman_server.jobs.store import FINISHED, State
+from ferryman_server.kernel.quota import QuotaClient, QuotaUnavailable
+from ferryman_server.router.settings import RouterSettings
 
 log = logging.getLogger("ferryman.router.jobs")
 

@@ -1,6 +1,6 @@
 """The Jobs API at the router: checks a job like the requests it holds (the tenant's key,
 the model's access, every item against the version's schema, bounds on ids, counts and
-sizes), prices it at the job rate, and queues it durably (``ferryman_jobs``). Results are
+sizes), prices it at the job rate, and queues it durably (``ferryman_server.jobs``). Results are
 the tenant's alone: a job is keyed by the tenant and its own id, so another tenant's id
 finds nothing."""
 
@@ -18,18 +18,18 @@ from google.protobuf import timestamp_pb2
 from ferryman.durations import seconds_of, set_seconds
 from ferryman.errors import Reason
 from ferryman.v1 import jobs_pb2
-from ferryman_jobs.port import JobQueue
-from ferryman_jobs.store import FINISHED, JobRecord, LimitReached, State, StoredFile
-from ferryman_kernel.quota import QuotaUnavailable
-from ferryman_kernel.schema_check import check_inputs
-from registry.cache import SnapshotCache
-from registry.snapshot import TenantRecord, VersionRecord
-from registry.states import ModelFormat
-from router.bounds import MAX_REQUEST_ID_CHARS, check_parameters, clip
-from router.failures import RequestFailed, fail
-from router.job_charges import JobCharges
-from router.service import RouterService
-from router.settings import RouterSettings
+from ferryman_server.jobs.port import JobQueue
+from ferryman_server.jobs.store import FINISHED, JobRecord, LimitReached, State, StoredFile
+from ferryman_server.kernel.quota import QuotaUnavailable
+from ferryman_server.kernel.schema_check import check_inputs
+from ferryman_server.registry.cache import SnapshotCache
+from ferryman_server.registry.snapshot import TenantRecord, VersionRecord
+from ferryman_server.registry.states import ModelFormat
+from ferryman_server.router.bounds import MAX_REQUEST_ID_CHARS, check_parameters, clip
+from ferryman_server.router.failures import RequestFailed, fail
+from ferryman_server.router.job_charges import JobCharges
+from ferryman_server.router.service import RouterService
+from ferryman_server.router.settings import RouterSettings
 
 MAX_CUSTOM_ID_CHARS = 128
 DEFAULT_PAGE = 50

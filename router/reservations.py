@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 
 from ferryman.errors import Reason
-from ferryman_kernel.quota import (
+from ferryman_server.kernel.quota import (
     MAX_ANSWER_BYTES,
     MAX_RENEW_IDS,
     Ask,
@@ -27,11 +27,11 @@ from ferryman_kernel.quota import (
     ReserveCall,
     Verdict,
 )
-from ferryman_kernel.telemetry import current_span, tracer
-from router.bounds import clip
-from router.failures import fail
-from router.metrics import RouterMetrics
-from router.settings import RouterSettings
+from ferryman_server.kernel.telemetry import current_span, tracer
+from ferryman_server.router.bounds import clip
+from ferryman_server.router.failures import fail
+from ferryman_server.router.metrics import RouterMetrics
+from ferryman_server.router.settings import RouterSettings
 
 SETTLE_TIMEOUT_S = 1.0
 """How long one Commit or Release may take; it runs off the answer's path."""

@@ -15,7 +15,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from registry.snapshot import RouteRecord
+from ferryman_server.registry.snapshot import RouteRecord
 
 BUCKETS = 100
 

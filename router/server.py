@@ -12,34 +12,34 @@ from typing import Protocol
 import grpc
 
 from ferryman.v1 import inference_pb2, jobs_pb2, jobs_pb2_grpc, quota_pb2
-from ferryman_jobs.port import jobs_enabled, open_job_queue
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.connections import GuardLimits
-from ferryman_kernel.quota import RENEWALS_PER_LEASE, QuotaClient, RemoteQuota
-from ferryman_kernel.runtime import ServiceRuntime, ServiceSpec, run_service
-from ferryman_kernel.security import aio_channel
-from registry.cache import SnapshotCache
-from registry.db import make_engine
-from registry.snapshot import ConfigSnapshot
-from registry.writer import RegistryWriter
-from router.batchers import BatcherPool, BatcherPort
-from router.doors.http.server import HttpDoor
-from router.doors.native.jobs_servicer import JobsServicer
-from router.doors.native.servicer import InferenceServicer
-from router.doors.oip.servicer import SERVICE as OIP_SERVICE
-from router.doors.oip.servicer import OipServicer, add_oip_servicer
-from router.feedback import FeedbackDesk, MemoryServedLog, RedisServedLog, ServedLog
-from router.gateway import Gateway
-from router.generation import Generator
-from router.handlers import add_inference_servicer
-from router.job_charges import JobCharges
-from router.jobs import JobDesk
-from router.metrics import RouterMetrics
-from router.reservations import Reservations
-from router.service import RouterService
-from router.settings import RouterSettings
-from router.shadow import Shadower
-from router.spill import Spill
+from ferryman_server.jobs.port import jobs_enabled, open_job_queue
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.connections import GuardLimits
+from ferryman_server.kernel.quota import RENEWALS_PER_LEASE, QuotaClient, RemoteQuota
+from ferryman_server.kernel.runtime import ServiceRuntime, ServiceSpec, run_service
+from ferryman_server.kernel.security import aio_channel
+from ferryman_server.registry.cache import SnapshotCache
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.snapshot import ConfigSnapshot
+from ferryman_server.registry.writer import RegistryWriter
+from ferryman_server.router.batchers import BatcherPool, BatcherPort
+from ferryman_server.router.doors.http.server import HttpDoor
+from ferryman_server.router.doors.native.jobs_servicer import JobsServicer
+from ferryman_server.router.doors.native.servicer import InferenceServicer
+from ferryman_server.router.doors.oip.servicer import SERVICE as OIP_SERVICE
+from ferryman_server.router.doors.oip.servicer import OipServicer, add_oip_servicer
+from ferryman_server.router.feedback import FeedbackDesk, MemoryServedLog, RedisServedLog, ServedLog
+from ferryman_server.router.gateway import Gateway
+from ferryman_server.router.generation import Generator
+from ferryman_server.router.handlers import add_inference_servicer
+from ferryman_server.router.job_charges import JobCharges
+from ferryman_server.router.jobs import JobDesk
+from ferryman_server.router.metrics import RouterMetrics
+from ferryman_server.router.reservations import Reservations
+from ferryman_server.router.service import RouterService
+from ferryman_server.router.settings import RouterSettings
+from ferryman_server.router.shadow import Shadower
+from ferryman_server.router.spill import Spill
 
 log = logging.getLogger("ferryman.router")
 INFERENCE = inference_pb2.DESCRIPTOR.services_by_name["Inference"].full_name
@@ -49,7 +49,7 @@ JOBS = jobs_pb2.DESCRIPTOR.services_by_name["Jobs"].full_name
 
 class QuotaHost(Protocol):
     """The Quota service a router co-hosts when it has no quota address (the composition
-    root builds it: ``ferryman_quota.cohost.CoHostedQuota``)."""
+    root builds it: ``ferryman_server.quota.cohost.CoHostedQuota``)."""
 
     @property
     def redis_url(self) -> str:

@@ -13,22 +13,22 @@ import grpc
 from ferryman.durations import set_seconds
 from ferryman.errors import Reason, expected_wait_s
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
-from ferryman_kernel.quota import Ask, Decision, Verdict
-from ferryman_kernel.schema_check import check_inputs
-from ferryman_kernel.telemetry import traceparent, tracer
-from registry.cache import SnapshotCache
-from registry.snapshot import TenantRecord, VersionRecord
-from registry.states import ModelFormat
-from router.batchers import BatcherPort, set_deadline
-from router.bounds import check_request, clip
-from router.failures import RequestFailed, fail, unknown_model
-from router.fingerprint import fingerprint
-from router.metrics import RouterMetrics
-from router.reservations import Reservations
-from router.routing import Choice, resolve
-from router.settings import RouterSettings
-from router.shedding import Shedder
-from router.validation import price, token_bound
+from ferryman_server.kernel.quota import Ask, Decision, Verdict
+from ferryman_server.kernel.schema_check import check_inputs
+from ferryman_server.kernel.telemetry import traceparent, tracer
+from ferryman_server.registry.cache import SnapshotCache
+from ferryman_server.registry.snapshot import TenantRecord, VersionRecord
+from ferryman_server.registry.states import ModelFormat
+from ferryman_server.router.batchers import BatcherPort, set_deadline
+from ferryman_server.router.bounds import check_request, clip
+from ferryman_server.router.failures import RequestFailed, fail, unknown_model
+from ferryman_server.router.fingerprint import fingerprint
+from ferryman_server.router.metrics import RouterMetrics
+from ferryman_server.router.reservations import Reservations
+from ferryman_server.router.routing import Choice, resolve
+from ferryman_server.router.settings import RouterSettings
+from ferryman_server.router.shedding import Shedder
+from ferryman_server.router.validation import price, token_bound
 
 log = logging.getLogger("ferryman.router")
 

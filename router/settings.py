@@ -5,8 +5,8 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ferryman_kernel.config import ListenAddress, MessageBytes, MetricsListen
-from router.limiter import LimitConfig
+from ferryman_server.kernel.config import ListenAddress, MessageBytes, MetricsListen
+from ferryman_server.router.limiter import LimitConfig
 
 
 class RouterSettings(BaseSettings):
@@ -130,7 +130,7 @@ class RouterSettings(BaseSettings):
     jobs' retention, in Redis or the registry database)."""
     job_charge_every_s: float = Field(default=2.0, gt=0)
     """How often a router charges what jobs have cost since to their tenants' daily spend
-    (``router.job_charges``): a job may overrun a daily cost limit by this long's work."""
+    (``ferryman_server.router.job_charges``): a job may overrun a daily cost limit by this long's work."""
     job_charge_batch: int = Field(default=500, ge=1)
     """Jobs charged per pass at most (the rest on the next)."""
     spill_margin_s: float = Field(default=0.05, ge=0)

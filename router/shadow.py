@@ -3,7 +3,7 @@ version, whose answer goes to nobody and is compared with the live one
 (``ferryman_shadow_compared_total``, what rollouts' ``max_diff_rate`` gate reads).
 
 A shadow is never charged (no quota call), never coalesced with or cached for real items,
-and runs in the batcher under its own background scope (``ferryman_kernel.scopes``): only in
+and runs in the batcher under its own background scope (``ferryman_server.kernel.scopes``): only in
 capacity tenants leave, with a short deadline, and at most ``shadow_max_inflight`` at once
 per router. Past that bound, or when no capacity came in time, it is skipped (counted), so
 mirroring sheds before it could slow real traffic.
@@ -23,12 +23,12 @@ import numpy as np
 from ferryman.errors import NO_CAPACITY
 from ferryman.tensors import decode
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
-from ferryman_kernel.canary import SHADOW_SAME
-from ferryman_kernel.scopes import SHADOW_SCOPE
-from registry.snapshot import RouteRecord, TenantRecord
-from router.batchers import BatcherPort, set_deadline
-from router.metrics import RouterMetrics
-from router.settings import RouterSettings
+from ferryman_server.kernel.canary import SHADOW_SAME
+from ferryman_server.kernel.scopes import SHADOW_SCOPE
+from ferryman_server.registry.snapshot import RouteRecord, TenantRecord
+from ferryman_server.router.batchers import BatcherPort, set_deadline
+from ferryman_server.router.metrics import RouterMetrics
+from ferryman_server.router.settings import RouterSettings
 
 log = logging.getLogger("ferryman.router.shadow")
 DIFFER = "differ"

@@ -16,7 +16,7 @@ import grpc
 from google.rpc import status_pb2
 
 from ferryman.errors import SERVER_FAULTS
-from router.doors.http.errors import http_status
+from ferryman_server.router.doors.http.errors import http_status
 
 """The codes the gRPC conventions count as a server span's error (HTTP's 5xx map from these)."""
 

@@ -1,5 +1,5 @@
 """Spill instead of shed: a Predict refused for load or a rate quota is accepted as a
-one-item durable job (``router.jobs.JobDesk``), so a caller that opted in loses nothing it
+one-item durable job (``ferryman_server.router.jobs.JobDesk``), so a caller that opted in loses nothing it
 sent. The job's id derives from the tenant's request id (``ferryman.errors.spill_job_id``):
 a retry of the same request finds the same job, never a second one, and the job is charged
 once, at the job price, when its item completes (the refused real-time try never was)."""
@@ -24,11 +24,11 @@ from ferryman.errors import (
     unpack_details,
 )
 from ferryman.v1 import inference_pb2, jobs_pb2
-from registry.snapshot import TenantRecord
-from router.failures import RequestFailed
-from router.jobs import JobDesk
-from router.metrics import RouterMetrics
-from router.settings import RouterSettings
+from ferryman_server.registry.snapshot import TenantRecord
+from ferryman_server.router.failures import RequestFailed
+from ferryman_server.router.jobs import JobDesk
+from ferryman_server.router.metrics import RouterMetrics
+from ferryman_server.router.settings import RouterSettings
 
 LOAD = frozenset(
     {Reason.OVERLOADED, Reason.QUEUE_FULL, Reason.DEADLINE_UNMEETABLE, Reason.DEADLINE, Reason.NO_ROOM}

@@ -11,18 +11,18 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from batcher.dispatcher import Dispatcher
-from batcher.entries import Entry
-from batcher.metrics import BatcherMetrics
-from batcher.node_client import NodeCallError, NodeClient
-from batcher.replicas import PowerOfTwoChoices, ReplicaDirectory, ReplicaSource
-from batcher.service import BatcherService
-from batcher.settings import BatcherSettings
 from ferryman.errors import Reason, make_status, ok_status
 from ferryman.v1 import batcher_pb2, node_pb2
-from ferryman_kernel.security import Security
-from registry.snapshot import NodeVersions
-from registry.tables import DeadLetter, ModelVersion
+from ferryman_server.batcher.dispatcher import Dispatcher
+from ferryman_server.batcher.entries import Entry
+from ferryman_server.batcher.metrics import BatcherMetrics
+from ferryman_server.batcher.node_client import NodeCallError, NodeClient
+from ferryman_server.batcher.replicas import PowerOfTwoChoices, ReplicaDirectory, ReplicaSource
+from ferryman_server.batcher.service import BatcherService
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.kernel.security import Security
+from ferryman_server.registry.snapshot import NodeVersions
+from ferryman_server.registry.tables import DeadLetter, ModelVersion
 
 KEY = "m:1"
 NODES = ("n1", "n2")

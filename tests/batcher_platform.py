@@ -12,16 +12,16 @@ from typing import Any
 from harness import ServiceMain, ServiceThread
 from node_helpers import POISON, node_settings
 
-from batcher.server import serve_batcher
-from batcher.settings import BatcherSettings
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.net import free_port
-from gpu_node.demo import echo, mlp
-from gpu_node.server import serve_node
-from registry.db import make_engine
-from registry.migrate import upgrade
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter, VersionSpec
+from ferryman_server.batcher.server import serve_batcher
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.gpu_node.demo import echo, mlp
+from ferryman_server.gpu_node.server import serve_node
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.writer import RegistryWriter, VersionSpec
 
 NODES = ("bn1", "bn2")
 REGISTRY_REFRESH_S = 0.1
@@ -105,7 +105,7 @@ def run_platform(root: Path) -> Iterator[Platform]:
     fx = root / "artifacts"
     plain = echo.write_config(fx / "echo.json")
     register(writer, "mlp", "1", mlp.export_mlp(fx / "mlp.pt2"), "torch_export", mlp.SCHEMA, max_batch=64)
-    echo_handler = "gpu_node.demo.echo:EchoHandler"
+    echo_handler = "ferryman_server.gpu_node.demo.echo:EchoHandler"
     register(writer, "echo", "1", plain, "python", echo.SCHEMA, handler=echo_handler, max_batch=64)
     register(
         writer,

@@ -28,9 +28,9 @@ from services import (
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
-from ferryman_kernel.net import free_port
-from registry.db import make_engine, normalize_url
-from registry.migrate import upgrade
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.db import make_engine, normalize_url
+from ferryman_server.registry.migrate import upgrade
 
 # The services run in this process and the tracing tests read their spans from its provider.
 os.environ.setdefault("FERRYMAN_TRACE_ENABLED", "true")
@@ -119,6 +119,6 @@ def registry_engine(db_url: str) -> Iterator[Engine]:
 @pytest.fixture(scope="session")
 def smollm2_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """SmolLM2-135M-Instruct converted once for the session (~25 s)."""
-    from gpu_node.demo import smollm2
+    from ferryman_server.gpu_node.demo import smollm2
 
     return smollm2.build_artifact(tmp_path_factory.mktemp("smollm2") / "smollm2")

@@ -15,11 +15,11 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-import admin_ui
-from registry.db import make_engine
-from registry.migrate import upgrade
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter, VersionSpec
+from ferryman_server import admin_ui
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.writer import RegistryWriter, VersionSpec
 
 HTTP_OK = 200
 APP = str(Path(admin_ui.__file__).resolve().parent / "app.py")
@@ -105,7 +105,7 @@ def start_console(port: int, env: Mapping[str, str], ca: str = "") -> subprocess
     """``ferryman admin --port`` with ``env``, once its health check answers (over TLS,
     checked with ``ca``, when given; the process is killed and the test fails if not)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ferryman_cli", "admin", "--port", str(port)],
+        [sys.executable, "-m", "ferryman_server.cli", "admin", "--port", str(port)],
         env=dict(env),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -21,7 +21,7 @@ from ferryman.oip.v2 import grpc_predict_v2_pb2 as oip
 from ferryman.oip.v2 import grpc_predict_v2_pb2_grpc as oip_grpc
 from ferryman.tensors import decode, encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from router.doors.http.errors import HTTP_STATUS
+from ferryman_server.router.doors.http.errors import HTTP_STATUS
 
 TIMEOUT_S = 30.0
 CODE_BY_HTTP = {status: code.name for code, status in reversed(list(HTTP_STATUS.items()))}

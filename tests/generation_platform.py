@@ -17,21 +17,21 @@ from harness import ServiceThread
 from node_helpers import node_settings
 from router_platform import wait_known
 
-from batcher.server import serve_batcher
-from batcher.settings import BatcherSettings
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.net import free_port
-from ferryman_quota.cohost import CoHostedQuota
-from ferryman_quota.settings import QuotaSettings
-from gpu_node.demo import smollm2
-from gpu_node.server import serve_node
-from registry.db import make_engine
-from registry.migrate import upgrade
-from registry.reader import RegistryReader
-from registry.specs import QuotaLimits
-from registry.writer import RegistryWriter
-from router.server import serve_router
-from router.settings import RouterSettings
+from ferryman_server.batcher.server import serve_batcher
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.gpu_node.demo import smollm2
+from ferryman_server.gpu_node.server import serve_node
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.net import free_port
+from ferryman_server.quota.cohost import CoHostedQuota
+from ferryman_server.quota.settings import QuotaSettings
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.specs import QuotaLimits
+from ferryman_server.registry.writer import RegistryWriter
+from ferryman_server.router.server import serve_router
+from ferryman_server.router.settings import RouterSettings
 
 MODEL = "smollm2"
 SLOTS = 4

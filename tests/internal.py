@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 
-from ferryman_kernel.security import TOKEN_HEADER
+from ferryman_server.kernel.security import TOKEN_HEADER
 
 
 def service_metadata() -> tuple[tuple[str, str], ...]:

@@ -15,8 +15,8 @@ from router_platform import E2E
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, jobs_pb2, jobs_pb2_grpc
-from ferryman_kernel.net import free_port
-from gpu_node.demo import echo
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.kernel.net import free_port
 
 JOBS_REDIS_DB = 5
 JOB_CHARGE_EVERY_S = 0.5
@@ -62,7 +62,7 @@ def worker(jobs: Jobs) -> subprocess.Popen[bytes]:
     command = [
         sys.executable,
         "-m",
-        "ferryman_cli",
+        "ferryman_server.cli",
         "serve",
         "batcher",
         "--listen",

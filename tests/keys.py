@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
-from registry.snapshot import load_snapshot
-from router.auth import authenticate
+from ferryman_server.registry.snapshot import load_snapshot
+from ferryman_server.router.auth import authenticate
 
 
 def tenant_of(engine: Engine, key: str) -> str | None:

@@ -14,15 +14,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 ALTITUDES: tuple[tuple[str, ...], ...] = (
     ("ferryman",),
-    ("ferryman_kernel",),
+    ("kernel",),
     ("registry",),
-    ("ferryman_jobs",),
-    ("router", "batcher", "gpu_node", "ferryman_quota", "ferryman_rollouts", "admin_ui"),
-    ("ferryman_cli",),
+    ("jobs",),
+    ("router", "batcher", "gpu_node", "quota", "rollouts", "admin_ui"),
+    ("cli",),
 )
 """Bottom first: the SDK and wire contract, the service kernel, the registry, the job stores,
 the services (which talk to each other only through the protos), the CLI (the one
-composition root)."""
+composition root). Every room but the SDK is imported as ``ferryman_server.<room>``."""
+PLATFORM = "ferryman_server"
 ROOMS = {room: level for level, rooms in enumerate(ALTITUDES) for room in rooms}
 
 
@@ -37,6 +38,15 @@ def imported_names(path: Path) -> set[str]:
     return names
 
 
+def room_of(name: str) -> str | None:
+    """The room an absolute module name lies in (``ferryman_server.router.x`` -> router),
+    None for anything else."""
+    parts = name.split(".")
+    if parts[0] == PLATFORM:
+        return parts[1] if len(parts) > 1 and parts[1] in ROOMS else None
+    return parts[0] if parts[0] == "ferryman" else None
+
+
 def modules(room: str) -> list[Path]:
     return sorted(p for p in (REPO / room).rglob("*.py") if "_pb2" not in p.name)
 
@@ -46,7 +56,8 @@ def arrows() -> dict[tuple[str, str], list[Path]]:
     found: dict[tuple[str, str], list[Path]] = defaultdict(list)
     for room in ROOMS:
         for path in modules(room):
-            for target in {n.split(".")[0] for n in imported_names(path)} & ROOMS.keys() - {room}:
+            targets = {target for n in imported_names(path) if (target := room_of(n))}
+            for target in targets & ROOMS.keys() - {room}:
                 found[(room, target)].append(path.relative_to(REPO))
     return dict(found)
 

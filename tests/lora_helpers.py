@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from gpu_node.generation import lora
+from ferryman_server.gpu_node.generation import lora
 
 RANK, ALPHA, STD = 8, 16, 0.05
 TARGETS = ("self_attn.q_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.down_proj")

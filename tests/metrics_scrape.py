@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ferryman_kernel.scrape import Samples
-from ferryman_kernel.scrape import scrape as scrape_all
+from ferryman_server.kernel.scrape import Samples
+from ferryman_server.kernel.scrape import scrape as scrape_all
 
 
 def scrape(url: str) -> Samples:

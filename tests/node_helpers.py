@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from ferryman.v1 import node_pb2
-from ferryman_kernel.artifacts import artifact_sha256
-from ferryman_kernel.schema import IOSchema
-from gpu_node.demo import echo, minilm, mlp
-from gpu_node.settings import NodeSettings
+from ferryman_server.gpu_node.demo import echo, minilm, mlp
+from ferryman_server.gpu_node.settings import NodeSettings
+from ferryman_server.kernel.artifacts import artifact_sha256
+from ferryman_server.kernel.schema import IOSchema
 
 POISON = -999.0
 
@@ -88,5 +88,8 @@ def node_subprocess(
     }
     args = ["serve", "node", "--listen", address, "--name", name, "--device", "cpu"]
     return subprocess.Popen(
-        [sys.executable, "-m", "ferryman_cli", *args], env=env, stdout=subprocess.DEVNULL, stderr=stderr
+        [sys.executable, "-m", "ferryman_server.cli", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
     )

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from ferryman_kernel.net import free_port
+from ferryman_server.kernel.net import free_port
 
 READY_TIMEOUT_S = 30.0
 SCRAPE_INTERVAL_S = 0.5

@@ -1,6 +1,6 @@
 """Quota scenarios every backend must pass with identical decisions (the parity suite).
 
-tests/unit/ferryman_quota/test_quota_arithmetic.py runs them on the memory backend and
+tests/unit/quota/test_quota_arithmetic.py runs them on the memory backend and
 tests/integration/router/test_quota_parity.py on real Redis, each with a fake clock."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from ferryman_kernel.quota import Ask, Decision, ReserveCall, Verdict
-from ferryman_quota.policy import Limits
-from ferryman_quota.service import QuotaBackend
+from ferryman_server.kernel.quota import Ask, Decision, ReserveCall, Verdict
+from ferryman_server.quota.policy import Limits
+from ferryman_server.quota.service import QuotaBackend
 
 LONG_LEASE_S = 300.0
 BUDGET_S = 5.0

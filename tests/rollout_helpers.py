@@ -19,7 +19,7 @@ from router_platform import E2E
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from registry.reader import RegistryReader
+from ferryman_server.registry.reader import RegistryReader
 
 CHECK_S = 0.2
 """How often the tests' rollout controller checks."""
@@ -132,7 +132,7 @@ def cli(e2e: E2E, *args: str) -> subprocess.CompletedProcess[str]:
         "FERRYMAN_DATABASE_URL": e2e.registry_url,
         "FERRYMAN_DATA_DIR": str(e2e.common.data_dir),
     }
-    command = [sys.executable, "-m", "ferryman_cli", *args]
+    command = [sys.executable, "-m", "ferryman_server.cli", *args]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
 
 

@@ -14,24 +14,24 @@ import grpc
 from batcher_platform import REGISTRY_REFRESH_S, node_main, register, wait_for_replicas
 from harness import ServiceThread
 
-from batcher.server import serve_batcher
-from batcher.settings import BatcherSettings
 from ferryman.v1 import inference_pb2, inference_pb2_grpc
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.net import free_port
-from ferryman_quota.cohost import CoHostedQuota
-from ferryman_quota.settings import QuotaSettings
-from gpu_node.demo import echo, minilm, mlp
-from registry.db import make_engine
-from registry.migrate import upgrade
-from registry.reader import RegistryReader
-from registry.specs import QuotaLimits
-from registry.writer import RegistryWriter
-from router.server import serve_router
-from router.settings import RouterSettings
+from ferryman_server.batcher.server import serve_batcher
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.gpu_node.demo import echo, minilm, mlp
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.net import free_port
+from ferryman_server.quota.cohost import CoHostedQuota
+from ferryman_server.quota.settings import QuotaSettings
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.specs import QuotaLimits
+from ferryman_server.registry.writer import RegistryWriter
+from ferryman_server.router.server import serve_router
+from ferryman_server.router.settings import RouterSettings
 
 NODES = ("rn1", "rn2")
-ECHO_HANDLER = "gpu_node.demo.echo:EchoHandler"
+ECHO_HANDLER = "ferryman_server.gpu_node.demo.echo:EchoHandler"
 SLOW_MS = 300
 MINILM_PRICE_PER_1K_TOKENS = 1.0
 KEY_WAIT_S = 10.0
@@ -131,7 +131,7 @@ def seed(writer: RegistryWriter, fx: Path) -> dict[str, str]:
             minilm_path,
             "python",
             minilm.SCHEMA,
-            handler="gpu_node.demo.minilm:MiniLMHandler",
+            handler="ferryman_server.gpu_node.demo.minilm:MiniLMHandler",
             max_batch=16,
             nodes=("rn1",),
             price_per_1k_tokens=MINILM_PRICE_PER_1K_TOKENS,

@@ -15,7 +15,7 @@ import redis
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from registry.db import normalize_url
+from ferryman_server.registry.db import normalize_url
 
 SERVICE_START_TIMEOUT_S = 10.0
 

@@ -16,14 +16,14 @@ from pathlib import Path
 from batcher_platform import REGISTRY_REFRESH_S, wait_for_replicas
 from router_platform import E2E, EMBED, EMBED_VERSIONS, seed, wait_known
 
-from ferryman_cli.up import is_serving
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.net import free_port
-from registry.db import make_engine
-from registry.migrate import upgrade
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter
-from router.batchers import rendezvous
+from ferryman_server.cli.up import is_serving
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.writer import RegistryWriter
+from ferryman_server.router.batchers import rendezvous
 
 NODES = ("rn1", "rn2", "rn3")
 BATCHERS = 2
@@ -88,7 +88,10 @@ def _start(
 ) -> None:
     out = stack.enter_context(log.open("wb"))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ferryman_cli", "serve", *args], env=env, stdout=out, stderr=subprocess.STDOUT
+        [sys.executable, "-m", "ferryman_server.cli", "serve", *args],
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
     )
     topology.procs[role] = proc
 

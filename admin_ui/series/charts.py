@@ -17,7 +17,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from admin_ui.series.source import Series, SeriesSource
+from ferryman_server.admin_ui.series.source import Series, SeriesSource
 
 RANGES: dict[str, float] = {"15 min": 900.0, "1 h": 3600.0, "6 h": 6 * 3600.0, "24 h": 24 * 3600.0}
 POINTS = 120
@@ -52,7 +52,7 @@ class Panel:
 
 def dashboards_dir() -> Path:
     """The Helm chart's dashboards (in the image: ``FERRYMAN_CONSOLE_DASHBOARDS_DIR``)."""
-    from admin_ui.context import ConsoleSettings
+    from ferryman_server.admin_ui.context import ConsoleSettings
 
     configured = ConsoleSettings().dashboards_dir
     return (

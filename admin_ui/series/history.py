@@ -10,8 +10,8 @@ import time
 from array import array
 from collections.abc import Callable
 
-from admin_ui.series.promql import Columns, Labels
-from ferryman_kernel.scrape import scrape
+from ferryman_server.admin_ui.series.promql import Columns, Labels
+from ferryman_server.kernel.scrape import scrape
 
 log = logging.getLogger(__name__)
 

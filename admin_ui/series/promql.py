@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from admin_ui.series import windows
-from ferryman_kernel.scrape import quantile
+from ferryman_server.admin_ui.series import windows
+from ferryman_server.kernel.scrape import quantile
 
 Labels = tuple[tuple[str, str], ...]
 """Sorted (name, value) pairs; ``__name__`` included while a series still has its name."""

@@ -11,8 +11,8 @@ import urllib.request
 from collections import OrderedDict
 from typing import Protocol
 
-from admin_ui.series.history import ScrapeHistory
-from admin_ui.series.promql import Evaluator, Labels, instant, parse
+from ferryman_server.admin_ui.series.history import ScrapeHistory
+from ferryman_server.admin_ui.series.promql import Evaluator, Labels, instant, parse
 
 Series = dict[Labels, list[tuple[float, float]]]
 PROMETHEUS_TIMEOUT_S = 5.0

@@ -5,9 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from admin_ui.context import Console
-from admin_ui.views import jobs, models, nodes, overview, people, quotas, records, routing, tenants
-from registry.accounts import Permission
+from ferryman_server.admin_ui.context import Console
+from ferryman_server.admin_ui.views import (
+    jobs,
+    models,
+    nodes,
+    overview,
+    people,
+    quotas,
+    records,
+    routing,
+    tenants,
+)
+from ferryman_server.registry.accounts import Permission
 
 
 @dataclass(frozen=True)

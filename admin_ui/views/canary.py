@@ -8,8 +8,8 @@ from typing import Any
 
 import streamlit as st
 
-from admin_ui.context import Console
-from admin_ui.series.charts import Mark, Shown, Window, grid, range_picker
+from ferryman_server.admin_ui.context import Console
+from ferryman_server.admin_ui.series.charts import Mark, Shown, Window, grid, range_picker
 
 CHARTS = [
     Shown("canary", "Traffic share by version"),

@@ -10,10 +10,10 @@ from typing import TypeVar
 
 import streamlit as st
 
-from admin_ui.context import Console
-from ferryman_jobs.port import JobQueue, open_job_queue
-from ferryman_jobs.store import FINISHED, JobRecord, State
-from registry.accounts import Permission
+from ferryman_server.admin_ui.context import Console
+from ferryman_server.jobs.port import JobQueue, open_job_queue
+from ferryman_server.jobs.store import FINISHED, JobRecord, State
+from ferryman_server.registry.accounts import Permission
 
 T = TypeVar("T")
 PAGE = 200

@@ -6,11 +6,11 @@ import json
 
 import streamlit as st
 
-from admin_ui.context import Console
-from registry.accounts import Permission
-from registry.states import ModelFormat
-from registry.validation import RegistryError
-from registry.writer import VersionSpec
+from ferryman_server.admin_ui.context import Console
+from ferryman_server.registry.accounts import Permission
+from ferryman_server.registry.states import ModelFormat
+from ferryman_server.registry.validation import RegistryError
+from ferryman_server.registry.writer import VersionSpec
 
 # Generative versions come with a tokenizer and chat template: registered from the CLI.
 FORMATS = [f.value for f in ModelFormat if f != ModelFormat.CAUSAL_LM]

@@ -8,15 +8,15 @@ from datetime import UTC, datetime
 import grpc
 import streamlit as st
 
-from admin_ui.context import Console
-from admin_ui.series.charts import Shown, Window, grid, range_picker
 from ferryman.durations import seconds_of
 from ferryman.v1 import node_pb2, node_pb2_grpc
-from ferryman_kernel.security import Security, sync_channel
-from registry.accounts import Permission
-from registry.snapshot import heartbeat_age_s
-from registry.tables import AuditEvent
-from registry.validation import RegistryError
+from ferryman_server.admin_ui.context import Console
+from ferryman_server.admin_ui.series.charts import Shown, Window, grid, range_picker
+from ferryman_server.kernel.security import Security, sync_channel
+from ferryman_server.registry.accounts import Permission
+from ferryman_server.registry.snapshot import heartbeat_age_s
+from ferryman_server.registry.tables import AuditEvent
+from ferryman_server.registry.validation import RegistryError
 
 NODE_INFO_TIMEOUT_S = 1.0
 FLEET_EVENTS = 200

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from admin_ui.context import Console
-from admin_ui.series.charts import Shown, Window, grid, label, range_picker
-from admin_ui.views import wrong
-from ferryman_kernel.scrape import scrape, tenant_usage
+from ferryman_server.admin_ui.context import Console
+from ferryman_server.admin_ui.series.charts import Shown, Window, grid, label, range_picker
+from ferryman_server.admin_ui.views import wrong
+from ferryman_server.kernel.scrape import scrape, tenant_usage
 
 CHARTS = [
     Shown("overview", "Requests per second by model"),

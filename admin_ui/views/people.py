@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from admin_ui.auth import MAX_NAME_CHARS, MAX_PASSWORD_CHARS, hash_password
-from admin_ui.context import Console
-from registry.accounts import Permission, Role
-from registry.validation import RegistryError
+from ferryman_server.admin_ui.auth import MAX_NAME_CHARS, MAX_PASSWORD_CHARS, hash_password
+from ferryman_server.admin_ui.context import Console
+from ferryman_server.registry.accounts import Permission, Role
+from ferryman_server.registry.validation import RegistryError
 
 MIN_PASSWORD_LENGTH = 8
 ROLES = [r.value for r in Role]

@@ -5,14 +5,14 @@ from __future__ import annotations
 import grpc
 import streamlit as st
 
-from admin_ui.context import Console
-from admin_ui.views import tenant_charts
 from ferryman.v1 import quota_pb2, quota_pb2_grpc
-from ferryman_kernel.security import sync_channel
-from registry.accounts import Permission
-from registry.specs import QuotaLimits
-from registry.tables import QuotaPolicy
-from registry.validation import RegistryError
+from ferryman_server.admin_ui.context import Console
+from ferryman_server.admin_ui.views import tenant_charts
+from ferryman_server.kernel.security import sync_channel
+from ferryman_server.registry.accounts import Permission
+from ferryman_server.registry.specs import QuotaLimits
+from ferryman_server.registry.tables import QuotaPolicy
+from ferryman_server.registry.validation import RegistryError
 
 USAGE_TIMEOUT_S = 2.0
 

@@ -6,7 +6,7 @@ import json
 
 import streamlit as st
 
-from admin_ui.context import Console
+from ferryman_server.admin_ui.context import Console
 
 ROWS = 500
 

@@ -8,14 +8,14 @@ from typing import Any
 
 import streamlit as st
 
-from admin_ui.context import Console
-from ferryman_kernel.canary import Gates
-from registry.accounts import Permission
-from registry.reader import RouteView
-from registry.rollout.status import status
-from registry.rollout.writes import DEFAULT_STEPS
-from registry.states import ROLLOUT_FINISHED, RolloutState
-from registry.validation import RegistryError
+from ferryman_server.admin_ui.context import Console
+from ferryman_server.kernel.canary import Gates
+from ferryman_server.registry.accounts import Permission
+from ferryman_server.registry.reader import RouteView
+from ferryman_server.registry.rollout.status import status
+from ferryman_server.registry.rollout.writes import DEFAULT_STEPS
+from ferryman_server.registry.states import ROLLOUT_FINISHED, RolloutState
+from ferryman_server.registry.validation import RegistryError
 
 REFRESH_S = 2.0
 FULL = 100

@@ -7,12 +7,12 @@ import math
 
 import streamlit as st
 
-from admin_ui.context import Console
-from admin_ui.views import canary, rollouts
-from ferryman_kernel.scrape import latency_buckets, quantile, scrape, totals
-from registry.accounts import Permission
-from registry.reader import RouteView
-from registry.validation import RegistryError
+from ferryman_server.admin_ui.context import Console
+from ferryman_server.admin_ui.views import canary, rollouts
+from ferryman_server.kernel.scrape import latency_buckets, quantile, scrape, totals
+from ferryman_server.registry.accounts import Permission
+from ferryman_server.registry.reader import RouteView
+from ferryman_server.registry.validation import RegistryError
 
 STICKY = ["none", "tenant", "user"]
 

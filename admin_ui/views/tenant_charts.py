@@ -9,9 +9,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from admin_ui.context import Console
-from admin_ui.series.charts import Shown, Window, expression, grid, panel, range_picker
-from registry.tables import QuotaPolicy
+from ferryman_server.admin_ui.context import Console
+from ferryman_server.admin_ui.series.charts import Shown, Window, expression, grid, panel, range_picker
+from ferryman_server.registry.tables import QuotaPolicy
 
 DAYS = 7
 SECONDS_PER_MINUTE = 60.0

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from admin_ui.context import Console
 from ferryman.priorities import PRIORITIES
-from registry.accounts import Permission
-from registry.validation import RegistryError
+from ferryman_server.admin_ui.context import Console
+from ferryman_server.registry.accounts import Permission
+from ferryman_server.registry.validation import RegistryError
 
 
 def render(ctx: Console) -> None:

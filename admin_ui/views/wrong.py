@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from admin_ui.context import Console
-from admin_ui.series.charts import Window, expression, panel
-from admin_ui.series.source import PrometheusSource
-from registry.snapshot import heartbeat_age_s
+from ferryman_server.admin_ui.context import Console
+from ferryman_server.admin_ui.series.charts import Window, expression, panel
+from ferryman_server.admin_ui.series.source import PrometheusSource
+from ferryman_server.registry.snapshot import heartbeat_age_s
 
 RECENT_S = 300.0
 """How far back 'now' reaches for refusals (the window a rate is taken over)."""

@@ -5,7 +5,7 @@ The demand is a working week's shape (quiet nights, a morning ramp, a lunch peak
 evening fall, quieter weekends) with noise, deterministic from its seed. Three weeks are
 history; the fourth is scored. Reactive is what HPA/KEDA do on the demand they see (the
 replicas for now, held through the stabilisation window before scaling down); predictive
-asks now for what ``ferryman_rollouts.forecast`` expects when a replica started now is
+asks now for what ``ferryman_server.rollouts.forecast`` expects when a replica started now is
 ready, with the reactive signal as its floor. A replica serves ``lead_s`` after it is
 asked for.
 """
@@ -16,7 +16,7 @@ import argparse
 import math
 import random
 
-from ferryman_rollouts.forecast import DAY_S, CapacityPolicy, Replay, predictive, reactive, replay
+from ferryman_server.rollouts.forecast import DAY_S, CapacityPolicy, Replay, predictive, reactive, replay
 
 WEEKS = 4
 POLICY = CapacityPolicy(per_replica=50.0, step_s=300.0, lead_s=600.0)

@@ -16,11 +16,11 @@ import random
 import time
 import tracemalloc
 
-from admin_ui.series.charts import RANGES, Window, frame, panel
-from admin_ui.series.history import ScrapeHistory
-from admin_ui.series.promql import Labels
-from admin_ui.series.source import LocalSource
-from admin_ui.views.overview import CHARTS
+from ferryman_server.admin_ui.series.charts import RANGES, Window, frame, panel
+from ferryman_server.admin_ui.series.history import ScrapeHistory
+from ferryman_server.admin_ui.series.promql import Labels
+from ferryman_server.admin_ui.series.source import LocalSource
+from ferryman_server.admin_ui.views.overview import CHARTS
 
 DAY_S = 86400.0
 BUCKETS = ["0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "+Inf"]

@@ -21,9 +21,9 @@ from torch import nn
 
 from bench.scenarios.platform import MODELS_DIR, PlatformSpec, ferryman
 from ferryman.sdk import Client
-from registry.db import make_engine
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter, VersionSpec
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.writer import RegistryWriter, VersionSpec
 
 MIB = 1 << 20
 WIDTH = 64

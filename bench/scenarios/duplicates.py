@@ -15,8 +15,8 @@ from bench.scenarios.measure import Point, closed_sweep, scenario_options, table
 from bench.scenarios.platform import PlatformSpec, ferryman
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2
-from ferryman_cli.bench.loadgen import InputsFactory
-from gpu_node.demo.mlp import IN_FEATURES
+from ferryman_server.cli.bench.loadgen import InputsFactory
+from ferryman_server.gpu_node.demo.mlp import IN_FEATURES
 
 DUPLICATE_SHARE = 0.9
 HOT_INPUTS = 4

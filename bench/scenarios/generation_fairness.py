@@ -23,12 +23,12 @@ import torch
 
 from bench.scenarios.generation import MAX_LEN, STEP_TOKENS, TEXT, Clock
 from bench.scenarios.measure import machine
-from ferryman_cli.bench.stats import percentile
-from ferryman_kernel.config import default_data_dir
-from gpu_node.demo import smollm2
-from gpu_node.generation.engine import GenerationEngine
-from gpu_node.generation.llama import SlotLlama
-from gpu_node.generation.scheduler import Admission, Scheduler, Sequence, VirtualTokenCounter
+from ferryman_server.cli.bench.stats import percentile
+from ferryman_server.gpu_node.demo import smollm2
+from ferryman_server.gpu_node.generation.engine import GenerationEngine
+from ferryman_server.gpu_node.generation.llama import SlotLlama
+from ferryman_server.gpu_node.generation.scheduler import Admission, Scheduler, Sequence, VirtualTokenCounter
+from ferryman_server.kernel.config import default_data_dir
 
 ACTIVE_S = 5.0
 LIGHT = ("light", 0.5, (30, 60), 8)

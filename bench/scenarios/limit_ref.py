@@ -1,6 +1,6 @@
 """The limit reference: what a batching gRPC server with no platform features does with the
 same ``mlp`` on this machine (shared/BASELINES.md). One process: grpc.aio serving Ferryman's
-own ``Inference.Predict`` (so ``ferryman_cli.bench.loadgen`` drives it exactly as it drives a
+own ``Inference.Predict`` (so ``ferryman_server.cli.bench.loadgen`` drives it exactly as it drives a
 router), and an asyncio micro-batcher that runs a batch at once when the model is idle and,
 when it frees up, takes everything queued (up to ``--max-batch``) into the next. The forward
 runs in one worker thread with 1 torch thread, the same seeded weights as the demo.
@@ -38,7 +38,7 @@ class MicroBatcher:
     def __init__(self, torch_threads: int, max_batch: int) -> None:
         import torch
 
-        from gpu_node.demo.mlp import build_mlp
+        from ferryman_server.gpu_node.demo.mlp import build_mlp
 
         torch.set_num_threads(torch_threads)
         self._torch = torch

@@ -34,9 +34,9 @@ import openai
 
 from bench.scenarios.measure import machine
 from bench.scenarios.platform import PlatformSpec, ferryman
-from ferryman_cli.bench.stats import percentile
-from ferryman_kernel.net import free_port
-from gpu_node.demo import smollm2
+from ferryman_server.cli.bench.stats import percentile
+from ferryman_server.gpu_node.demo import smollm2
+from ferryman_server.kernel.net import free_port
 
 CONTEXT_PER_STREAM = 512
 """Positions each stream may use: the longest prompt plus ``max_tokens`` fit."""

@@ -1,4 +1,5 @@
-"""One measured point: ``ferryman_cli.bench.loadgen`` against a target, plus the CPU its processes spent.
+"""One measured point: ``ferryman_server.cli.bench.loadgen`` against a target, plus the CPU
+its processes spent.
 
 Shared by every scenario, for Ferryman and for the peer alike, so both sides are driven and
 accounted the same way: CPU is summed over the serving processes (and their children), not
@@ -22,8 +23,8 @@ from typing import Any, Protocol
 
 import psutil
 
-from ferryman_cli.bench.loadgen import InputsFactory, LoadSpec, run
-from ferryman_cli.bench.stats import Window, stable, summarize
+from ferryman_server.cli.bench.loadgen import InputsFactory, LoadSpec, run
+from ferryman_server.cli.bench.stats import Window, stable, summarize
 
 
 def tree_pids(roots: Iterable[int]) -> list[int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from bench.scenarios.measure import closed_sweep, scenario_options, table, write_json
 from bench.scenarios.platform import PlatformSpec, ferryman
 from ferryman.v1 import common_pb2
-from ferryman_cli.bench.loadgen import InputsFactory
+from ferryman_server.cli.bench.loadgen import InputsFactory
 
 WORDS = [
     "ferry",

@@ -18,8 +18,8 @@ from bench.loadgen import make_inputs_factory
 from bench.scenarios.limit_ref import limit_reference
 from bench.scenarios.measure import Endpoint, Point, closed_sweep, scenario_options, table, write_json
 from bench.scenarios.platform import PlatformSpec, ferryman
-from ferryman_cli.bench.plot import PlotPoint, plot_latency_vs_throughput
-from ferryman_kernel.net import free_port
+from ferryman_server.cli.bench.plot import PlotPoint, plot_latency_vs_throughput
+from ferryman_server.kernel.net import free_port
 
 PEER_MAX_BATCH = 32
 """Ray Serve's batch settings as tuned in shared/BASELINES.md."""

@@ -18,7 +18,7 @@ from typing import Any
 from bench.loadgen import make_inputs_factory
 from bench.scenarios.measure import Point, add_window_args, cpu_seconds, load_spec, measure, table, write_json
 from bench.scenarios.platform import PlatformSpec, ferryman
-from ferryman_cli.bench.loadgen import LoadSpec
+from ferryman_server.cli.bench.loadgen import LoadSpec
 
 CAPACITY_CONCURRENCY = 64
 SEARCH_FRACTIONS = (0.3, 0.45, 0.6, 0.75, 0.9)

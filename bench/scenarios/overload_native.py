@@ -46,8 +46,8 @@ from bench.scenarios.platform import PlatformSpec
 from bench.scenarios.platform import ferryman as ferryman_platform
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2
-from ferryman_kernel.net import free_port, free_ports
-from ferryman_kernel.scrape import Samples, scrape
+from ferryman_server.kernel.net import free_port, free_ports
+from ferryman_server.kernel.scrape import Samples, scrape
 
 CLOSED_CLIENTS, CLOSED_STREAMS = 4, 16
 """Capacity: 64 requests in flight (4 connections x 16 streams), as the closed-loop scenarios."""

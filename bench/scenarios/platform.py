@@ -15,17 +15,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ferryman_cli.supervisor import Platform
-from ferryman_cli.up import is_serving
-from ferryman_kernel.host import node_torch_threads, usable_cores
-from ferryman_kernel.net import free_port
-from gpu_node.demo import echo
-from gpu_node.demo.build import build_demo_artifacts
-from registry.db import make_engine
-from registry.migrate import upgrade
-from registry.reader import RegistryReader
-from registry.specs import QuotaLimits
-from registry.writer import RegistryWriter, VersionSpec
+from ferryman_server.cli.supervisor import Platform
+from ferryman_server.cli.up import is_serving
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.gpu_node.demo.build import build_demo_artifacts
+from ferryman_server.kernel.host import node_torch_threads, usable_cores
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.specs import QuotaLimits
+from ferryman_server.registry.writer import RegistryWriter, VersionSpec
 
 TENANT = "bench"
 READY_TIMEOUT_S = 180.0
@@ -42,7 +42,7 @@ class PlatformSpec:
 
     nodes: int = 1
     torch_threads: int = 0
-    """0: sized to the host, as ``ferryman up`` does (``ferryman_kernel.host``)."""
+    """0: sized to the host, as ``ferryman up`` does (``ferryman_server.kernel.host``)."""
     node_capacity: int = 0
     """Batches computing at once per node; 0: the node's default."""
     max_batch: Mapping[str, int] = field(default_factory=lambda: {"mlp": 64})
@@ -71,7 +71,7 @@ class Running:
     """The platform's registry (a scenario may change routes while it runs)."""
 
 
-ECHO = "gpu_node.demo.echo:EchoHandler"
+ECHO = "ferryman_server.gpu_node.demo.echo:EchoHandler"
 """``echo``: the cheapest model there is (doubles its input), for measuring the platform alone."""
 
 

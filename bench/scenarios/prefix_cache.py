@@ -22,13 +22,13 @@ from typing import Any
 import torch
 
 from bench.scenarios.measure import machine
-from ferryman_cli.bench.stats import percentile
-from ferryman_kernel.config import default_data_dir
-from gpu_node.demo import smollm2
-from gpu_node.generation.engine import GenerationEngine
-from gpu_node.generation.llama import SlotLlama
-from gpu_node.generation.scheduler import Scheduler, Sequence, VirtualTokenCounter
-from gpu_node.generation.tokenizer import ChatTokenizer
+from ferryman_server.cli.bench.stats import percentile
+from ferryman_server.gpu_node.demo import smollm2
+from ferryman_server.gpu_node.generation.engine import GenerationEngine
+from ferryman_server.gpu_node.generation.llama import SlotLlama
+from ferryman_server.gpu_node.generation.scheduler import Scheduler, Sequence, VirtualTokenCounter
+from ferryman_server.gpu_node.generation.tokenizer import ChatTokenizer
+from ferryman_server.kernel.config import default_data_dir
 
 SLOTS = 8
 MAX_LEN = 2048

@@ -20,8 +20,8 @@ import redis
 from bench.loadgen import make_inputs_factory
 from bench.scenarios.measure import Point, closed_sweep, scenario_options, table, write_json
 from bench.scenarios.platform import PlatformSpec, ferryman
-from ferryman_kernel.net import free_port
-from registry.specs import QuotaLimits
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.specs import QuotaLimits
 
 GENEROUS = QuotaLimits(rpm=10_000_000, tpm=10_000_000_000, max_concurrency=100_000)
 REDIS_READY_S = 10.0

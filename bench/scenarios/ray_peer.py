@@ -1,7 +1,7 @@
 """The peer: the same ``mlp`` (same seeded weights, same torch threads) behind Ray Serve.
 
 One replica with ``@serve.batch``, reached through Ray Serve's gRPC proxy with Ferryman's own
-``Inference`` service, so ``ferryman_cli.bench.loadgen`` drives it exactly as it drives a router.
+``Inference`` service, so ``ferryman_server.cli.bench.loadgen`` drives it exactly as it drives a router.
 Run as a module it serves until SIGTERM; ``ray_serve()`` starts it in its own session and
 stops the whole process tree by PID. Ray is the optional ``bench`` extra, never a runtime need.
 """
@@ -34,7 +34,7 @@ PROBE_INTERVAL_S = 0.5
 
 def probe_request() -> inference_pb2.PredictRequest:
     """One valid ``mlp`` request (used to wait for readiness)."""
-    from gpu_node.demo.mlp import IN_FEATURES
+    from ferryman_server.gpu_node.demo.mlp import IN_FEATURES
 
     x = np.zeros((1, IN_FEATURES), np.float32)
     return inference_pb2.PredictRequest(
@@ -49,7 +49,7 @@ def serve_forever(port: int, max_batch: int, wait_ms: float, torch_threads: int)
     from ray import serve
     from ray.serve.config import gRPCOptions
 
-    from gpu_node.demo.mlp import build_mlp
+    from ferryman_server.gpu_node.demo.mlp import build_mlp
 
     @serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 1}, max_ongoing_requests=1024)
     class MLP:

@@ -27,12 +27,12 @@ from bench.scenarios.measure import (
     write_json,
 )
 from bench.scenarios.platform import PlatformSpec, Running, ferryman
-from ferryman_cli.bench.loadgen import LoadSpec
-from ferryman_kernel.net import free_port
-from ferryman_kernel.scrape import Samples, scrape
-from registry.db import make_engine
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter, VersionSpec
+from ferryman_server.cli.bench.loadgen import LoadSpec
+from ferryman_server.kernel.net import free_port
+from ferryman_server.kernel.scrape import Samples, scrape
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.writer import RegistryWriter, VersionSpec
 
 SHADOW = "2"
 LOAD_TIMEOUT_S = 120.0

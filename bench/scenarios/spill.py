@@ -29,7 +29,7 @@ from bench.scenarios.platform import PlatformSpec, Running, ferryman
 from bench.scenarios.quotas import private_redis
 from ferryman.sdk import AcceptedAsJob, AsyncClient, FerrymanError
 from ferryman.v1 import jobs_pb2, jobs_pb2_grpc
-from ferryman_cli.bench.stats import percentile
+from ferryman_server.cli.bench.stats import percentile
 
 CAPACITY_CONCURRENCY = 32
 DRAIN_TIMEOUT_S = 600.0

@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 
 from bench.scenarios.measure import kill_pids, machine, tree_pids
-from ferryman_kernel.net import free_port
+from ferryman_server.kernel.net import free_port
 
 STOP_TIMEOUT_S = 60.0
 MIB = 2**20
@@ -58,7 +58,7 @@ def usage_by_process(root: psutil.Process) -> dict[str, tuple[float, float]]:
 
 def start_once(data_dir: Path, nodes: int, generate: bool) -> Start:
     env = {**os.environ, "FERRYMAN_DATA_DIR": str(data_dir), "FERRYMAN_LOG_LEVEL": "WARNING"}
-    args = [sys.executable, "-m", "ferryman_cli", "up", "--nodes", str(nodes), "--json"]
+    args = [sys.executable, "-m", "ferryman_server.cli", "up", "--nodes", str(nodes), "--json"]
     args += ["--listen", f"127.0.0.1:{free_port()}", "--http-listen", f"127.0.0.1:{free_port()}"]
     args += [] if generate else ["--no-generate"]
     began = time.perf_counter()

@@ -22,12 +22,12 @@ from pathlib import Path
 import grpc
 
 from bench.loadgen import RunResult, make_inputs_factory, open_loop
-from ferryman_kernel.net import free_port
-from gpu_node.demo import mlp
-from registry.db import make_engine
-from registry.migrate import upgrade
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter, VersionSpec
+from ferryman_server.gpu_node.demo import mlp
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.writer import RegistryWriter, VersionSpec
 
 DEADLINE_S = 0.050
 MAX_BATCH = 64
@@ -38,7 +38,7 @@ READY_TIMEOUT_S = 60.0
 
 def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "ferryman_cli", *args],
+        [sys.executable, "-m", "ferryman_server.cli", *args],
         env={**os.environ, **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

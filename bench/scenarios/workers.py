@@ -23,9 +23,9 @@ from bench.scenarios.overload_native import delta, drive, grpc_body, h2load_args
 from bench.scenarios.platform import PlatformSpec, ferryman
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2
-from ferryman_kernel.net import free_ports
-from ferryman_kernel.scrape import scrape
-from gpu_node.demo import echo
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.kernel.net import free_ports
+from ferryman_server.kernel.scrape import scrape
 
 CONNECTIONS = 8
 TIMEOUT_MS = 5000

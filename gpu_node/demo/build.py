@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpu_node.demo import minilm, mlp, smollm2
-from registry.reader import RegistryReader
-from registry.states import ModelFormat
-from registry.writer import RegistryWriter, VersionSpec
+from ferryman_server.gpu_node.demo import minilm, mlp, smollm2
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.states import ModelFormat
+from ferryman_server.registry.writer import RegistryWriter, VersionSpec
 
 MLP_MAX_BATCH = 128
 MINILM_MAX_BATCH = 32
@@ -48,7 +48,7 @@ def build_demo_artifacts(models_dir: Path, generative: bool = False) -> list[Ver
             version="1",
             artifact=str(minilm_dir),
             format=ModelFormat.PYTHON,
-            handler="gpu_node.demo.minilm:MiniLMHandler",
+            handler="ferryman_server.gpu_node.demo.minilm:MiniLMHandler",
             io_schema=minilm.SCHEMA,
             description="all-MiniLM-L6-v2 sentence embeddings: text -> 384 floats",
             max_batch_size=MINILM_MAX_BATCH,

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from gpu_node.runtimes.base import BatchInput, RuntimeOutput
+from ferryman_server.gpu_node.handler import BatchInput, RuntimeOutput
 
 WIDTH = 4
 FAIL_SCALE = 7919.0
@@ -46,7 +46,7 @@ def fails(first: torch.Tensor, share: float, above: float) -> torch.Tensor:
 
 
 class EchoHandler:
-    """``gpu_node.demo.echo:EchoHandler``."""
+    """``ferryman_server.gpu_node.demo.echo:EchoHandler``."""
 
     def load(self, path: Path, device: torch.device) -> None:
         config = json.loads(path.read_text())

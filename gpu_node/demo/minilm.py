@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from gpu_node.runtimes.base import BatchInput, RuntimeOutput
+from ferryman_server.gpu_node.handler import BatchInput, RuntimeOutput
 
 EMBEDDING_DIM = 384
 MAX_TEXT_CHARS = 4096
@@ -103,7 +103,7 @@ class BertEncoder:
 
 
 class MiniLMHandler:
-    """Python handler for format ``python``: ``gpu_node.demo.minilm:MiniLMHandler``."""
+    """Python handler for format ``python``: ``ferryman_server.gpu_node.demo.minilm:MiniLMHandler``."""
 
     def load(self, path: Path, device: torch.device) -> None:
         from safetensors.torch import load_file

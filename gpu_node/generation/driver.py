@@ -14,8 +14,14 @@ import threading
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
-from gpu_node.generation.engine import GREEDY, Constraint, GenerationEngine, Sampling, TokenEvent
-from gpu_node.generation.scheduler import FinishReason, Sequence
+from ferryman_server.gpu_node.generation.engine import (
+    GREEDY,
+    Constraint,
+    GenerationEngine,
+    Sampling,
+    TokenEvent,
+)
+from ferryman_server.gpu_node.generation.scheduler import FinishReason, Sequence
 
 log = logging.getLogger("ferryman.node.generation")
 

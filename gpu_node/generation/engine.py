@@ -12,11 +12,11 @@ from typing import Protocol
 
 import torch
 
-from gpu_node.generation.scheduler import FinishReason, Scheduler, SeqState, Sequence
+from ferryman_server.gpu_node.generation.scheduler import FinishReason, Scheduler, SeqState, Sequence
 
 
 class SlotModel(Protocol):
-    """A causal LM over a slot cache (``gpu_node.generation.llama.SlotLlama``, or a fake)."""
+    """A causal LM over a slot cache (``ferryman_server.gpu_node.generation.llama.SlotLlama``, or a fake)."""
 
     def prefill(self, slot: int, tokens: list[int], start: int, adapter: int = 0) -> torch.Tensor: ...
 
@@ -26,7 +26,7 @@ class SlotModel(Protocol):
 
 
 class Constraint(Protocol):
-    """What a sequence's output may be (``gpu_node.generation.structured.JsonConstraint``,
+    """What a sequence's output may be (``ferryman_server.gpu_node.generation.structured.JsonConstraint``,
     or a fake): the engine masks each step's logits with it and feeds it each token drawn."""
 
     def mask(self, logits: torch.Tensor) -> torch.Tensor:

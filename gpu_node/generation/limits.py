@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpu_node.generation.scheduler import FinishReason
+from ferryman_server.gpu_node.generation.scheduler import FinishReason
 
 
 class OverBudget(ValueError):

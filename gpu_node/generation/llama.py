@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from gpu_node.generation import lora
+from ferryman_server.gpu_node.generation import lora
 
 PRECISIONS: dict[str, torch.dtype] = {"float16": torch.float16, "float32": torch.float32}
 """The precisions a node may hold a causal LM's weights and cache in
@@ -328,7 +328,7 @@ class SlotLlama:
         return self.lm_head(last)
 
     def add_adapter(self, path: Path) -> int:
-        """Load the LoRA adapter at ``path`` (``gpu_node.generation.lora``); its id, for
+        """Load the LoRA adapter at ``path`` (``ferryman_server.gpu_node.generation.lora``); its id, for
         ``prefill`` and ``decode``. A ValueError if it does not fit this model."""
         adapter = lora.load(path, len(self.layers), self._widths, self._device)
         index = next(self._adapter_ids)

@@ -14,21 +14,21 @@ from typing import Any
 import torch
 
 from ferryman.v1 import common_pb2, node_pb2
-from gpu_node.demo import smollm2
-from gpu_node.generation.driver import GenerationDriver
-from gpu_node.generation.engine import Constraint, GenerationEngine, Sampling
-from gpu_node.generation.limits import StopText, completion_limit
-from gpu_node.generation.llama import PRECISIONS, SlotLlama
-from gpu_node.generation.scheduler import (
+from ferryman_server.gpu_node.demo import smollm2
+from ferryman_server.gpu_node.generation.driver import GenerationDriver
+from ferryman_server.gpu_node.generation.engine import Constraint, GenerationEngine, Sampling
+from ferryman_server.gpu_node.generation.limits import StopText, completion_limit
+from ferryman_server.gpu_node.generation.llama import PRECISIONS, SlotLlama
+from ferryman_server.gpu_node.generation.scheduler import (
     Admission,
     FinishReason,
     Scheduler,
     Sequence,
     VirtualTokenCounter,
 )
-from gpu_node.generation.structured import StructuredOutputs
-from gpu_node.generation.tokenizer import ChatTokenizer
-from gpu_node.metrics import NodeMetrics
+from ferryman_server.gpu_node.generation.structured import StructuredOutputs
+from ferryman_server.gpu_node.generation.tokenizer import ChatTokenizer
+from ferryman_server.gpu_node.metrics import NodeMetrics
 
 REPLACEMENT = "\ufffd"
 """What a tokenizer decodes half a multi-byte character to: held back until complete."""
@@ -53,9 +53,9 @@ class EngineLimits:
     admission: Admission = Admission.VTC
     active_s: float = 0.0
     precision: str = "float16"
-    """A key of ``gpu_node.generation.llama.PRECISIONS``."""
+    """A key of ``ferryman_server.gpu_node.generation.llama.PRECISIONS``."""
     prefix_cache: bool = False
-    """Reuse a tenant's cached prompt prefixes (``gpu_node.generation.prefix``)."""
+    """Reuse a tenant's cached prompt prefixes (``ferryman_server.gpu_node.generation.prefix``)."""
 
 
 @dataclass

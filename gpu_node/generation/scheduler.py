@@ -13,7 +13,7 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpu_node.generation.prefix import PrefixCache, Scope
+from ferryman_server.gpu_node.generation.prefix import PrefixCache, Scope
 
 
 class SeqState(enum.Enum):

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from ferryman.v1 import common_pb2
-from gpu_node.generation.scheduler import FinishReason
-from gpu_node.generation.tokenizer import ChatTokenizer
+from ferryman_server.gpu_node.generation.scheduler import FinishReason
+from ferryman_server.gpu_node.generation.tokenizer import ChatTokenizer
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gpu_node.runtimes.base import Runtime, RuntimeOutput
-from gpu_node.runtimes.factory import load_runtime
+from ferryman_server.gpu_node.handler import RuntimeOutput
+from ferryman_server.gpu_node.runtimes.base import Runtime
+from ferryman_server.gpu_node.runtimes.factory import load_runtime
 
 __all__ = ["Runtime", "RuntimeOutput", "load_runtime"]

@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Protocol
 
-import torch
-
-# A batch input: a tensor whose first dimension is rows, or one string per row.
-BatchInput = torch.Tensor | list[str]
-
-
-@dataclass
-class RuntimeOutput:
-    """Outputs by name (first dimension = rows) and optional input tokens per row."""
-
-    outputs: dict[str, torch.Tensor]
-    input_tokens: Sequence[int] = field(default_factory=list)
+from ferryman_server.gpu_node.handler import BatchInput, RuntimeOutput
 
 
 class Runtime(Protocol):

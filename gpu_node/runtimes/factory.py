@@ -6,11 +6,11 @@ from pathlib import Path
 
 import torch
 
-from ferryman_kernel.schema import IOSchema
-from gpu_node.runtimes.base import Runtime
-from gpu_node.runtimes.python_handler import load_python
-from gpu_node.runtimes.torch_module import load_torch_export, load_torchscript
-from registry.states import ModelFormat
+from ferryman_server.gpu_node.runtimes.base import Runtime
+from ferryman_server.gpu_node.runtimes.python_handler import load_python
+from ferryman_server.gpu_node.runtimes.torch_module import load_torch_export, load_torchscript
+from ferryman_server.kernel.schema import IOSchema
+from ferryman_server.registry.states import ModelFormat
 
 
 def prepare_format(fmt: str) -> None:

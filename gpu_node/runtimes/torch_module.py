@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from gpu_node.runtimes.base import BatchInput, RuntimeOutput
+from ferryman_server.gpu_node.handler import BatchInput, RuntimeOutput
 
 
 class TorchModuleRuntime:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlmodel import SQLModel
 
-from registry import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
-from registry.db import make_engine
+from ferryman_server.registry import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
+from ferryman_server.registry.db import make_engine
 
 config = context.config
 target_metadata = SQLModel.metadata

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from registry.rollout.writes import FULL
-from registry.states import RolloutState
-from registry.tables import Rollout
+from ferryman_server.registry.rollout.writes import FULL
+from ferryman_server.registry.states import RolloutState
+from ferryman_server.registry.tables import Rollout
 
 
 def candidate_weight(rollout: Rollout) -> int:

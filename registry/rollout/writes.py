@@ -11,13 +11,13 @@ from typing import Any
 
 from sqlmodel import Session
 
-from ferryman_kernel.canary import Gates
-from registry import rows
-from registry import validation as v
-from registry.change import Change, WriterBase
-from registry.route_writes import live_rollout, write_targets
-from registry.states import RolloutState, VersionStatus, next_rollout_state
-from registry.tables import Rollout, utcnow
+from ferryman_server.kernel.canary import Gates
+from ferryman_server.registry import rows
+from ferryman_server.registry import validation as v
+from ferryman_server.registry.change import Change, WriterBase
+from ferryman_server.registry.route_writes import live_rollout, write_targets
+from ferryman_server.registry.states import RolloutState, VersionStatus, next_rollout_state
+from ferryman_server.registry.tables import Rollout, utcnow
 
 FULL = 100
 MAX_STEPS = 20

@@ -14,9 +14,10 @@ from layers import REPO, ROOMS, arrows, imported_names, main, modules, wrong
 
 SDK_ALLOWED = ("ferryman", "grpc", "grpc_status", "google", "numpy")
 STDLIB = frozenset(sys.stdlib_module_names) | {"__future__"}
-NOT_ROOMS = {"tests", "bench", "build"}
-"""Top-level folders with Python in them that are no room of the platform: they may import
-any room (tests and benchmarks drive the platform from outside)."""
+NOT_ROOMS = {"tests", "bench", "build", "ferryman_server"}
+"""Top-level folders with Python in them that are no room of the platform: tests and
+benchmarks may import any room (they drive the platform from outside); ferryman_server is the
+rooms' one import name (a link to each)."""
 
 
 def within(name: str, packages: tuple[str, ...]) -> bool:
@@ -37,11 +38,11 @@ def test_every_arrow_runs_down() -> None:
 
 def test_an_arrow_up_or_across_is_caught() -> None:
     assert wrong("registry", "router")
-    assert wrong("ferryman", "ferryman_kernel")
-    assert wrong("router", "ferryman_quota")
+    assert wrong("ferryman", "kernel")
+    assert wrong("router", "quota")
     assert wrong("router", "batcher")
     assert not wrong("router", "registry")
-    assert not wrong("ferryman_cli", "router")
+    assert not wrong("cli", "router")
 
 
 def test_the_arrow_listing_exits_clean(capsys: pytest.CaptureFixture[str]) -> None:
@@ -69,3 +70,18 @@ def test_the_sdk_never_loads_the_oip_protos() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "absent"
+
+
+def test_no_file_imports_a_room_by_a_bare_name() -> None:
+    """One import name per file: a room is ``ferryman_server.<room>`` everywhere, never
+    ``router`` or ``registry`` (which would load a second copy, or an app's own module)."""
+    bare = set(ROOMS) - {"ferryman"}
+    found = [
+        f"{path.relative_to(REPO)}: {name}"
+        for folder in [*ROOMS, "tests", "bench"]
+        for path in sorted((REPO / folder).rglob("*.py"))
+        if "_pb2" not in path.name
+        for name in imported_names(path)
+        if name.split(".")[0] in bare
+    ]
+    assert found == []

@@ -17,11 +17,11 @@ from pydantic import BaseModel, ValidationError
 
 from ferryman.errors import Reason
 from ferryman.v1 import inference_pb2
-from ferryman_kernel.telemetry import context_from_metadata
-from registry.snapshot import TenantRecord
-from router.failures import RequestFailed, fail
-from router.gateway import Gateway
-from router.spans import Protocol
+from ferryman_server.kernel.telemetry import context_from_metadata
+from ferryman_server.registry.snapshot import TenantRecord
+from ferryman_server.router.failures import RequestFailed, fail
+from ferryman_server.router.gateway import Gateway
+from ferryman_server.router.spans import Protocol
 
 T = TypeVar("T")
 OPENAI_PREFIX = "/v1/"

@@ -15,23 +15,23 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 
-from ferryman_kernel.connections import ConnectionGuard, GuardLimits
-from ferryman_kernel.http_guard import guarded
-from ferryman_kernel.net import cannot_listen
-from router.doors.http import errors
-from router.doors.http.caller import JSON, OPENAI_PREFIX, invalid_request
-from router.doors.oip.rest import protocol as oip_rest
-from router.doors.oip.rest import routes as oip_rest_routes
-from router.doors.openai import models
-from router.doors.openai.batches import protocol as batches
-from router.doors.openai.batches import routes as batches_routes
-from router.doors.openai.chat import protocol as chat
-from router.doors.openai.chat import routes as chat_routes
-from router.doors.openai.embeddings import protocol as embeddings
-from router.doors.openai.embeddings import routes as embeddings_routes
-from router.failures import RequestFailed
-from router.gateway import Gateway
-from router.jobs import JobDesk
+from ferryman_server.kernel.connections import ConnectionGuard, GuardLimits
+from ferryman_server.kernel.http_guard import guarded
+from ferryman_server.kernel.net import cannot_listen
+from ferryman_server.router.doors.http import errors
+from ferryman_server.router.doors.http.caller import JSON, OPENAI_PREFIX, invalid_request
+from ferryman_server.router.doors.oip.rest import protocol as oip_rest
+from ferryman_server.router.doors.oip.rest import routes as oip_rest_routes
+from ferryman_server.router.doors.openai import models
+from ferryman_server.router.doors.openai.batches import protocol as batches
+from ferryman_server.router.doors.openai.batches import routes as batches_routes
+from ferryman_server.router.doors.openai.chat import protocol as chat
+from ferryman_server.router.doors.openai.chat import routes as chat_routes
+from ferryman_server.router.doors.openai.embeddings import protocol as embeddings
+from ferryman_server.router.doors.openai.embeddings import routes as embeddings_routes
+from ferryman_server.router.failures import RequestFailed
+from ferryman_server.router.gateway import Gateway
+from ferryman_server.router.jobs import JobDesk
 
 BODIES = (
     oip_rest.InferenceRequest,

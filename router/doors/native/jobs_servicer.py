@@ -1,4 +1,4 @@
-"""The public Jobs servicer: converts gRPC calls to ``router.jobs.JobDesk`` and its failures
+"""The public Jobs servicer: converts gRPC calls to ``ferryman_server.router.jobs.JobDesk`` and its failures
 to statuses (same authentication as Inference)."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from typing import TypeVar
 
 from ferryman.errors import abort
 from ferryman.v1 import jobs_pb2, jobs_pb2_grpc
-from ferryman_kernel.serving import ServicerContext
-from registry.snapshot import TenantRecord
-from router.doors.native.servicer import calling_tenant
-from router.failures import RequestFailed
-from router.gateway import Gateway
-from router.jobs import JobDesk
+from ferryman_server.kernel.serving import ServicerContext
+from ferryman_server.registry.snapshot import TenantRecord
+from ferryman_server.router.doors.native.servicer import calling_tenant
+from ferryman_server.router.failures import RequestFailed
+from ferryman_server.router.gateway import Gateway
+from ferryman_server.router.jobs import JobDesk
 
 T = TypeVar("T")
 

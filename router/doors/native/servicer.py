@@ -8,14 +8,14 @@ from collections.abc import AsyncIterator
 
 from ferryman.errors import abort
 from ferryman.v1 import inference_pb2, inference_pb2_grpc
-from ferryman_kernel.serving import ServicerContext
-from ferryman_kernel.telemetry import context_from_metadata
-from registry.snapshot import TenantRecord
-from router.auth import bearer_key
-from router.failures import RequestFailed
-from router.feedback import FeedbackDesk
-from router.gateway import Gateway
-from router.handlers import Undecodable, undecodable
+from ferryman_server.kernel.serving import ServicerContext
+from ferryman_server.kernel.telemetry import context_from_metadata
+from ferryman_server.registry.snapshot import TenantRecord
+from ferryman_server.router.auth import bearer_key
+from ferryman_server.router.failures import RequestFailed
+from ferryman_server.router.feedback import FeedbackDesk
+from ferryman_server.router.gateway import Gateway
+from ferryman_server.router.handlers import Undecodable, undecodable
 
 
 async def calling_tenant(gateway: Gateway, context: ServicerContext) -> TenantRecord:

@@ -12,12 +12,12 @@ import grpc
 from ferryman.errors import Reason
 from ferryman.oip.v2 import grpc_predict_v2_pb2 as oip
 from ferryman.v1 import common_pb2, inference_pb2
-from ferryman_kernel.schema import TensorSpec
-from registry.snapshot import VersionRecord
-from router.bounds import MAX_INPUTS, MAX_PARAMETERS, clip
-from router.doors.oip.tensors import BYTES, TensorProblem
-from router.failures import RequestFailed, fail
-from router.statistics import Duration, VersionStats
+from ferryman_server.kernel.schema import TensorSpec
+from ferryman_server.registry.snapshot import VersionRecord
+from ferryman_server.router.bounds import MAX_INPUTS, MAX_PARAMETERS, clip
+from ferryman_server.router.doors.oip.tensors import BYTES, TensorProblem
+from ferryman_server.router.failures import RequestFailed, fail
+from ferryman_server.router.statistics import Duration, VersionStats
 
 SERVER_NAME = "ferryman"
 EXTENSIONS = ("binary_tensor_data", "statistics", "model_configuration")

@@ -14,16 +14,23 @@ from opentelemetry.context import Context
 from ferryman.errors import abort
 from ferryman.oip.v2 import grpc_predict_v2_pb2 as oip
 from ferryman.v1 import inference_pb2
-from ferryman_kernel.serving import ServicerContext
-from ferryman_kernel.telemetry import context_from_metadata
-from registry.snapshot import TenantRecord
-from router.auth import bearer_key
-from router.doors.oip import convert
-from router.doors.oip.tensors import TensorProblem, datatype, grpc_inputs, raw_contents, select_outputs, shape
-from router.failures import RequestFailed
-from router.gateway import Gateway, Rejected, StreamItem
-from router.handlers import Undecodable, register_service, tolerant
-from router.spans import Protocol, grpc_door
+from ferryman_server.kernel.serving import ServicerContext
+from ferryman_server.kernel.telemetry import context_from_metadata
+from ferryman_server.registry.snapshot import TenantRecord
+from ferryman_server.router.auth import bearer_key
+from ferryman_server.router.doors.oip import convert
+from ferryman_server.router.doors.oip.tensors import (
+    TensorProblem,
+    datatype,
+    grpc_inputs,
+    raw_contents,
+    select_outputs,
+    shape,
+)
+from ferryman_server.router.failures import RequestFailed
+from ferryman_server.router.gateway import Gateway, Rejected, StreamItem
+from ferryman_server.router.handlers import Undecodable, register_service, tolerant
+from ferryman_server.router.spans import Protocol, grpc_door
 
 SERVICE = oip.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 SERVER_VERSION = "2"

@@ -26,7 +26,7 @@ from ferryman.tensors import (
     shape_text,
 )
 from ferryman.v1 import common_pb2
-from router.bounds import MAX_INPUTS, clip
+from ferryman_server.router.bounds import MAX_INPUTS, clip
 
 BYTES = "BYTES"
 """OIP's datatype of strings; Ferryman's text."""

@@ -7,7 +7,7 @@ from typing import Literal
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from router.doors.http.caller import Authenticated
+from ferryman_server.router.doors.http.caller import Authenticated
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
 

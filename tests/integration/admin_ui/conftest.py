@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from console_app import console_registry
 
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.writer import RegistryWriter
 
 
 @pytest.fixture

@@ -15,13 +15,13 @@ from console_app import APP, PASSWORD, SCHEMA, TIMEOUT_S, console_url, logged_in
 from keys import tenant_of
 from streamlit.testing.v1 import AppTest
 
-from admin_ui.auth import FREE_ATTEMPTS
-from ferryman_jobs.sql_store import SqlJobStore
-from ferryman_jobs.store import JobRecord, State
-from registry.db import make_engine
-from registry.reader import RegistryReader
-from registry.tables import DeadLetter
-from registry.writer import RegistryWriter, VersionSpec
+from ferryman_server.admin_ui.auth import FREE_ATTEMPTS
+from ferryman_server.jobs.sql_store import SqlJobStore
+from ferryman_server.jobs.store import JobRecord, State
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.tables import DeadLetter
+from ferryman_server.registry.writer import RegistryWriter, VersionSpec
 
 
 def test_nothing_is_visible_before_login(registry: tuple[RegistryWriter, RegistryReader]) -> None:

@@ -13,13 +13,13 @@ import pytest
 from console_app import CHROMIUM_ARGS, start_console
 from services import unavailable
 
-from ferryman_kernel.canary import Gates
-from ferryman_kernel.net import free_port
-from registry.db import make_engine
-from registry.migrate import upgrade
-from registry.specs import QuotaLimits
-from registry.tables import DeadLetter
-from registry.writer import RegistryWriter, VersionSpec
+from ferryman_server.kernel.canary import Gates
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
+from ferryman_server.registry.specs import QuotaLimits
+from ferryman_server.registry.tables import DeadLetter
+from ferryman_server.registry.writer import RegistryWriter, VersionSpec
 
 # Left out of make test-fast: a browser.
 pytestmark = pytest.mark.slow

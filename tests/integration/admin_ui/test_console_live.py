@@ -26,15 +26,15 @@ from prometheus_server import SCRAPE_INTERVAL_S, run_prometheus
 from services import unavailable
 
 import ferryman
-from admin_ui.series.charts import UNITS, Window, frame, panel
-from admin_ui.series.history import ScrapeHistory
-from admin_ui.series.source import LocalSource, PrometheusSource
-from ferryman_cli.bench.neighbors import ferryman_up
-from ferryman_kernel.net import free_port
-from registry.db import make_engine
-from registry.reader import RegistryReader
-from registry.specs import QuotaLimits
-from registry.writer import RegistryWriter, VersionSpec
+from ferryman_server.admin_ui.series.charts import UNITS, Window, frame, panel
+from ferryman_server.admin_ui.series.history import ScrapeHistory
+from ferryman_server.admin_ui.series.source import LocalSource, PrometheusSource
+from ferryman_server.cli.bench.neighbors import ferryman_up
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.specs import QuotaLimits
+from ferryman_server.registry.writer import RegistryWriter, VersionSpec
 
 # Left out of make test-fast: ferryman up, Prometheus and a browser.
 pytestmark = pytest.mark.slow

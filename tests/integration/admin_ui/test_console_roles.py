@@ -10,13 +10,13 @@ import streamlit as st
 from console_app import APP, EVERYONE_SEES, TIMEOUT_S, logged_in, open_page
 from streamlit.testing.v1 import AppTest
 
-from admin_ui.auth import MAX_NAME_CHARS, MAX_PASSWORD_CHARS, authenticate, hash_password
-from admin_ui.context import NotAllowed, Person, build_console
-from admin_ui.session import sign, unsign
-from registry.accounts import MAX_SESSIONS_PER_ACCOUNT, Permission, Role
-from registry.reader import RegistryReader
-from registry.validation import RegistryError
-from registry.writer import RegistryWriter
+from ferryman_server.admin_ui.auth import MAX_NAME_CHARS, MAX_PASSWORD_CHARS, authenticate, hash_password
+from ferryman_server.admin_ui.context import NotAllowed, Person, build_console
+from ferryman_server.admin_ui.session import sign, unsign
+from ferryman_server.registry.accounts import MAX_SESSIONS_PER_ACCOUNT, Permission, Role
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.validation import RegistryError
+from ferryman_server.registry.writer import RegistryWriter
 
 Registry = tuple[RegistryWriter, RegistryReader]
 PEOPLE_PASSWORD = "a long enough one"

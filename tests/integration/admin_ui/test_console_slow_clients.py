@@ -16,9 +16,9 @@ import websockets
 from console_app import console_healthy, start_console
 from half_open import all_closed, half_open
 
-from ferryman_kernel.net import free_port
-from registry.db import make_engine
-from registry.migrate import upgrade
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
 
 # Left out of make test-fast: starts the console as a process.
 pytestmark = [pytest.mark.slow, pytest.mark.abuse]

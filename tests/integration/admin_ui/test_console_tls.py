@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from console_app import start_console
 
-from ferryman_cli.certs import local_pki
-from ferryman_kernel.net import free_port
-from registry.db import make_engine
-from registry.migrate import upgrade
+from ferryman_server.cli.certs import local_pki
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
 
 # Left out of make test-fast: starts the console as a process.
 pytestmark = pytest.mark.slow

@@ -16,14 +16,14 @@ from internal import internal_channel
 from metrics_scrape import sample
 from node_helpers import POISON
 
-from batcher.server import serve_batcher
-from batcher.settings import BatcherSettings
 from ferryman.errors import unpack_details
 from ferryman.tensors import decode
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
-from gpu_node.demo import echo, mlp
-from registry.db import make_engine
-from registry.reader import RegistryReader
+from ferryman_server.batcher.server import serve_batcher
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.gpu_node.demo import echo, mlp
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.reader import RegistryReader
 
 OK = 0
 RNG = np.random.default_rng(3)

@@ -19,18 +19,18 @@ from metrics_scrape import sample
 from node_helpers import node_settings
 from torch import nn
 
-from batcher.server import serve_batcher
-from batcher.settings import BatcherSettings
 from ferryman.tensors import decode
 from ferryman.v1 import node_pb2, node_pb2_grpc
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.net import free_port
-from gpu_node.server import serve_node
-from gpu_node.settings import NodeSettings
-from registry.db import make_engine
-from registry.migrate import upgrade
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter
+from ferryman_server.batcher.server import serve_batcher
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.gpu_node.server import serve_node
+from ferryman_server.gpu_node.settings import NodeSettings
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.writer import RegistryWriter
 
 MIB = 1 << 20
 WIDTH = 64

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from ferryman.sdk.aio import AsyncClient
-from ferryman_cli.bench.neighbors import LightLoad, ferryman_up, flood, goodput, until_served
-from ferryman_kernel.net import free_port
-from registry.db import make_engine
-from registry.writer import RegistryWriter
+from ferryman_server.cli.bench.neighbors import LightLoad, ferryman_up, flood, goodput, until_served
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.writer import RegistryWriter
 
 # Left out of make test-fast: ferryman up under a minute of load.
 pytestmark = pytest.mark.slow

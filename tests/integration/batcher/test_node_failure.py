@@ -17,11 +17,11 @@ from node_helpers import node_subprocess
 
 from ferryman.tensors import decode
 from ferryman.v1 import node_pb2, node_pb2_grpc
-from ferryman_kernel.net import free_port
-from gpu_node.demo import echo
-from registry.db import make_engine
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter, VersionSpec
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.writer import RegistryWriter, VersionSpec
 
 # Left out of make test-fast: node processes killed.
 pytestmark = pytest.mark.slow
@@ -40,7 +40,7 @@ def node_processes(platform: Platform) -> Iterator[dict[str, tuple[subprocess.Po
             version="kill",
             artifact=str(echo.write_config(platform.artifacts / "kill.json")),
             format="python",
-            handler="gpu_node.demo.echo:EchoHandler",
+            handler="ferryman_server.gpu_node.demo.echo:EchoHandler",
             io_schema=echo.SCHEMA,
             max_batch_size=4,
         )

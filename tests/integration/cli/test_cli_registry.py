@@ -14,9 +14,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ferryman_cli import context
-from ferryman_cli.main import app
-from ferryman_kernel.net import free_port
+from ferryman_server.cli import context
+from ferryman_server.cli.main import app
+from ferryman_server.kernel.net import free_port
 
 # Left out of make test-fast: one ferryman process per command.
 pytestmark = pytest.mark.slow
@@ -64,7 +64,7 @@ def test_commands_refuse_unmigrated_registry(cli: CliRunner) -> None:
 
 
 def test_tenant_key_quota_flow(cli: CliRunner) -> None:
-    assert run_json(cli, "db", "upgrade")["revision"] == "0011"
+    assert run_json(cli, "db", "upgrade")["revision"] == "0012"
     created = run_json(cli, "tenant", "create", "acme", "--priority", "3", "--weight", "2")
     assert created["key"].startswith(f"fm_{created['prefix']}_")
     listed = run_json(cli, "tenant", "list")
@@ -139,7 +139,7 @@ def test_model_and_route_flow(cli: CliRunner, tmp_path: Path) -> None:
     assert run_json(cli, "model", "place", "mlp", "--version", "2", "--node", "gpu")["new"] is True
     assert run_json(cli, "model", "place", "mlp", "--version", "2", "--node", "gpu")["new"] is False
     run(cli, "model", "place", "mlp", "--version", "9", "--node", "gpu", ok=False)
-    from registry.reader import RegistryReader
+    from ferryman_server.registry.reader import RegistryReader
 
     placed = RegistryReader(context.engine()).placements_for("gpu-node-7", pool="gpu")
     assert [(m, v.version) for m, v in placed] == [("mlp", "2")]
@@ -215,7 +215,7 @@ def test_bad_input_exits_nonzero_with_one_line_and_changes_nothing(
         "--no-check",  # a stand-in artifact: nothing to load
     )
     run(cli, "route", "set", "mlp", "1=100")
-    from registry.reader import RegistryReader
+    from ferryman_server.registry.reader import RegistryReader
 
     revision = RegistryReader(context.engine()).revision()
     result = run(cli, *args, ok=False)
@@ -230,8 +230,8 @@ def test_admin_set_password_stores_only_a_hash(cli: CliRunner) -> None:
     assert short.exit_code != 0 and "at least 8" in short.stderr
     result = cli.invoke(app, ["admin", "set-password", "--password-stdin"], input="a long password\n")
     assert result.exit_code == 0, result.output
-    from admin_ui.auth import verify_password
-    from registry.reader import RegistryReader
+    from ferryman_server.admin_ui.auth import verify_password
+    from ferryman_server.registry.reader import RegistryReader
 
     reader = RegistryReader(context.engine())
     stored = reader.admin_password_hash()
@@ -250,8 +250,8 @@ def test_admin_add_person_with_a_role(cli: CliRunner) -> None:
         app, ["admin", "add-person", "vera", "--role", "operator", "--password-stdin"], input="a long one\n"
     )
     assert result.exit_code == 0, result.output
-    from admin_ui.auth import verify_password
-    from registry.reader import RegistryReader
+    from ferryman_server.admin_ui.auth import verify_password
+    from ferryman_server.registry.reader import RegistryReader
 
     account = RegistryReader(context.engine()).account("vera")
     assert account is not None and account.role == "operator"
@@ -266,7 +266,7 @@ def test_an_unreachable_registry_is_one_line_not_a_traceback(tmp_path: Path) -> 
         "FERRYMAN_DATABASE_URL": f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/ferryman",
     }
     done = subprocess.run(
-        [sys.executable, "-m", "ferryman_cli", "tenant", "create", "acme"],
+        [sys.executable, "-m", "ferryman_server.cli", "tenant", "create", "acme"],
         env=env,
         capture_output=True,
         text=True,
@@ -283,7 +283,7 @@ def test_a_batcher_address_without_a_port_is_one_line_not_a_traceback(tmp_path: 
     env.pop("FERRYMAN_DATABASE_URL", None)
 
     def ferryman(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "ferryman_cli", *args]
+        command = [sys.executable, "-m", "ferryman_server.cli", *args]
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
 
     assert ferryman("db", "upgrade").returncode == 0

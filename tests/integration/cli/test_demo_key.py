@@ -5,9 +5,9 @@ from __future__ import annotations
 from keys import tenant_of
 from sqlalchemy import Engine
 
-from ferryman_cli.up import DEMO_TENANT, demo_key
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter
+from ferryman_server.cli.up import DEMO_TENANT, demo_key
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.writer import RegistryWriter
 
 
 def test_each_run_revokes_the_previous_demo_keys(registry_engine: Engine) -> None:

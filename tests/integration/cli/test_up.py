@@ -16,8 +16,8 @@ import grpc
 import pytest
 from metrics_scrape import scrape
 
-from ferryman_cli.bench.neighbors import ferryman_up
-from ferryman_kernel.net import free_port
+from ferryman_server.cli.bench.neighbors import ferryman_up
+from ferryman_server.kernel.net import free_port
 
 # Left out of make test-fast: ferryman up with every demo model.
 pytestmark = pytest.mark.slow
@@ -45,7 +45,7 @@ def test_up_serves_the_demo_models_and_stops_cleanly(tmp_path: Path, smollm2_art
             [
                 sys.executable,
                 "-m",
-                "ferryman_cli",
+                "ferryman_server.cli",
                 "predict",
                 "minilm",
                 "--input",
@@ -124,7 +124,7 @@ def test_a_port_in_use_is_a_one_line_error(tmp_path: Path) -> None:
         taken = f"127.0.0.1:{holder.getsockname()[1]}"
         for command in (["up", "--nodes", "1", "--listen", taken], ["serve", "router", "--listen", taken]):
             ran = subprocess.run(
-                [sys.executable, "-m", "ferryman_cli", *command],
+                [sys.executable, "-m", "ferryman_server.cli", *command],
                 capture_output=True,
                 text=True,
                 timeout=120,

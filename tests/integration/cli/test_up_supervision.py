@@ -22,8 +22,8 @@ from sdk_load import SdkLoad
 
 from ferryman.sdk.client import Client
 from ferryman.sdk.errors import FerrymanError
-from ferryman_cli.bench.neighbors import ferryman_up, start_up
-from ferryman_kernel.net import free_port
+from ferryman_server.cli.bench.neighbors import ferryman_up, start_up
+from ferryman_server.kernel.net import free_port
 
 # Left out of make test-fast: ferryman up, its children killed and restarted.
 pytestmark = pytest.mark.slow

@@ -15,9 +15,9 @@ from lora_helpers import write_adapter
 
 import ferryman
 from ferryman.sdk.errors import NotFound
-from gpu_node.demo import smollm2
-from registry.db import make_engine
-from registry.reader import RegistryReader
+from ferryman_server.gpu_node.demo import smollm2
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.reader import RegistryReader
 
 pytestmark = pytest.mark.slow
 

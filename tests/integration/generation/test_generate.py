@@ -17,8 +17,8 @@ from metrics_scrape import sample
 
 from ferryman.errors import Reason, unpack_details
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from ferryman_quota.settings import QuotaSettings
-from registry.specs import QuotaLimits
+from ferryman_server.quota.settings import QuotaSettings
+from ferryman_server.registry.specs import QuotaLimits
 
 # Left out of make test-fast: the real SmolLM2 model through every hop.
 pytestmark = pytest.mark.slow

@@ -56,7 +56,7 @@ def test_the_cli_prints_the_generation_as_json(gen: GenPlatform) -> None:
         [
             sys.executable,
             "-m",
-            "ferryman_cli",
+            "ferryman_server.cli",
             "generate",
             MODEL,
             FRANCE["content"],

@@ -10,7 +10,7 @@ import pytest
 from generation_platform import MODEL, GenPlatform, curl
 from real_clients import run_client
 
-from registry.specs import QuotaLimits
+from ferryman_server.registry.specs import QuotaLimits
 
 # Left out of make test-fast: the real SmolLM2 model and the openai client.
 pytestmark = pytest.mark.slow

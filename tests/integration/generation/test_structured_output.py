@@ -16,7 +16,7 @@ from real_clients import run_client
 
 import ferryman
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from router.generation import MAX_SCHEMA_CHARS
+from ferryman_server.router.generation import MAX_SCHEMA_CHARS
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,9 @@ from internal import internal_channel
 from node_helpers import Artifacts, build_artifacts, node_settings, spec
 
 from ferryman.v1 import node_pb2, node_pb2_grpc
-from ferryman_kernel.config import CommonSettings
-from gpu_node.demo import echo, minilm, mlp
-from gpu_node.server import serve_node
+from ferryman_server.gpu_node.demo import echo, minilm, mlp
+from ferryman_server.gpu_node.server import serve_node
+from ferryman_server.kernel.config import CommonSettings
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +36,7 @@ def node_address(artifacts: Artifacts, tmp_path_factory: pytest.TempPathFactory)
             artifacts.minilm_dir,
             "python",
             minilm.SCHEMA,
-            handler="gpu_node.demo.minilm:MiniLMHandler",
+            handler="ferryman_server.gpu_node.demo.minilm:MiniLMHandler",
             max_batch_size=8,
         ),
         spec(
@@ -45,7 +45,7 @@ def node_address(artifacts: Artifacts, tmp_path_factory: pytest.TempPathFactory)
             artifacts.echo_poison,
             "python",
             echo.SCHEMA,
-            handler="gpu_node.demo.echo:EchoHandler",
+            handler="ferryman_server.gpu_node.demo.echo:EchoHandler",
             max_batch_size=16,
         ),
         spec(
@@ -54,7 +54,7 @@ def node_address(artifacts: Artifacts, tmp_path_factory: pytest.TempPathFactory)
             artifacts.echo_oom,
             "python",
             echo.SCHEMA,
-            handler="gpu_node.demo.echo:EchoHandler",
+            handler="ferryman_server.gpu_node.demo.echo:EchoHandler",
             max_batch_size=16,
         ),
     ):

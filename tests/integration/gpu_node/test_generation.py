@@ -12,12 +12,18 @@ from typing import Any
 import pytest
 import torch
 
-from gpu_node.demo import smollm2
-from gpu_node.generation.engine import GenerationEngine
-from gpu_node.generation.llama import SlotLlama, llama_config, rotary_tables
-from gpu_node.generation.runtime import IncrementalText
-from gpu_node.generation.scheduler import Admission, FinishReason, Scheduler, Sequence, VirtualTokenCounter
-from gpu_node.generation.tokenizer import ChatTokenizer
+from ferryman_server.gpu_node.demo import smollm2
+from ferryman_server.gpu_node.generation.engine import GenerationEngine
+from ferryman_server.gpu_node.generation.llama import SlotLlama, llama_config, rotary_tables
+from ferryman_server.gpu_node.generation.runtime import IncrementalText
+from ferryman_server.gpu_node.generation.scheduler import (
+    Admission,
+    FinishReason,
+    Scheduler,
+    Sequence,
+    VirtualTokenCounter,
+)
+from ferryman_server.gpu_node.generation.tokenizer import ChatTokenizer
 
 # Left out of make test-fast: the real SmolLM2 model.
 pytestmark = pytest.mark.slow

@@ -15,11 +15,11 @@ import torch
 from lora_helpers import ALPHA, RANK, TARGETS, write_adapter
 from safetensors.torch import save_file
 
-from gpu_node.demo import smollm2
-from gpu_node.generation import lora
-from gpu_node.generation.engine import GenerationEngine
-from gpu_node.generation.llama import SlotLlama
-from gpu_node.generation.scheduler import Scheduler, Sequence, VirtualTokenCounter
+from ferryman_server.gpu_node.demo import smollm2
+from ferryman_server.gpu_node.generation import lora
+from ferryman_server.gpu_node.generation.engine import GenerationEngine
+from ferryman_server.gpu_node.generation.llama import SlotLlama
+from ferryman_server.gpu_node.generation.scheduler import Scheduler, Sequence, VirtualTokenCounter
 
 SLOTS, MAX_LEN, STEP_TOKENS = 4, 256, 128
 TOKENS = 12

@@ -19,21 +19,21 @@ from node_helpers import node_settings, node_subprocess, spec
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, node_pb2, node_pb2_grpc
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.net import free_port
-from gpu_node.demo import echo, mlp
-from gpu_node.server import serve_node
-from registry.db import make_engine
-from registry.migrate import upgrade
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter
+from ferryman_server.gpu_node.demo import echo, mlp
+from ferryman_server.gpu_node.server import serve_node
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.writer import RegistryWriter
 
 MIB = 1 << 20
 BUDGET = 250 * MIB
 EXPECTED = 100 * MIB
 """What each on-demand version is said to need (echo's own footprint is a few KB): two fit
 beside the pinned one, three do not."""
-HANDLER = "gpu_node.demo.echo:EchoHandler"
+HANDLER = "ferryman_server.gpu_node.demo.echo:EchoHandler"
 SLOW_MS = 3000
 PLACED_BYTES = 60 * MIB
 """A placed version's artifact: more than the room left beside a, d and the pinned one."""

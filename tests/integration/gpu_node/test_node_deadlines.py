@@ -18,10 +18,10 @@ from node_helpers import node_settings, spec
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, node_pb2, node_pb2_grpc
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.net import free_port
-from gpu_node.demo import echo
-from gpu_node.server import serve_node
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.gpu_node.server import serve_node
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.net import free_port
 
 SLOW_MS = 400
 SHORT_BUDGET_S = 0.15
@@ -54,7 +54,7 @@ def test_a_batch_whose_deadline_passed_in_the_node_queue_is_not_run(tmp_path: Pa
                         artifact,
                         "python",
                         echo.SCHEMA,
-                        handler="gpu_node.demo.echo:EchoHandler",
+                        handler="ferryman_server.gpu_node.demo.echo:EchoHandler",
                     )
                 )
             )

@@ -16,11 +16,11 @@ from metrics_scrape import sample
 from node_helpers import node_settings, spec
 
 from ferryman.v1 import common_pb2, node_pb2, node_pb2_grpc
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.net import free_port
-from ferryman_kernel.security import TOKEN_HEADER
-from gpu_node.demo import smollm2
-from gpu_node.server import serve_node
+from ferryman_server.gpu_node.demo import smollm2
+from ferryman_server.gpu_node.server import serve_node
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.net import free_port
+from ferryman_server.kernel.security import TOKEN_HEADER
 
 # Left out of make test-fast: it loads the real SmolLM2 model.
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ from node_helpers import POISON, Artifacts, spec
 from ferryman.errors import unpack_details
 from ferryman.tensors import decode, encode
 from ferryman.v1 import common_pb2, node_pb2, node_pb2_grpc
-from gpu_node.demo import echo, mlp
+from ferryman_server.gpu_node.demo import echo, mlp
 
 RNG = np.random.default_rng(7)
 
@@ -129,7 +129,7 @@ def test_out_of_memory_splits_the_batch(node: node_pb2_grpc.NodeStub) -> None:
 def test_minilm_matches_sentence_transformers(node: node_pb2_grpc.NodeStub) -> None:
     from sentence_transformers import SentenceTransformer
 
-    from gpu_node.demo.minilm import bundled_model_dir
+    from ferryman_server.gpu_node.demo.minilm import bundled_model_dir
 
     texts = [
         "The ferry crosses the river.",

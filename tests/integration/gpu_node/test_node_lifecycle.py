@@ -19,12 +19,12 @@ from node_helpers import node_subprocess
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, node_pb2, node_pb2_grpc
-from ferryman_kernel.net import free_port
-from gpu_node.demo import echo
-from registry.db import make_engine
-from registry.migrate import upgrade
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter, VersionSpec
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.writer import RegistryWriter, VersionSpec
 
 # Left out of make test-fast: node processes drained and stopped.
 pytestmark = pytest.mark.slow
@@ -63,7 +63,7 @@ def registry_url(tmp_path: Path) -> str:
             version="1",
             artifact=str(artifact),
             format="python",
-            handler="gpu_node.demo.echo:EchoHandler",
+            handler="ferryman_server.gpu_node.demo.echo:EchoHandler",
             io_schema=echo.SCHEMA,
             max_batch_size=4,
         )

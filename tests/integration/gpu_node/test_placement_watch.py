@@ -13,17 +13,17 @@ from internal import internal_channel, service_metadata
 from node_helpers import node_settings
 
 from ferryman.v1 import node_pb2, node_pb2_grpc
-from ferryman_kernel.config import CommonSettings
-from gpu_node.demo import echo
-from gpu_node.server import serve_node
-from registry.db import make_engine
-from registry.migrate import upgrade
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.gpu_node.server import serve_node
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.writer import RegistryWriter
 
 REFRESH_S = 0.2
 UNLOAD_WAIT_S = 10.0
-ECHO_HANDLER = "gpu_node.demo.echo:EchoHandler"
+ECHO_HANDLER = "ferryman_server.gpu_node.demo.echo:EchoHandler"
 
 
 def loaded(reader: RegistryReader) -> set[str]:

@@ -25,15 +25,15 @@ from node_helpers import node_settings
 
 from ferryman.tensors import decode, encode
 from ferryman.v1 import common_pb2, node_pb2, node_pb2_grpc
-from ferryman_kernel.artifacts import artifact_sha256, pushed_uri
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.net import free_port
-from gpu_node.demo import mlp
-from gpu_node.server import serve_node
-from registry.db import make_engine
-from registry.migrate import upgrade
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter, VersionSpec
+from ferryman_server.gpu_node.demo import mlp
+from ferryman_server.gpu_node.server import serve_node
+from ferryman_server.kernel.artifacts import artifact_sha256, pushed_uri
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.writer import RegistryWriter, VersionSpec
 
 # Left out of make test-fast: an S3 server process and a node loading three versions.
 pytestmark = pytest.mark.slow
@@ -136,7 +136,7 @@ def test_a_node_with_an_empty_disk_serves_models_from_s3_and_the_registry(
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         while True:
             listed = subprocess.run(
-                [sys.executable, "-m", "ferryman_cli", "model", "list", "--json"],
+                [sys.executable, "-m", "ferryman_server.cli", "model", "list", "--json"],
                 env=env,
                 capture_output=True,
                 text=True,

@@ -17,14 +17,14 @@ from keys import tenant_of
 from sqlalchemy import Engine, inspect, text
 from sqlmodel import SQLModel
 
-from registry.db import make_engine
-from registry.migrate import current_revision, head_revision, upgrade
-from registry.reader import RegistryReader
-from registry.snapshot import load_snapshot
-from registry.specs import QuotaLimits
-from registry.tables import DeadLetter
-from registry.validation import RegistryError
-from registry.writer import RegistryWriter, VersionSpec
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import current_revision, head_revision, upgrade
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.snapshot import load_snapshot
+from ferryman_server.registry.specs import QuotaLimits
+from ferryman_server.registry.tables import DeadLetter
+from ferryman_server.registry.validation import RegistryError
+from ferryman_server.registry.writer import RegistryWriter, VersionSpec
 
 SCHEMA = {
     "inputs": [{"name": "input", "dtype": "FP32", "shape": [4]}],
@@ -65,6 +65,21 @@ def test_migrations_apply_from_empty_and_match_tables(registry_engine: Engine) -
         diff = compare_metadata(MigrationContext.configure(conn), SQLModel.metadata)
     assert diff == [], f"tables and migrations disagree: {diff}"
     assert RegistryReader(registry_engine).revision() == 0
+
+
+def test_stored_platform_handlers_take_the_one_import_name(db_url: str, artifact: Path) -> None:
+    """A database made before the rooms moved under ``ferryman_server`` (revision 0011) names
+    the demo's handlers ``gpu_node.demo...``; upgrading renames them, and leaves a tenant's own
+    module (here one named ``gpu_node``, which the platform never shadows) as it was."""
+    engine = make_engine(db_url)
+    upgrade(engine, "0011")
+    writer = RegistryWriter(engine)
+    for version, handler in (("1", "gpu_node.demo.echo:EchoHandler"), ("2", "gpu_node.mine:Handler")):
+        writer.register_version(spec(artifact, version, handler=handler))
+    upgrade(engine)
+    handlers = {v.version: v.handler for v in RegistryReader(engine).versions("mlp")}
+    assert handlers == {"1": "ferryman_server.gpu_node.demo.echo:EchoHandler", "2": "gpu_node.mine:Handler"}
+    engine.dispose()
 
 
 def test_every_config_write_bumps_revision_and_audits(registry_engine: Engine, artifact: Path) -> None:

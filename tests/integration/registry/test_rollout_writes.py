@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from ferryman_kernel.canary import Gates
-from registry.reader import RegistryReader
-from registry.tables import AuditEvent
-from registry.validation import RegistryError
-from registry.writer import RegistryWriter, VersionSpec
+from ferryman_server.kernel.canary import Gates
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.tables import AuditEvent
+from ferryman_server.registry.validation import RegistryError
+from ferryman_server.registry.writer import RegistryWriter, VersionSpec
 
 GATES = Gates(min_requests=10)
 SCHEMA = {

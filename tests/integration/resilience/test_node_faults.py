@@ -20,21 +20,21 @@ from figures import report
 from harness import ServiceThread
 from node_helpers import node_subprocess
 
-from batcher.server import serve_batcher
-from batcher.settings import BatcherSettings
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.net import free_port
-from ferryman_quota.cohost import CoHostedQuota
-from ferryman_quota.settings import QuotaSettings
-from gpu_node.demo import echo
-from registry.db import make_engine
-from registry.migrate import upgrade
-from registry.reader import RegistryReader
-from registry.writer import RegistryWriter, VersionSpec
-from router.server import serve_router
-from router.settings import RouterSettings
+from ferryman_server.batcher.server import serve_batcher
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.net import free_port
+from ferryman_server.quota.cohost import CoHostedQuota
+from ferryman_server.quota.settings import QuotaSettings
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.registry.writer import RegistryWriter, VersionSpec
+from ferryman_server.router.server import serve_router
+from ferryman_server.router.settings import RouterSettings
 
 # Left out of make test-fast: node processes killed and stopped.
 pytestmark = pytest.mark.slow
@@ -77,7 +77,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             version="1",
             artifact=str(echo.write_config(root / "echo.json")),
             format="python",
-            handler="gpu_node.demo.echo:EchoHandler",
+            handler="ferryman_server.gpu_node.demo.echo:EchoHandler",
             io_schema=echo.SCHEMA,
             max_batch_size=16,
             published=True,
@@ -89,7 +89,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             version="poison",
             artifact=str(echo.write_config(root / "poison.json", poison=POISON)),
             format="python",
-            handler="gpu_node.demo.echo:EchoHandler",
+            handler="ferryman_server.gpu_node.demo.echo:EchoHandler",
             io_schema=echo.SCHEMA,
             max_batch_size=16,
         )

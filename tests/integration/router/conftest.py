@@ -16,15 +16,15 @@ from router_platform import E2E, run_e2e
 from services import create_postgres_database, drop_postgres_database
 from topology import Topology, run_topology
 
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.net import free_port
-from ferryman_quota.cohost import CoHostedQuota
-from ferryman_quota.settings import QuotaSettings
-from ferryman_rollouts.server import serve_rollouts
-from ferryman_rollouts.settings import RolloutSettings
-from registry.reader import RegistryReader
-from router.server import serve_router
-from router.settings import RouterSettings
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.net import free_port
+from ferryman_server.quota.cohost import CoHostedQuota
+from ferryman_server.quota.settings import QuotaSettings
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.rollouts.server import serve_rollouts
+from ferryman_server.rollouts.settings import RolloutSettings
+from ferryman_server.router.server import serve_router
+from ferryman_server.router.settings import RouterSettings
 
 TOPOLOGY_REDIS_DB = 3
 """The topology's routers count quotas in a Redis database of their own: its tenants have

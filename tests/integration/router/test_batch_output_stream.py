@@ -27,8 +27,8 @@ from router_platform import E2E
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc, jobs_pb2
-from ferryman_jobs.port import open_job_queue
-from gpu_node.demo import echo
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.jobs.port import open_job_queue
 
 pytestmark = pytest.mark.abuse
 

@@ -9,7 +9,7 @@ import pytest
 from router_platform import E2E
 from typer.testing import CliRunner
 
-from ferryman_cli.main import app
+from ferryman_server.cli.main import app
 
 # Left out of make test-fast: the load generator's windows.
 pytestmark = pytest.mark.slow

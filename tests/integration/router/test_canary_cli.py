@@ -17,7 +17,7 @@ from router_platform import E2E
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from gpu_node.demo import echo
+from ferryman_server.gpu_node.demo import echo
 
 # Left out of make test-fast: ferryman canary processes.
 pytestmark = pytest.mark.slow
@@ -56,7 +56,7 @@ def judged(e2e: E2E, model: str, baseline: str, canary: str, width: int) -> tupl
     stop = threading.Event()
     senders = traffic(e2e, model, (baseline, canary), width, stop)
     try:
-        command = [sys.executable, "-m", "ferryman_cli", "canary", model, "--baseline", baseline]
+        command = [sys.executable, "-m", "ferryman_server.cli", "canary", model, "--baseline", baseline]
         command += ["--canary", canary, "--metrics", e2e.router_metrics, "--window", str(WINDOW_S)]
         command += ["--min-requests", "20", "--json"]
         ran = subprocess.run(command, capture_output=True, text=True, timeout=60)

@@ -10,10 +10,10 @@ import time
 from harness import ServiceThread
 from router_platform import E2E
 
-from ferryman_quota.cohost import CoHostedQuota
-from ferryman_quota.settings import QuotaSettings
-from router.server import serve_router
-from router.settings import RouterSettings
+from ferryman_server.quota.cohost import CoHostedQuota
+from ferryman_server.quota.settings import QuotaSettings
+from ferryman_server.router.server import serve_router
+from ferryman_server.router.settings import RouterSettings
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 EMPTY_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"

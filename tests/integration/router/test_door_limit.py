@@ -18,9 +18,9 @@ from ferryman.errors import Reason, reason_of, status_of
 from ferryman.sdk.throttle import THROTTLED
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from ferryman_kernel.net import free_port
-from ferryman_quota.settings import QuotaSettings
-from gpu_node.demo import echo
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.kernel.net import free_port
+from ferryman_server.quota.settings import QuotaSettings
 
 LIMIT = 4
 FLOOD = 16

@@ -15,8 +15,8 @@ from metrics_scrape import sample, scrape
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from router_platform import E2E, EMBED, EMBED_VERSIONS
 
-from gpu_node.demo import echo
-from registry.specs import QuotaLimits
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.registry.specs import QuotaLimits
 
 TEXTS = ["a rose is a rose", "is a rose"]
 PROTOCOL = {

@@ -24,7 +24,7 @@ import ferryman
 from ferryman.errors import unpack_details
 from ferryman.tensors import decode, encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from gpu_node.demo import echo, mlp
+from ferryman_server.gpu_node.demo import echo, mlp
 
 # Left out of make test-fast: it also runs on the chart's topology of processes.
 pytestmark = pytest.mark.slow
@@ -103,7 +103,7 @@ def test_minilm_embeddings_through_the_platform(e2e: E2E) -> None:
     assert prediction.usage.input_tokens > 4
     from sentence_transformers import SentenceTransformer
 
-    from gpu_node.demo.minilm import bundled_model_dir
+    from ferryman_server.gpu_node.demo.minilm import bundled_model_dir
 
     reference = SentenceTransformer(str(bundled_model_dir()), device="cpu").encode(texts)
     cosine = (embedding * reference).sum(1) / np.linalg.norm(reference, axis=1)

@@ -14,7 +14,7 @@ from ferryman.errors import status_of
 from ferryman.oip.v2 import grpc_predict_v2_pb2, grpc_predict_v2_pb2_grpc
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from gpu_node.demo import echo
+from ferryman_server.gpu_node.demo import echo
 
 pytestmark = pytest.mark.abuse
 

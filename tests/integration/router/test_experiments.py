@@ -24,12 +24,12 @@ from router_platform import E2E, ECHO_HANDLER
 
 from ferryman.sdk import Client, FerrymanError
 from ferryman.v1 import inference_pb2, inference_pb2_grpc
-from ferryman_kernel.canary import version_window
-from ferryman_kernel.scrape import scrape
-from ferryman_quota.settings import QuotaSettings
-from ferryman_rollouts.sources import prometheus, router_metrics
-from gpu_node.demo import echo
-from registry.reader import RegistryReader
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.kernel.canary import version_window
+from ferryman_server.kernel.scrape import scrape
+from ferryman_server.quota.settings import QuotaSettings
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.rollouts.sources import prometheus, router_metrics
 
 # Left out of make test-fast: experiments judged over real traffic.
 pytestmark = pytest.mark.slow

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 from router_platform import E2E
 
-from ferryman_kernel.net import free_port
-from ferryman_quota.settings import QuotaSettings
-from gpu_node.demo import echo
-from registry.specs import QuotaLimits
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.kernel.net import free_port
+from ferryman_server.quota.settings import QuotaSettings
+from ferryman_server.registry.specs import QuotaLimits
 
 SLOW_MS = 1500
 HANG_UP_AFTER_S = 0.3

@@ -19,9 +19,9 @@ import ferryman
 from ferryman.sdk.errors import RequestIdReused
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from ferryman_quota.settings import QuotaSettings
-from gpu_node.demo import echo
-from registry.specs import QuotaLimits
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.quota.settings import QuotaSettings
+from ferryman_server.registry.specs import QuotaLimits
 
 pytestmark = pytest.mark.abuse
 

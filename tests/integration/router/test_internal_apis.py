@@ -13,15 +13,15 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from internal import internal_channel
 from router_platform import E2E
 
-from batcher.server import BATCHER_SERVICE
 from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, node_pb2, node_pb2_grpc, quota_pb2, quota_pb2_grpc
-from ferryman_kernel.net import free_port
-from ferryman_quota.cohost import CoHostedQuota
-from ferryman_quota.settings import QuotaSettings
-from registry.db import make_engine
-from registry.reader import RegistryReader
-from router.server import INFERENCE, QUOTA, serve_router
-from router.settings import RouterSettings
+from ferryman_server.batcher.server import BATCHER_SERVICE
+from ferryman_server.kernel.net import free_port
+from ferryman_server.quota.cohost import CoHostedQuota
+from ferryman_server.quota.settings import QuotaSettings
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.router.server import INFERENCE, QUOTA, serve_router
+from ferryman_server.router.settings import RouterSettings
 
 HEALTH = "grpc.health.v1.Health"
 

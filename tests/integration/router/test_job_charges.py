@@ -13,7 +13,7 @@ import pytest
 from job_helpers import JOB_CHARGE_EVERY_S, Jobs, wait_job, worker
 
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc, jobs_pb2
-from registry.specs import QuotaLimits
+from ferryman_server.registry.specs import QuotaLimits
 
 # Left out of make test-fast: jobs charged over several charging periods.
 pytestmark = pytest.mark.slow

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from ferryman_jobs.port import JobQueue
-from ferryman_jobs.sql_store import SqlJobStore
-from ferryman_jobs.store import JobStore, LimitReached
-from registry.db import make_engine
-from registry.migrate import upgrade
+from ferryman_server.jobs.port import JobQueue
+from ferryman_server.jobs.sql_store import SqlJobStore
+from ferryman_server.jobs.store import JobStore, LimitReached
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
 
 FILES_REDIS_DB = 6
 MOST_BYTES = 1000

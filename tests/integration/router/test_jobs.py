@@ -28,13 +28,13 @@ from services import start_redis, wait_for_redis
 
 from ferryman.tensors import decode
 from ferryman.v1 import jobs_pb2
-from ferryman_kernel.net import free_port
-from ferryman_quota.cohost import CoHostedQuota
-from ferryman_quota.settings import QuotaSettings
-from gpu_node.demo import echo
-from registry.specs import QuotaLimits
-from router.server import serve_router
-from router.settings import RouterSettings
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.kernel.net import free_port
+from ferryman_server.quota.cohost import CoHostedQuota
+from ferryman_server.quota.settings import QuotaSettings
+from ferryman_server.registry.specs import QuotaLimits
+from ferryman_server.router.server import serve_router
+from ferryman_server.router.settings import RouterSettings
 
 # Left out of make test-fast: batcher processes, on both job stores.
 pytestmark = pytest.mark.slow
@@ -215,7 +215,7 @@ def test_an_openai_batch_file_runs_from_the_cli_at_half_the_price(jobs: Jobs, tm
     env = {**os.environ, "FERRYMAN_TARGET": jobs.router, "FERRYMAN_API_KEY": jobs.e2e.keys["acme"]}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "ferryman_cli", "job", *args]
+        command = [sys.executable, "-m", "ferryman_server.cli", "job", *args]
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
 
     proc = worker(jobs)

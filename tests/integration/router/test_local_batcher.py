@@ -13,11 +13,11 @@ from harness import ServiceThread
 from router_platform import E2E, SLOW_MS
 
 import ferryman
-from batcher.settings import BatcherSettings
-from ferryman_cli.cohost import serve_router_with_batcher
-from ferryman_quota.settings import QuotaSettings
-from gpu_node.demo import echo, mlp
-from router.settings import RouterSettings
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.cli.cohost import serve_router_with_batcher
+from ferryman_server.gpu_node.demo import echo, mlp
+from ferryman_server.quota.settings import QuotaSettings
+from ferryman_server.router.settings import RouterSettings
 
 RNG = np.random.default_rng(3)
 

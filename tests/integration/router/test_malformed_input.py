@@ -16,7 +16,7 @@ from router_platform import E2E
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from router.settings import RouterSettings
+from ferryman_server.router.settings import RouterSettings
 
 # Left out of make test-fast: a long fuzz of every door.
 pytestmark = [pytest.mark.slow, pytest.mark.abuse]

@@ -12,9 +12,9 @@ from router_platform import E2E
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from ferryman_kernel.metrics_catalog import CATALOG, family
-from ferryman_kernel.scrape import Samples
-from gpu_node.demo import echo
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.kernel.metrics_catalog import CATALOG, family
+from ferryman_server.kernel.scrape import Samples
 
 REQUESTS = 12
 

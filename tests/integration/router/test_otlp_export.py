@@ -25,7 +25,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 import ferryman
 from bench.scenarios.platform import PlatformSpec
 from bench.scenarios.platform import ferryman as platform
-from ferryman_kernel.net import free_port
+from ferryman_server.kernel.net import free_port
 
 # Left out of make test-fast: a collector's export intervals.
 pytestmark = pytest.mark.slow

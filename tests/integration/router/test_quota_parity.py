@@ -8,7 +8,7 @@ import pytest
 import redis.asyncio as aioredis
 from quota_scenarios import SCENARIOS, Clock, Harness
 
-from ferryman_quota.redis_backend import RedisQuota
+from ferryman_server.quota.redis_backend import RedisQuota
 
 PARITY_DB = 15
 """A database of the session's private Redis that only these tests use (flushed per scenario)."""

@@ -18,14 +18,14 @@ from services import start_redis, wait_for_redis
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from ferryman_kernel.net import free_port
-from ferryman_kernel.quota import Ask, Decision, QuotaUnavailable, ReserveCall
-from ferryman_quota.redis_backend import RedisQuota
-from ferryman_quota.service import QuotaService
-from ferryman_quota.settings import QuotaSettings
-from gpu_node.demo import echo
-from registry.snapshot import ConfigSnapshot, PolicyRecord
-from registry.specs import QuotaLimits
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.kernel.net import free_port
+from ferryman_server.kernel.quota import Ask, Decision, QuotaUnavailable, ReserveCall
+from ferryman_server.quota.redis_backend import RedisQuota
+from ferryman_server.quota.service import QuotaService
+from ferryman_server.quota.settings import QuotaSettings
+from ferryman_server.registry.snapshot import ConfigSnapshot, PolicyRecord
+from ferryman_server.registry.specs import QuotaLimits
 
 LIMIT = 40
 CLIENTS = 64

@@ -21,7 +21,7 @@ from real_clients import run_client
 from router_platform import E2E
 
 import ferryman
-from registry.specs import QuotaLimits
+from ferryman_server.registry.specs import QuotaLimits
 
 RNG = np.random.default_rng(21)
 TEXTS = ["The capital of France is Paris.", "Ferries cross rivers."]

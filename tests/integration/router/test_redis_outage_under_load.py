@@ -18,10 +18,10 @@ from services import start_redis, wait_for_redis
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from ferryman_kernel.net import free_port
-from ferryman_quota.settings import QuotaSettings
-from gpu_node.demo import echo
-from registry.specs import QuotaLimits
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.kernel.net import free_port
+from ferryman_server.quota.settings import QuotaSettings
+from ferryman_server.registry.specs import QuotaLimits
 
 # Left out of make test-fast: Redis stopped under load.
 pytestmark = pytest.mark.slow

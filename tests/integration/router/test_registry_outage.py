@@ -19,8 +19,8 @@ from sqlalchemy.exc import OperationalError
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from gpu_node.demo import echo
-from registry.db import normalize_url
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.registry.db import normalize_url
 
 # Left out of make test-fast: the registry taken away for seconds.
 pytestmark = pytest.mark.slow

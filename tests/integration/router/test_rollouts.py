@@ -27,10 +27,10 @@ from rollout_helpers import (
 )
 from router_platform import E2E, ECHO_HANDLER
 
-from ferryman_kernel.net import free_port
-from gpu_node.demo import echo, mlp
-from registry.reader import RegistryReader
-from router.routing import bucket
+from ferryman_server.gpu_node.demo import echo, mlp
+from ferryman_server.kernel.net import free_port
+from ferryman_server.registry.reader import RegistryReader
+from ferryman_server.router.routing import bucket
 
 LATENCY_GATE_OFF = 0.5
 """A latency margin no P(canary slower) can exceed: only the error gate judges."""

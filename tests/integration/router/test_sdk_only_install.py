@@ -1,8 +1,8 @@
 """Two distributions: ``pip install ferryman`` is the client SDK alone (its wheel holds the
 ``ferryman`` package and nothing else; installed into a fresh virtual environment it brings
 grpcio, protobuf and numpy, no torch, streamlit or sqlmodel, and predicts against a running
-platform), and the platform's wheel installs one import name, ``ferryman_cli``, with its
-rooms private under it, so no bare ``router`` or ``registry`` lands in site-packages."""
+platform), and the platform's wheel installs one import name, ``ferryman_server``, with its
+rooms under it, so no bare ``router`` or ``registry`` lands in site-packages."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ BESIDE = ("tritonclient[grpc]", "openai", "grpcio-tools")
 
 
 def run(*command: str | Path, timeout: float = INSTALL_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    """``command`` without the platform's path (ferryman_cli, imported by this test session,
+    """``command`` without the platform's path (ferryman_server.cli, imported by this test session,
     puts the checkout on PYTHONPATH for its children): pip and apps see their own venv."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=timeout, env=env)
@@ -79,12 +79,13 @@ def test_each_wheel_holds_only_its_own_import_names(tmp_path: Path) -> None:
     assert top_level(wheels["ferryman"]) == {"ferryman", "ferryman-0.1.0.dist-info"}
     sdk_files = zipfile.ZipFile(wheels["ferryman"]).namelist()
     assert "ferryman/sdk/client.py" in sdk_files and "ferryman/v1/inference_pb2.py" in sdk_files
-    assert top_level(wheels["ferryman_server"]) == {"ferryman_cli", "ferryman_server-0.1.0.dist-info"}
+    assert top_level(wheels["ferryman_server"]) == {"ferryman_server", "ferryman_server-0.1.0.dist-info"}
     platform_files = zipfile.ZipFile(wheels["ferryman_server"]).namelist()
-    assert "ferryman_cli/rooms/router/gateway.py" in platform_files
-    assert "ferryman_cli/rooms/router/doors/openai/chat/routes.py" in platform_files
-    assert "ferryman_cli/rooms/registry/migrations/versions/0001_initial_schema.py" in platform_files
-    assert not [n for n in platform_files if n.startswith("ferryman_cli/rooms/ferryman/")]
+    assert "ferryman_server/router/gateway.py" in platform_files
+    assert "ferryman_server/router/doors/openai/chat/routes.py" in platform_files
+    assert "ferryman_server/registry/migrations/versions/0001_initial_schema.py" in platform_files
+    assert "ferryman_server/py.typed" in platform_files
+    assert not [n for n in platform_files if n.startswith("ferryman_server/ferryman/")]
 
 
 def install(venv: Path, *what: str | Path) -> Path:
@@ -122,7 +123,7 @@ def test_the_sdk_installs_alone_and_predicts(e2e: E2E, tmp_path: Path) -> None:
     # The command is the platform's: an SDK-only environment has none to shadow anything.
     assert not (venv / "bin" / "ferryman").exists()
     # As an app runs: away from the checkout (whose folders `python -c` would find in its
-    # working directory) and without the platform's path (ferryman_cli, imported by this
+    # working directory) and without the platform's path (ferryman_server.cli, imported by this
     # test session, puts its rooms on PYTHONPATH for its children).
     app_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     platform = subprocess.run(

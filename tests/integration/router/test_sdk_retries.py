@@ -13,9 +13,9 @@ from figures import report
 from router_platform import E2E
 
 import ferryman
-from ferryman_kernel.net import free_port
-from ferryman_quota.settings import QuotaSettings
-from gpu_node.demo import echo
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.kernel.net import free_port
+from ferryman_server.quota.settings import QuotaSettings
 
 # Left out of make test-fast: routers restarted under clients.
 pytestmark = pytest.mark.slow

@@ -25,12 +25,12 @@ from router_platform import E2E
 import ferryman
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from ferryman_kernel.net import free_port
-from ferryman_quota.cohost import CoHostedQuota
-from ferryman_quota.settings import QuotaSettings
-from gpu_node.demo import echo
-from router.server import serve_router
-from router.settings import RouterSettings
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.kernel.net import free_port
+from ferryman_server.quota.cohost import CoHostedQuota
+from ferryman_server.quota.settings import QuotaSettings
+from ferryman_server.router.server import serve_router
+from ferryman_server.router.settings import RouterSettings
 
 pytestmark = pytest.mark.abuse
 

@@ -21,7 +21,7 @@ from ferryman.errors import Reason
 from ferryman.sdk import AcceptedAsJob, AsyncClient, FerrymanError
 from ferryman.tensors import decode
 from ferryman.v1 import jobs_pb2
-from gpu_node.demo import echo
+from ferryman_server.gpu_node.demo import echo
 
 # Left out of make test-fast: three times a version's capacity for seconds.
 pytestmark = pytest.mark.slow

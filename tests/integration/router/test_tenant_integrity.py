@@ -23,15 +23,15 @@ from services import start_redis, wait_for_redis
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from ferryman_cli.up import is_serving
-from ferryman_kernel.net import free_port
-from ferryman_kernel.quota import Ask, Decision, QuotaUnavailable, ReserveCall
-from ferryman_quota.redis_backend import RedisQuota
-from ferryman_quota.service import QuotaService
-from ferryman_quota.settings import QuotaSettings
-from gpu_node.demo import echo
-from registry.snapshot import ConfigSnapshot, PolicyRecord
-from registry.specs import QuotaLimits
+from ferryman_server.cli.up import is_serving
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.kernel.net import free_port
+from ferryman_server.kernel.quota import Ask, Decision, QuotaUnavailable, ReserveCall
+from ferryman_server.quota.redis_backend import RedisQuota
+from ferryman_server.quota.service import QuotaService
+from ferryman_server.quota.settings import QuotaSettings
+from ferryman_server.registry.snapshot import ConfigSnapshot, PolicyRecord
+from ferryman_server.registry.specs import QuotaLimits
 
 pytestmark = pytest.mark.abuse
 
@@ -309,7 +309,15 @@ def test_a_killed_routers_reservations_end_within_a_lease(e2e: E2E, redis_url: s
         "FERRYMAN_QUOTA_LEASE_S": str(lease_s),
         "FERRYMAN_ROUTER_LEASE_RENEW_S": str(lease_s / 6),
     }
-    command = [sys.executable, "-m", "ferryman_cli", "serve", "router", "--listen", f"127.0.0.1:{port}"]
+    command = [
+        sys.executable,
+        "-m",
+        "ferryman_server.cli",
+        "serve",
+        "router",
+        "--listen",
+        f"127.0.0.1:{port}",
+    ]
     command += ["--batchers", e2e.batcher, "--redis-url", redis_url]
     doomed = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

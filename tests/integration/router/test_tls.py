@@ -14,17 +14,17 @@ from node_helpers import node_settings
 
 import ferryman
 from ferryman.v1 import node_pb2, node_pb2_grpc
-from ferryman_cli.certs import LocalPki, local_pki
-from ferryman_kernel.config import CommonSettings
-from ferryman_kernel.security import sync_channel
-from ferryman_quota.cohost import CoHostedQuota
-from ferryman_quota.settings import QuotaSettings
-from gpu_node.server import serve_node
-from registry.db import make_engine
-from registry.migrate import upgrade
-from registry.writer import RegistryWriter
-from router.server import serve_router
-from router.settings import RouterSettings
+from ferryman_server.cli.certs import LocalPki, local_pki
+from ferryman_server.gpu_node.server import serve_node
+from ferryman_server.kernel.config import CommonSettings
+from ferryman_server.kernel.security import sync_channel
+from ferryman_server.quota.cohost import CoHostedQuota
+from ferryman_server.quota.settings import QuotaSettings
+from ferryman_server.registry.db import make_engine
+from ferryman_server.registry.migrate import upgrade
+from ferryman_server.registry.writer import RegistryWriter
+from ferryman_server.router.server import serve_router
+from ferryman_server.router.settings import RouterSettings
 
 
 @pytest.fixture(scope="module")

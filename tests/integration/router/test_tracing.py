@@ -20,9 +20,9 @@ from router_platform import E2E
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from ferryman_kernel.telemetry import traceparent
-from gpu_node.demo import echo
-from registry.specs import QuotaLimits
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.kernel.telemetry import traceparent
+from ferryman_server.registry.specs import QuotaLimits
 
 SPAN_WAIT_S = 5.0
 

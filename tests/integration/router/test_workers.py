@@ -21,10 +21,10 @@ from router_platform import E2E
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
-from ferryman_cli.up import is_serving
-from ferryman_kernel.net import free_port, free_ports
-from gpu_node.demo import echo
-from registry.specs import QuotaLimits
+from ferryman_server.cli.up import is_serving
+from ferryman_server.gpu_node.demo import echo
+from ferryman_server.kernel.net import free_port, free_ports
+from ferryman_server.registry.specs import QuotaLimits
 
 # Left out of make test-fast: several router processes on one port.
 pytestmark = pytest.mark.slow
@@ -39,7 +39,17 @@ def test_two_workers_share_the_port_and_keep_the_request_limit_exact(e2e: E2E, t
     key = e2e.writer.create_tenant(tenant).plaintext
     e2e.writer.set_quota(tenant, QuotaLimits(rpm=LIMIT))
     address, metrics = f"127.0.0.1:{free_port()}", free_ports(2)
-    command = [sys.executable, "-m", "ferryman_cli", "serve", "router", "--workers", "2", "--listen", address]
+    command = [
+        sys.executable,
+        "-m",
+        "ferryman_server.cli",
+        "serve",
+        "router",
+        "--workers",
+        "2",
+        "--listen",
+        address,
+    ]
     command += ["--batchers", e2e.batcher, "--metrics-listen", f"127.0.0.1:{metrics}"]
     env = {**os.environ, "FERRYMAN_DATABASE_URL": e2e.registry_url, "FERRYMAN_DATA_DIR": str(tmp_path)}
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

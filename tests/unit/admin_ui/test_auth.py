@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from admin_ui import auth
-from admin_ui.auth import (
+from ferryman_server.admin_ui import auth
+from ferryman_server.admin_ui.auth import (
     BASE_LOCKOUT_S,
     FREE_ATTEMPTS,
     MAX_LOCKOUT_S,
@@ -22,8 +22,8 @@ from admin_ui.auth import (
     log_in,
     verify_password,
 )
-from admin_ui.context import Person
-from registry.accounts import Role
+from ferryman_server.admin_ui.context import Person
+from ferryman_server.registry.accounts import Role
 
 
 def test_hashes_are_salted_and_verify() -> None:

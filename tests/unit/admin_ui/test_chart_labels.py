@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from admin_ui.series.charts import plain, time_axis
+from ferryman_server.admin_ui.series.charts import plain, time_axis
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from admin_ui.views.nodes import GIB, MIB, budget, fleet_rows, memory, placed_rows
 from ferryman.v1 import node_pb2
-from registry.tables import AuditEvent
+from ferryman_server.admin_ui.views.nodes import GIB, MIB, budget, fleet_rows, memory, placed_rows
+from ferryman_server.registry.tables import AuditEvent
 
 
 def test_what_is_loaded_where_with_the_memory_each_holds() -> None:

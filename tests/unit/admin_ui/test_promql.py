@@ -7,11 +7,16 @@ import math
 
 import pytest
 
-from admin_ui.series.charts import RANGES, Window, board, expression
-from admin_ui.series.history import COARSE_STEP_S, FULL_RESOLUTION_S, MAX_SCRAPES, ScrapeHistory
-from admin_ui.series.promql import Labels, PromQLError, Scrape, evaluate, parse
-from admin_ui.series.source import LocalSource
-from admin_ui.series.windows import ROWS_PER_BLOCK
+from ferryman_server.admin_ui.series.charts import RANGES, Window, board, expression
+from ferryman_server.admin_ui.series.history import (
+    COARSE_STEP_S,
+    FULL_RESOLUTION_S,
+    MAX_SCRAPES,
+    ScrapeHistory,
+)
+from ferryman_server.admin_ui.series.promql import Labels, PromQLError, Scrape, evaluate, parse
+from ferryman_server.admin_ui.series.source import LocalSource
+from ferryman_server.admin_ui.series.windows import ROWS_PER_BLOCK
 
 STEP_S = 5.0
 

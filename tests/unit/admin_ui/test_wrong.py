@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from admin_ui.views.wrong import Findings, problems
+from ferryman_server.admin_ui.views.wrong import Findings, problems
 
 
 def test_nothing_found_is_nothing_wrong() -> None:

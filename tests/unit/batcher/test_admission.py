@@ -5,8 +5,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from batcher.admission import QueueLimits, Refusal, check_item, check_queue
 from ferryman.errors import Reason
+from ferryman_server.batcher.admission import QueueLimits, Refusal, check_item, check_queue
 
 LIMITS = QueueLimits(max_queue_rows=100, max_total_rows=150, retry_after_min_s=0.05, retry_after_max_s=10.0)
 NOW = 100.0

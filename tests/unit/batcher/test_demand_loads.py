@@ -11,11 +11,11 @@ from batcher_fakes import FakeNode, Registry, real_time_batcher
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2
 
-from batcher.settings import BatcherSettings
 from ferryman.errors import Reason
 from ferryman.v1 import batcher_pb2, common_pb2, node_pb2
-from registry.snapshot import NodeVersions
-from registry.tables import ModelVersion
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.registry.snapshot import NodeVersions
+from ferryman_server.registry.tables import ModelVersion
 
 COLD = "cold:1"
 MIB = 1 << 20

@@ -10,12 +10,12 @@ import grpc
 import pytest
 from batcher_fakes import KEY, NODES, Rig, rig
 
-from batcher.breaker import BreakerState
-from batcher.entries import Entry, Waiter
-from batcher.fairness import SlotPolicy
-from batcher.predictor import LatencyPredictor
-from batcher.replicas import PowerOfTwoChoices
 from ferryman.v1 import batcher_pb2
+from ferryman_server.batcher.breaker import BreakerState
+from ferryman_server.batcher.entries import Entry, Waiter
+from ferryman_server.batcher.fairness import SlotPolicy
+from ferryman_server.batcher.predictor import LatencyPredictor
+from ferryman_server.batcher.replicas import PowerOfTwoChoices
 
 
 def entries(ids: list[str], deadline: float = 1010.0) -> list[Entry]:

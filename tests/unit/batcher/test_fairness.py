@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from batcher.fairness import (
+from ferryman_server.batcher.fairness import (
     FairShare,
     FairView,
     SlotPolicy,
@@ -14,8 +14,8 @@ from batcher.fairness import (
     outranked,
     slot_share,
 )
-from batcher.predictor import LatencyPredictor
-from batcher.scheduler import Load, SchedulerConfig, decide
+from ferryman_server.batcher.predictor import LatencyPredictor
+from ferryman_server.batcher.scheduler import Load, SchedulerConfig, decide
 
 ROW_COST_S = 0.010
 CONFIG = SchedulerConfig(

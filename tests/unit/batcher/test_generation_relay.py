@@ -7,11 +7,11 @@ import grpc
 import pytest
 from batcher_fakes import GENERATED, KEY, Registry, Rig, rig
 
-from batcher.generation import GenerationRelay
 from ferryman.errors import CallFailed, Reason, status_code, unpack_details
 from ferryman.v1 import batcher_pb2, node_pb2
-from registry.snapshot import NodeVersions
-from registry.tables import ModelVersion
+from ferryman_server.batcher.generation import GenerationRelay
+from ferryman_server.registry.snapshot import NodeVersions
+from ferryman_server.registry.tables import ModelVersion
 
 DEADLINE = 1010.0
 

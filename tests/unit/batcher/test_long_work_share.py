@@ -12,11 +12,11 @@ from datetime import timedelta
 
 from batcher_fakes import FakeNode, real_time_batcher
 
-from batcher.settings import BatcherSettings
 from ferryman.durations import set_seconds
 from ferryman.v1 import batcher_pb2, common_pb2, node_pb2
-from registry.snapshot import NodeVersions
-from registry.tables import ModelVersion
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.registry.snapshot import NodeVersions
+from ferryman_server.registry.tables import ModelVersion
 
 SECONDS = {"slow": 1.0, "fast": 0.01}
 """What one batch of each model takes on the node."""

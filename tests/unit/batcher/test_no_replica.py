@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from batcher_fakes import Registry, real_time_batcher
 
-from batcher.settings import BatcherSettings
 from ferryman.v1 import batcher_pb2, common_pb2
-from registry.snapshot import NodeVersions
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.registry.snapshot import NodeVersions
 
 REASON = "warm-up at batch 2 failed: RuntimeError: Guard failed: input.size()[0] == 1"
 

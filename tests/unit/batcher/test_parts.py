@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from batcher.breaker import Breaker, BreakerState
-from batcher.cache import TTLCache
-from batcher.coalescer import coalescing_key, input_digest
-from batcher.dead_letters import TokenBucket
-from batcher.predictor import LatencyPredictor
-from batcher.rate import RateMeter
 from ferryman.v1 import common_pb2
+from ferryman_server.batcher.breaker import Breaker, BreakerState
+from ferryman_server.batcher.cache import TTLCache
+from ferryman_server.batcher.coalescer import coalescing_key, input_digest
+from ferryman_server.batcher.dead_letters import TokenBucket
+from ferryman_server.batcher.predictor import LatencyPredictor
+from ferryman_server.batcher.rate import RateMeter
 
 
 def tensor(data: bytes, shape: list[int], name: str = "input") -> common_pb2.NamedTensor:

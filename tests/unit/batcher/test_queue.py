@@ -8,11 +8,11 @@ from datetime import timedelta
 import grpc
 from batcher_fakes import KEY, NODES, Letters, rig
 
-from batcher.dispatcher import Dispatcher
-from batcher.metrics import BatcherMetrics
-from batcher.service import BatcherService
-from batcher.settings import BatcherSettings
 from ferryman.v1 import batcher_pb2, common_pb2
+from ferryman_server.batcher.dispatcher import Dispatcher
+from ferryman_server.batcher.metrics import BatcherMetrics
+from ferryman_server.batcher.service import BatcherService
+from ferryman_server.batcher.settings import BatcherSettings
 
 
 def item(request_id: str, budget_s: float) -> batcher_pb2.SubmitItem:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from batcher.fairness import FairView, fair_order
-from batcher.predictor import LatencyPredictor
-from batcher.scheduler import (
+from ferryman_server.batcher.fairness import FairView, fair_order
+from ferryman_server.batcher.predictor import LatencyPredictor
+from ferryman_server.batcher.scheduler import (
     DispatchReason,
     Load,
     SchedulerConfig,

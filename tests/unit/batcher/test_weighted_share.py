@@ -10,9 +10,9 @@ from datetime import timedelta
 
 from batcher_fakes import KEY, NODES, FakeNode, Registry, real_time_batcher
 
-from batcher.settings import BatcherSettings
 from ferryman.v1 import batcher_pb2, common_pb2
-from registry.tables import ModelVersion
+from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.registry.tables import ModelVersion
 
 BATCH_S = 0.01
 """What one batch takes on a fake node, however many rows it has."""
@@ -84,7 +84,7 @@ async def test_weight_three_gets_three_times_the_compute_of_weight_one() -> None
 
 
 async def test_an_item_weight_out_of_bounds_counts_as_one() -> None:
-    from batcher.fairness import DEFAULT_WEIGHT, FairShare
+    from ferryman_server.batcher.fairness import DEFAULT_WEIGHT, FairShare
 
     fair = FairShare(active_window_s=5.0)
     for tenant, weight in {"zero": 0.0, "nan": float("nan"), "huge": 1e9, "ok": 2.5}.items():

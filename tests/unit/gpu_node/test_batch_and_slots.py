@@ -10,12 +10,12 @@ import torch
 
 from ferryman.tensors import decode, encode
 from ferryman.v1 import common_pb2, node_pb2
-from ferryman_kernel.schema import IOSchema
-from gpu_node.batch import build_inputs, plan, split_outputs
-from gpu_node.executor import predict_splitting
-from gpu_node.loader import warmup_sizes
-from gpu_node.runtimes.base import BatchInput, RuntimeOutput
-from gpu_node.slots import LatencyProfile, ModelSlot, SlotState, SlotTransitionError
+from ferryman_server.gpu_node.batch import build_inputs, plan, split_outputs
+from ferryman_server.gpu_node.executor import predict_splitting
+from ferryman_server.gpu_node.handler import BatchInput, RuntimeOutput
+from ferryman_server.gpu_node.loader import warmup_sizes
+from ferryman_server.gpu_node.slots import LatencyProfile, ModelSlot, SlotState, SlotTransitionError
+from ferryman_server.kernel.schema import IOSchema
 
 SCHEMA = IOSchema.model_validate(
     {

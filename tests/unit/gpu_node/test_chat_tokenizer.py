@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 
-from gpu_node.generation.tokenizer import ChatTokenizer
+from ferryman_server.gpu_node.generation.tokenizer import ChatTokenizer
 
 VOCAB = {"[UNK]": 0, "<s>": 1, "</s>": 2, "user": 3, "hi": 4, "assistant": 5, ":": 6}
 TEMPLATE = (

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ferryman_kernel.artifacts import artifact_sha256, pushed_uri
-from gpu_node.fetch import ArtifactCache, FetchError
+from ferryman_server.gpu_node.fetch import ArtifactCache, FetchError
+from ferryman_server.kernel.artifacts import artifact_sha256, pushed_uri
 
 
 @dataclass

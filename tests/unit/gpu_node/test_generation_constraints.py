@@ -7,8 +7,13 @@ from __future__ import annotations
 import torch
 from generation_fakes import CountingModel
 
-from gpu_node.generation.engine import GenerationEngine, Sampling, TokenEvent
-from gpu_node.generation.scheduler import FinishReason, Scheduler, Sequence, VirtualTokenCounter
+from ferryman_server.gpu_node.generation.engine import GenerationEngine, Sampling, TokenEvent
+from ferryman_server.gpu_node.generation.scheduler import (
+    FinishReason,
+    Scheduler,
+    Sequence,
+    VirtualTokenCounter,
+)
 
 MAX_LEN = 256
 

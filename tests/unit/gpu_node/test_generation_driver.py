@@ -10,9 +10,14 @@ import time
 import pytest
 import torch
 
-from gpu_node.generation.driver import GenerationDriver
-from gpu_node.generation.engine import GenerationEngine, TokenEvent
-from gpu_node.generation.scheduler import FinishReason, Scheduler, Sequence, VirtualTokenCounter
+from ferryman_server.gpu_node.generation.driver import GenerationDriver
+from ferryman_server.gpu_node.generation.engine import GenerationEngine, TokenEvent
+from ferryman_server.gpu_node.generation.scheduler import (
+    FinishReason,
+    Scheduler,
+    Sequence,
+    VirtualTokenCounter,
+)
 
 VOCAB = 50
 STEP_S = 0.005

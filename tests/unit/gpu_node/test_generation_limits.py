@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_node.generation.limits import OverBudget, StopText, completion_limit
-from gpu_node.generation.scheduler import FinishReason
+from ferryman_server.gpu_node.generation.limits import OverBudget, StopText, completion_limit
+from ferryman_server.gpu_node.generation.scheduler import FinishReason
 
 CONTEXT = 100
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from generation_fakes import CountingModel
 
-from gpu_node.generation.engine import GenerationEngine
-from gpu_node.generation.prefix import PrefixCache
-from gpu_node.generation.scheduler import Scheduler, Sequence, VirtualTokenCounter
+from ferryman_server.gpu_node.generation.engine import GenerationEngine
+from ferryman_server.gpu_node.generation.prefix import PrefixCache
+from ferryman_server.gpu_node.generation.scheduler import Scheduler, Sequence, VirtualTokenCounter
 
 MAX_LEN = 128
 SYSTEM = list(range(10, 40))

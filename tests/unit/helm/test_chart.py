@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ferryman_rollouts.settings import RolloutSettings
+from ferryman_server.rollouts.settings import RolloutSettings
 
 CHART = Path(__file__).resolve().parents[3] / "helm" / "ferryman"
 KUBE_VERSION = kubernetes_validate.latest_version()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from ferryman_kernel.metrics_catalog import series_names
+from ferryman_server.kernel.metrics_catalog import series_names
 
 CHART = Path(__file__).resolve().parents[3] / "helm" / "ferryman"
 METRIC = re.compile(r"\bferryman_[a-z0-9_]+")

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from registry.keys import generate_key, hash_key, matches, parse_prefix
+from ferryman_server.registry.keys import generate_key, hash_key, matches, parse_prefix
 
 
 def test_keys_are_random_and_hash_verifies() -> None:

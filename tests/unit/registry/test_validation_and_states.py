@@ -2,14 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from registry.states import (
+from ferryman_server.registry.states import (
     InvalidTransition,
     NodeLifecycle,
     VersionStatus,
     next_node_lifecycle,
     next_version_status,
 )
-from registry.validation import RegistryError, check_name, check_weights, parse_weights
+from ferryman_server.registry.validation import RegistryError, check_name, check_weights, parse_weights
 
 
 def test_weights_must_sum_to_100() -> None:

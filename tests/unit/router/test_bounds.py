@@ -4,7 +4,7 @@ request passes check_request before anything echoes or runs it."""
 from __future__ import annotations
 
 from ferryman.v1 import common_pb2, inference_pb2
-from router.bounds import MAX_INPUTS, MAX_NAME_CHARS, check_request
+from ferryman_server.router.bounds import MAX_INPUTS, MAX_NAME_CHARS, check_request
 
 
 def request(*names: str) -> inference_pb2.PredictRequest:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ferryman_kernel.security import Security
-from router.batchers import BatcherPool, rendezvous
-from router.discovery import Member, flatten, resolve, split
+from ferryman_server.kernel.security import Security
+from ferryman_server.router.batchers import BatcherPool, rendezvous
+from ferryman_server.router.discovery import Member, flatten, resolve, split
 
 TIMEOUT_S = 1.0
 MODELS = [f"model-{i}" for i in range(300)]

@@ -6,10 +6,10 @@ import bpe_openai
 import grpc
 import pytest
 
-from router.doors.openai.embeddings.protocol import EmbeddingRequest
-from router.doors.openai.embeddings.serving import texts
-from router.doors.openai.embeddings.tokens import MAX_TOKEN_IDS
-from router.failures import RequestFailed
+from ferryman_server.router.doors.openai.embeddings.protocol import EmbeddingRequest
+from ferryman_server.router.doors.openai.embeddings.serving import texts
+from ferryman_server.router.doors.openai.embeddings.tokens import MAX_TOKEN_IDS
+from ferryman_server.router.failures import RequestFailed
 
 CL100K = bpe_openai.get_encoding("cl100k_base")
 

@@ -9,12 +9,12 @@ import numpy as np
 
 from ferryman.tensors import encode
 from ferryman.v1 import batcher_pb2, common_pb2, inference_pb2
-from ferryman_kernel.scopes import SHADOW_SCOPE
-from registry.snapshot import RouteRecord, TenantRecord
-from router.feedback import MemoryServedLog, Served, check
-from router.metrics import RouterMetrics
-from router.settings import RouterSettings
-from router.shadow import Shadower, same_outputs
+from ferryman_server.kernel.scopes import SHADOW_SCOPE
+from ferryman_server.registry.snapshot import RouteRecord, TenantRecord
+from ferryman_server.router.feedback import MemoryServedLog, Served, check
+from ferryman_server.router.metrics import RouterMetrics
+from ferryman_server.router.settings import RouterSettings
+from ferryman_server.router.shadow import Shadower, same_outputs
 
 TENANT = TenantRecord("acme", 2, frozenset(), False)
 SERVED = Served("m", "2", 97)

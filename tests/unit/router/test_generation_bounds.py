@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from ferryman.v1 import common_pb2, inference_pb2
-from router.generation import (
+from ferryman_server.router.generation import (
     MARKER_TOKENS_PER_MESSAGE,
     MAX_MESSAGES,
     TEMPLATE_TOKENS,

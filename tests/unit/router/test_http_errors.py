@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from ferryman.errors import Reason, make_status
-from router.doors.http.errors import headers, http_status, oip_body, openai_body
+from ferryman_server.router.doors.http.errors import headers, http_status, oip_body, openai_body
 
 
 @pytest.mark.parametrize(

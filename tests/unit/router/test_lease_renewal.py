@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-from ferryman_kernel.quota import MAX_RENEW_IDS, Ask, Decision, ReserveCall, Verdict
-from router.metrics import RouterMetrics
-from router.reservations import Reservations
-from router.settings import RouterSettings
+from ferryman_server.kernel.quota import MAX_RENEW_IDS, Ask, Decision, ReserveCall, Verdict
+from ferryman_server.router.metrics import RouterMetrics
+from ferryman_server.router.reservations import Reservations
+from ferryman_server.router.settings import RouterSettings
 
 CALLS_IN_TWO_PERIODS = 6
 FAR = 1e12

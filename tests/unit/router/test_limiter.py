@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from router.limiter import AdaptiveLimit, LimitConfig
+from ferryman_server.router.limiter import AdaptiveLimit, LimitConfig
 
 CONFIG = LimitConfig(initial=1000, minimum=16, backoff=0.9, drop_ratio=0.01, window_s=0.1, window_samples=20)
 

@@ -6,10 +6,16 @@ import pytest
 
 from ferryman.oip.v2 import grpc_predict_v2_pb2 as oip
 from ferryman.v1 import inference_pb2
-from ferryman_kernel.schema import IOSchema
-from registry.snapshot import VersionRecord
-from router.doors.oip.convert import check_outputs, config, grpc_parameters, metadata, predict_request
-from router.failures import RequestFailed
+from ferryman_server.kernel.schema import IOSchema
+from ferryman_server.registry.snapshot import VersionRecord
+from ferryman_server.router.doors.oip.convert import (
+    check_outputs,
+    config,
+    grpc_parameters,
+    metadata,
+    predict_request,
+)
+from ferryman_server.router.failures import RequestFailed
 
 SCHEMA = IOSchema.model_validate(
     {

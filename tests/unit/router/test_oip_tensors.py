@@ -11,8 +11,8 @@ import pytest
 from ferryman.oip.v2 import grpc_predict_v2_pb2 as oip
 from ferryman.tensors import decode
 from ferryman.v1 import common_pb2
-from router.bounds import MAX_INPUTS
-from router.doors.oip.tensors import (
+from ferryman_server.router.bounds import MAX_INPUTS
+from ferryman_server.router.doors.oip.tensors import (
     MAX_ELEMENTS,
     MAX_TEXT_ELEMENTS,
     TensorProblem,

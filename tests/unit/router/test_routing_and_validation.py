@@ -10,11 +10,11 @@ import pytest
 
 from ferryman.tensors import encode
 from ferryman.v1 import common_pb2
-from ferryman_kernel.schema import IOSchema
-from ferryman_kernel.schema_check import check_inputs
-from registry.snapshot import RouteRecord
-from router.routing import Choice, bucket, choose, resolve
-from router.validation import price, token_bound
+from ferryman_server.kernel.schema import IOSchema
+from ferryman_server.kernel.schema_check import check_inputs
+from ferryman_server.registry.snapshot import RouteRecord
+from ferryman_server.router.routing import Choice, bucket, choose, resolve
+from ferryman_server.router.validation import price, token_bound
 
 CANARY = RouteRecord(model="m", targets=(("1", 90), ("2", 10)), sticky="user", salt="s4lt", fallback="fb")
 ROUTES = {

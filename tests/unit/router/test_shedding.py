@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.shedding import Shedder
+from ferryman_server.router.shedding import Shedder
 
 KEY = "mlp:1"
 SMOOTHING = 0.5

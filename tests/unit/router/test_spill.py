@@ -17,8 +17,8 @@ from ferryman.errors import (
     unpack_details,
 )
 from ferryman.sdk.errors import AcceptedAsJob, from_status
-from router.bounds import MAX_REQUEST_ID_CHARS
-from router.spill import accepted, spillable
+from ferryman_server.router.bounds import MAX_REQUEST_ID_CHARS
+from ferryman_server.router.spill import accepted, spillable
 
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from router.bounds import MAX_INPUTS, MAX_NAME_CHARS, MAX_PARAMETERS, MAX_REQUEST_ID_CHARS
+from ferryman_server.router.bounds import MAX_INPUTS, MAX_NAME_CHARS, MAX_PARAMETERS, MAX_REQUEST_ID_CHARS
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 

@@ -6,21 +6,21 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
 
-from router.doors.http.caller import (
+from ferryman_server.router.doors.http.caller import (
     JSON,
     Authenticated,
     gateway_of,
     json_body,
     read_body,
 )
-from router.doors.oip import convert
-from router.doors.oip.rest.protocol import HEADER_LENGTH, InferenceResponse
-from router.doors.oip.rest.serving import answer, parse, plain
-from router.doors.oip.servicer import SERVER_VERSION
-from router.doors.oip.tensors import (
+from ferryman_server.router.doors.oip import convert
+from ferryman_server.router.doors.oip.rest.protocol import HEADER_LENGTH, InferenceResponse
+from ferryman_server.router.doors.oip.rest.serving import answer, parse, plain
+from ferryman_server.router.doors.oip.servicer import SERVER_VERSION
+from ferryman_server.router.doors.oip.tensors import (
     TensorProblem,
 )
-from router.spans import Protocol, http_door
+from ferryman_server.router.spans import Protocol, http_door
 
 router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"])
 

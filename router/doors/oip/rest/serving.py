@@ -9,14 +9,14 @@ from fastapi import Response
 from google.protobuf.message import Message
 
 from ferryman.v1 import common_pb2, inference_pb2
-from router.doors.http.caller import (
+from ferryman_server.router.doors.http.caller import (
     JSON,
     answer_headers,
     parse_json,
 )
-from router.doors.oip import convert
-from router.doors.oip.rest.protocol import BINARY_SIZE, HEADER_LENGTH, InferenceRequest
-from router.doors.oip.tensors import (
+from ferryman_server.router.doors.oip import convert
+from ferryman_server.router.doors.oip.rest.protocol import BINARY_SIZE, HEADER_LENGTH, InferenceRequest
+from ferryman_server.router.doors.oip.tensors import (
     TensorProblem,
     datatype,
     from_raw,

@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ferryman_jobs.store import FINISHED, JobRecord, State
-from router.bounds import MAX_REQUEST_ID_CHARS
+from ferryman_server.jobs.store import FINISHED, JobRecord, State
+from ferryman_server.router.bounds import MAX_REQUEST_ID_CHARS
 
 BATCH_PREFIX = "batch_"
 

@@ -14,9 +14,9 @@ from fastapi.responses import StreamingResponse
 
 from ferryman.errors import Reason
 from ferryman.v1 import jobs_pb2
-from router.bounds import MAX_REQUEST_ID_CHARS
-from router.doors.http.caller import JSON, Authenticated, json_body, parse_json, read_body
-from router.doors.openai.batches.protocol import (
+from ferryman_server.router.bounds import MAX_REQUEST_ID_CHARS
+from ferryman_server.router.doors.http.caller import JSON, Authenticated, json_body, parse_json, read_body
+from ferryman_server.router.doors.openai.batches.protocol import (
     BATCH_PREFIX,
     FILE_PREFIX,
     MAX_METADATA_KEY,
@@ -25,7 +25,7 @@ from router.doors.openai.batches.protocol import (
     BatchRequest,
     file_object,
 )
-from router.doors.openai.batches.serving import (
+from ferryman_server.router.doors.openai.batches.serving import (
     EMBEDDINGS,
     MAX_LIST,
     WINDOW,
@@ -35,7 +35,7 @@ from router.doors.openai.batches.serving import (
     items_of,
     uploaded,
 )
-from router.failures import fail, invalid
+from ferryman_server.router.failures import fail, invalid
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible batches"])
 

@@ -19,14 +19,21 @@ import orjson
 from ferryman.errors import Reason, status_code
 from ferryman.tensors import decode
 from ferryman.v1 import common_pb2, jobs_pb2
-from ferryman_jobs.store import JobRecord
-from router.doors.http.caller import Caller
-from router.doors.http.errors import http_status
-from router.doors.openai.batches.protocol import BATCH_PREFIX, ERRORS, FILE_PREFIX, META, OUTPUT, batch_object
-from router.doors.openai.embeddings.protocol import EmbeddingRequest
-from router.doors.openai.embeddings.serving import texts
-from router.failures import RequestFailed, fail, invalid
-from router.jobs import JobDesk
+from ferryman_server.jobs.store import JobRecord
+from ferryman_server.router.doors.http.caller import Caller
+from ferryman_server.router.doors.http.errors import http_status
+from ferryman_server.router.doors.openai.batches.protocol import (
+    BATCH_PREFIX,
+    ERRORS,
+    FILE_PREFIX,
+    META,
+    OUTPUT,
+    batch_object,
+)
+from ferryman_server.router.doors.openai.embeddings.protocol import EmbeddingRequest
+from ferryman_server.router.doors.openai.embeddings.serving import texts
+from ferryman_server.router.failures import RequestFailed, fail, invalid
+from ferryman_server.router.jobs import JobDesk
 
 EMBEDDINGS = "/v1/embeddings"
 

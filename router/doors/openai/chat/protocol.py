@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from router.bounds import MAX_NAME_CHARS, MAX_USER_CHARS
-from router.generation import MAX_MESSAGES, MAX_TEMPERATURE
+from ferryman_server.router.bounds import MAX_NAME_CHARS, MAX_USER_CHARS
+from ferryman_server.router.generation import MAX_MESSAGES, MAX_TEMPERATURE
 
 DEFAULT_MAX_TOKENS = 256
 

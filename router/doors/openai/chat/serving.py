@@ -16,16 +16,16 @@ from fastapi.responses import StreamingResponse
 
 from ferryman.errors import Reason
 from ferryman.v1 import common_pb2, inference_pb2
-from router.doors.http.caller import JSON, Caller
-from router.doors.openai.chat.protocol import (
+from ferryman_server.router.doors.http.caller import JSON, Caller
+from ferryman_server.router.doors.openai.chat.protocol import (
     DEFAULT_MAX_TOKENS,
     ChatRequest,
     CompletionRequest,
     ResponseFormat,
 )
-from router.failures import fail, invalid
-from router.generation import MAX_STOPS
-from router.spans import Door
+from ferryman_server.router.failures import fail, invalid
+from ferryman_server.router.generation import MAX_STOPS
+from ferryman_server.router.spans import Door
 
 OPENAI_FINISH = {"stop": "stop", "length": "length", "quota": "length"}
 

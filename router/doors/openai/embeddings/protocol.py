@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from router.bounds import MAX_NAME_CHARS, MAX_USER_CHARS
+from ferryman_server.router.bounds import MAX_NAME_CHARS, MAX_USER_CHARS
 
 
 class EmbeddingRequest(BaseModel):

@@ -6,11 +6,18 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Response
 
-from router.bounds import MAX_REQUEST_ID_CHARS
-from router.doors.http.caller import JSON, Authenticated, answer_headers, json_body, parse_json, read_body
-from router.doors.openai.embeddings.protocol import EmbeddingList, EmbeddingRequest
-from router.doors.openai.embeddings.serving import embedding_list, predict_request
-from router.spans import Protocol, http_door
+from ferryman_server.router.bounds import MAX_REQUEST_ID_CHARS
+from ferryman_server.router.doors.http.caller import (
+    JSON,
+    Authenticated,
+    answer_headers,
+    json_body,
+    parse_json,
+    read_body,
+)
+from ferryman_server.router.doors.openai.embeddings.protocol import EmbeddingList, EmbeddingRequest
+from ferryman_server.router.doors.openai.embeddings.serving import embedding_list, predict_request
+from ferryman_server.router.spans import Protocol, http_door
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
 

@@ -11,11 +11,11 @@ import numpy as np
 
 from ferryman.tensors import decode
 from ferryman.v1 import common_pb2, inference_pb2
-from ferryman_kernel.schema import IOSchema
-from router.doors.oip.tensors import MAX_TEXT_ELEMENTS
-from router.doors.openai.embeddings.protocol import EmbeddingRequest
-from router.doors.openai.embeddings.tokens import TOKEN_TEXT
-from router.failures import invalid
+from ferryman_server.kernel.schema import IOSchema
+from ferryman_server.router.doors.oip.tensors import MAX_TEXT_ELEMENTS
+from ferryman_server.router.doors.openai.embeddings.protocol import EmbeddingRequest
+from ferryman_server.router.doors.openai.embeddings.tokens import TOKEN_TEXT
+from ferryman_server.router.failures import invalid
 
 
 def tokenized(request: EmbeddingRequest) -> bool:

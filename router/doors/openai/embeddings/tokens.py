@@ -19,7 +19,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from router.failures import invalid
+from ferryman_server.router.failures import invalid
 
 if TYPE_CHECKING:
     import bpe_openai

@@ -1,0 +1,130 @@
+"""uvicorn's HTTP protocol under a ``ConnectionGuard`` (kernel/connections.py):
+every connection and phase told to the guard, what it sheds closed, and a phase that
+outlives its deadline ended (408 when part of a request had come). The router's HTTP doors
+and the console's web server (Streamlit's uvicorn) run under it; a connection upgraded to
+a WebSocket (the console's sessions) leaves the guard with its HTTP request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from ferryman_server.kernel.connections import ConnectionGuard, Phase
+
+TIMEOUT_RESPONSE = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+BUSY_BODY = b'{"error": "too many connections from this address are being served: retry later"}'
+BUSY_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+    b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(BUSY_BODY), BUSY_BODY)
+)
+TOO_LARGE_RESPONSE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+)
+
+
+def guarded(guard: ConnectionGuard[Any]) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol, telling ``guard`` of every connection and phase and
+    closing what it sheds or what misses its phase's deadline."""
+
+    class GuardedProtocol(HttpToolsProtocol):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._deadline: Any = None
+            self._request_bytes = 0
+            """Bytes of the request line and headers so far (the request under way)."""
+            self._begun = False
+            """Some of a request has come since the last answer (a timeout then says 408)."""
+            self._refused = False
+            """Its peer had its bound of connections being served: its request gets a 503."""
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            peer = self.client[0] if self.client else ""
+            admission = guard.opened(self, peer)
+            for victim in admission.shed:
+                victim._close(TIMEOUT_RESPONSE if victim._begun else b"")
+            # A refused connection is answered once its headers are in (a client reads a 503
+            # it asked for; one sent before its request is often lost to a reset).
+            self._refused = admission.refused
+            self._arm(guard.limits.header_timeout_s)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            guard.closed(self)
+            self._arm(None)
+            super().connection_lost(exc)
+
+        def on_message_begin(self) -> None:
+            self._request_bytes = 0
+            super().on_message_begin()
+
+        def on_url(self, url: bytes) -> None:
+            self._count(len(url))
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._count(len(name) + len(value))
+            super().on_header(name, value)
+
+        def on_headers_complete(self) -> None:
+            if self._request_bytes > guard.limits.max_header_bytes:
+                return  # refused in data_received, before any of the app runs
+            if self._refused:
+                self._close(BUSY_RESPONSE)
+                return
+            self._arm(guard.entered(self, Phase.BODY))
+            super().on_headers_complete()
+
+        def on_body(self, body: bytes) -> None:
+            if self._request_bytes <= guard.limits.max_header_bytes and not self._refused:
+                super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            if self._request_bytes > guard.limits.max_header_bytes or self._refused:
+                return
+            self._arm(guard.entered(self, Phase.SERVING))
+            super().on_message_complete()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._request_bytes = 0
+                self._begun = False
+                self._arm(guard.entered(self, Phase.WAITING))
+
+        def handle_websocket_upgrade(self) -> None:
+            self._arm(None)  # a session's socket lives on: no HTTP deadline applies any more
+            guard.closed(self)
+            super().handle_websocket_upgrade()
+
+        def data_received(self, data: bytes) -> None:
+            self._begun = True
+            super().data_received(data)
+            if self._request_bytes > guard.limits.max_header_bytes and not self.transport.is_closing():
+                self._close(TOO_LARGE_RESPONSE)
+
+        def _count(self, n: int) -> None:
+            self._request_bytes += n
+
+        def _arm(self, seconds: float | None) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+            if seconds is not None:
+                self._deadline = self.loop.call_later(seconds, self._expired)
+
+        def _expired(self) -> None:
+            self._deadline = None
+            if self.transport is not None and not self.transport.is_closing():
+                guard.closed(self)
+                self._close(TIMEOUT_RESPONSE if self._begun else b"")
+
+        def _close(self, last_words: bytes) -> None:
+            self._arm(None)
+            if self.transport.is_closing():
+                return
+            if last_words:
+                self.transport.write(last_words)
+            self.transport.close()
+
+    return GuardedProtocol
