@@ -14,9 +14,10 @@ from ferryman_server.gpu_node.fetch import ArtifactCache
 from ferryman_server.gpu_node.generation import lora
 from ferryman_server.gpu_node.loader import resolve_device
 from ferryman_server.gpu_node.metrics import NodeMetrics
-from ferryman_server.gpu_node.service import NodeService
+from ferryman_server.gpu_node.service import Node
 from ferryman_server.gpu_node.servicer import NodeServicer
 from ferryman_server.gpu_node.settings import NodeSettings
+from ferryman_server.gpu_node.versions import Versions
 from ferryman_server.kernel.artifacts import artifact_path
 from ferryman_server.kernel.config import CommonSettings
 from ferryman_server.kernel.logs import Throttled
@@ -59,27 +60,27 @@ class RegistryLink:
         rows = await asyncio.to_thread(self.reader.placements_for, self._settings.name, self._settings.pool)
         return [version_spec(model, row) for model, row in rows]
 
-    async def follow(self, service: NodeService, placed: list[node_pb2.ModelVersionSpec]) -> None:
+    async def follow(self, versions: Versions, placed: list[node_pb2.ModelVersionSpec]) -> None:
         """Load what is placed here and not loaded; unload what this node loaded for a
         placement that is gone (a version loaded by LoadModel is the caller's to unload)."""
         wanted = {f"{v.model}:{v.version}": v for v in placed}
         for key in sorted(self._placed - wanted.keys()):
             model, _, version = key.partition(":")
-            await service.unload(model, version)
+            await versions.unload(model, version)
             self._placed.discard(key)
             log.info("version %s unloaded: no longer placed on this node", key)
         # LoRA adapters after the models: an adapter loads into its base's engine.
         for key, spec in sorted(wanted.items(), key=lambda item: local_adapter(item[1])):
-            held = service.slots.get(key)
+            held = versions.slots.get(key)
             if held is None or held.no_room:  # not loaded, or not yet for want of room
-                slot = (await service.load(spec, pinned=True)).slot
+                slot = (await versions.load(spec, pinned=True)).slot
                 if held is None or slot.state != held.state:
                     log.info("version %s: %s %s", slot.key, slot.state, slot.reason)
             else:
                 held.pinned = True  # loaded on demand, placed since
             self._placed.add(key)
 
-    async def watch_placements(self, service: NodeService) -> None:
+    async def watch_placements(self, versions: Versions) -> None:
         """Follow, every ``placement_refresh_s``, the placements made and taken back since start."""
         problems = Throttled(log, self._settings.placement_refresh_s * PROBLEM_LOG_PERIODS)
         while True:
@@ -89,7 +90,7 @@ class RegistryLink:
             except Exception as exc:  # a registry outage: serve on, try again later
                 problems.warning("placements", "could not read placements (serving on): %s", exc)
                 continue
-            await self.follow(service, placed)
+            await self.follow(versions, placed)
 
     async def audit(self, action: str, key: str, detail: dict[str, object]) -> None:
         """Record a load or eviction this node decided in the audit log (best effort: the
@@ -105,11 +106,11 @@ class RegistryLink:
         except Exception:
             log.exception("could not record lifecycle %s in the registry", target)
 
-    async def heartbeat_forever(self, service: NodeService) -> None:
+    async def heartbeat_forever(self, versions: Versions) -> None:
         while True:
             try:
                 await asyncio.to_thread(
-                    self._writer.heartbeat, self._settings.name, service.serving_keys(), service.failures()
+                    self._writer.heartbeat, self._settings.name, versions.serving_keys(), versions.failures()
                 )
             except Exception as exc:
                 log.warning("heartbeat failed (still serving): %s", exc)
@@ -148,21 +149,19 @@ async def serve_node(
             settings.artifact_fetch_timeout_s,
             link.reader if link is not None else None,
         )
-        service = NodeService(
-            settings, device, rt.health, metrics, artifacts, link.audit if link is not None else None
-        )
-        rt.on_close(service.close)
-        node_pb2_grpc.add_NodeServicer_to_server(NodeServicer(service), rt.server)
+        node = Node(settings, device, rt.health, metrics, artifacts, link.audit if link is not None else None)
+        rt.on_close(node.close)
+        node_pb2_grpc.add_NodeServicer_to_server(NodeServicer(node), rt.server)
         # Reachable (NOT_SERVING) while it registers and loads its placements.
         await rt.start(serving=False)
         heartbeat: asyncio.Task[None] | None = None
         watcher: asyncio.Task[None] | None = None
         if link is not None:
             await link.register(str(device))
-            await link.follow(service, await link.placements())
-            heartbeat = asyncio.create_task(link.heartbeat_forever(service))
-            watcher = asyncio.create_task(link.watch_placements(service))
-        service.set_lifecycle(NodeLifecycle.READY)
+            await link.follow(node.versions, await link.placements())
+            heartbeat = asyncio.create_task(link.heartbeat_forever(node.versions))
+            watcher = asyncio.create_task(link.watch_placements(node.versions))
+        node.set_lifecycle(NodeLifecycle.READY)
         if link is not None:
             await link.lifecycle(NodeLifecycle.READY)
         await rt.serve(on_ready, address)
@@ -173,7 +172,7 @@ async def serve_node(
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
-        drained = await service.drain()
+        drained = await node.drain()
         if heartbeat is not None:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -1,85 +1,27 @@
-"""The node's behaviour behind its gRPC servicer: slots, batches, load/unload, drain."""
+"""One node as its gRPC servicer sees it: its lifecycle, its memory (``memory.py``), the
+versions it holds (``versions.py``) and what it serves from them (``serving.py``)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
-import logging
-import os
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from pathlib import Path
 
 import torch
-from google.rpc import code_pb2
 
 # Public as grpc_health.v1.health.aio; imported by module path so type checkers see it.
 from grpc_health.v1._async import HealthServicer
-from opentelemetry.trace import SpanKind
 
-from ferryman.durations import seconds_of, set_seconds
 from ferryman.v1 import node_pb2
-from ferryman_server.gpu_node.executor import run_batch
 from ferryman_server.gpu_node.fetch import ArtifactCache
-from ferryman_server.gpu_node.generation import lora
-from ferryman_server.gpu_node.generation.limits import OverBudget
-from ferryman_server.gpu_node.loader import LoadError, load_version, locate, parse_schema
+from ferryman_server.gpu_node.memory import NodeMemory
 from ferryman_server.gpu_node.metrics import NodeMetrics
-from ferryman_server.gpu_node.runtimes.factory import prepare_format
+from ferryman_server.gpu_node.serving import Serving
 from ferryman_server.gpu_node.settings import NodeSettings
-from ferryman_server.gpu_node.slots import LatencyProfile, ModelSlot, SlotState
-from ferryman_server.kernel.artifacts import artifact_path
-from ferryman_server.kernel.host import usable_memory
-from ferryman_server.kernel.placement import NodeRoom, victims
-from ferryman_server.kernel.serving import NOT_SERVING, SERVING
-from ferryman_server.kernel.telemetry import links, parent_context, tracer
-from ferryman_server.registry.states import ModelFormat, NodeLifecycle, next_node_lifecycle
-
-log = logging.getLogger("ferryman.node")
+from ferryman_server.gpu_node.versions import Audit, Versions
+from ferryman_server.registry.states import NodeLifecycle, next_node_lifecycle
 
 
-MIB = 1 << 20
-
-Audit = Callable[[str, str, dict[str, object]], Awaitable[None]]
-"""action, ``model:version``, detail -> recorded in the registry's audit log."""
-
-
-@dataclass(frozen=True)
-class LoadOutcome:
-    """What a load came to: the version's slot (SERVING, or FAILED with why), whether it
-    failed only for want of room, and what was evicted for it."""
-
-    slot: ModelSlot
-    no_room: bool = False
-    evicted: tuple[str, ...] = ()
-    need: int = 0
-    """With ``no_room``: the bytes it was expected, or measured, to need."""
-
-
-def artifact_bytes(spec: node_pb2.ModelVersionSpec) -> int:
-    """The size of a local artifact (a file, or a directory's files); 0 for a remote one
-    (fetched while it loads) or one that is missing (its load fails)."""
-    path = artifact_path(spec.artifact_uri)
-    if path is None or not path.exists():
-        return 0
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-class NodeRefusal(Exception):
-    """A request the node turns away; ``code`` names the gRPC status to answer with."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class NodeService:
-    """Holds loaded versions and runs their batches in worker threads."""
+class Node:
+    """A node's parts, wired once: memory accounting, versions, serving, and drain."""
 
     def __init__(
         self,
@@ -91,393 +33,39 @@ class NodeService:
         audit: Audit | None = None,
     ):
         self.settings = settings
-        self.artifacts = artifacts
-        """Where remote artifacts are fetched to (None: local paths only)."""
-        self._audit = audit
-        self.metrics = metrics
-        self._tracer = tracer("ferryman.node")
         self.device = device
-        # The device's size (or the container's limit) is fixed for the process's life: read
-        # once, not on every NodeInfo and placement decision.
-        self._budget = settings.memory_budget_bytes or self._memory()[0]
-        metrics.memory_budget.set(self._budget)
+        self.metrics = metrics
         self.lifecycle = NodeLifecycle.STARTING
-        self.slots: dict[str, ModelSlot] = {}
         self._health = health_servicer
-        self._batch_pool = ThreadPoolExecutor(settings.capacity, thread_name_prefix="node-batch")
-        # One load at a time: loads compete for memory and would skew warm-up timings.
-        self._load_pool = ThreadPoolExecutor(1, thread_name_prefix="node-load")
-        self._load_lock = asyncio.Lock()
+        self.memory = NodeMemory(
+            settings.name, device, settings.memory_budget_bytes, settings.evict_after_idle_s
+        )
+        metrics.memory_budget.set(self.memory.budget)
+        self.versions = Versions(settings, device, self.memory, health_servicer, metrics, artifacts, audit)
+        self.serving = Serving(
+            settings.name,
+            settings.capacity,
+            self.versions,
+            metrics,
+            draining=lambda: self.lifecycle == NodeLifecycle.DRAINING,
+        )
 
     def set_lifecycle(self, target: NodeLifecycle) -> None:
         self.lifecycle = next_node_lifecycle(self.lifecycle, target)
         self.metrics.up.set(1 if target == NodeLifecycle.READY else 0)
 
-    def _count_versions(self) -> None:
-        for state in SlotState:
-            self.metrics.loaded.labels(state=state.value).set(
-                sum(1 for slot in self.slots.values() if slot.state == state)
-            )
-
-    def failures(self) -> dict[str, str]:
-        """Versions that failed here (fetch, checksum, load, warm-up), with why."""
-        return {key: slot.reason for key, slot in self.slots.items() if slot.state == SlotState.FAILED}
-
-    def serving_keys(self) -> list[str]:
-        return sorted(key for key, slot in self.slots.items() if slot.state == SlotState.SERVING)
-
-    async def _load_lm(self, slot: ModelSlot) -> None:
-        """A causal-LM version: its engine, sized by the generation_* settings."""
-        from ferryman_server.gpu_node.generation.runtime import CausalLM, EngineLimits, load_causal_lm
-        from ferryman_server.gpu_node.generation.scheduler import Admission
-
-        limits = EngineLimits(
-            self.settings.generation_slots,
-            self.settings.generation_max_len,
-            self.settings.generation_step_tokens,
-            Admission(self.settings.generation_admission),
-            self.settings.generation_active_s,
-            self.settings.generation_precision,
-            self.settings.generation_prefix_cache,
-        )
-        loop = asyncio.get_running_loop()
-        # A download can take minutes: off the event loop, as the load itself.
-        path = await loop.run_in_executor(self._load_pool, locate, slot.spec, self.artifacts)
-        if lora.is_adapter(path):
-            await self._load_adapter(slot, path)
-            return
-        try:
-            loaded = await loop.run_in_executor(self._load_pool, load_causal_lm, path, limits, self.device)
-        except Exception as exc:
-            raise LoadError(f"loading {path} as causal_lm failed: {type(exc).__name__}: {exc}") from exc
-        labels = {"model": slot.spec.model, "version": slot.spec.version}
-        slot.lm, slot.schema = CausalLM(loaded, loop, self.metrics, labels), parse_schema(slot.spec)
-
-    async def _load_adapter(self, slot: ModelSlot, path: Path) -> None:
-        """A LoRA adapter version: loaded into the engine of its base version, which must be
-        SERVING on this node (``base_model_name_or_path`` in its config names it as
-        ``model:version``); its generations share the base's slots and batches."""
-        base_key = lora.base_of(path)
-        base = self.slots.get(base_key)
-        if base is None or base.state != SlotState.SERVING or base.lm is None or base.adapter:
-            raise LoadError(f"adapter over {base_key[:200]!r}: that base version is not serving on this node")
-        lm = base.lm
-        try:
-            adapter = await asyncio.get_running_loop().run_in_executor(self._load_pool, lm.add_adapter, path)
-        except ValueError as exc:
-            raise LoadError(f"adapter {path}: {exc}") from None
-        slot.lm, slot.adapter, slot.base = lm, adapter, base_key
-        slot.schema = parse_schema(slot.spec)
-
-    async def load(
-        self,
-        spec: node_pb2.ModelVersionSpec,
-        *,
-        pinned: bool = False,
-        expected_bytes: int = 0,
-        evict: bool = False,
-    ) -> LoadOutcome:
-        """Load a version beside the others within the memory budget; a failure marks only
-        it FAILED.
-
-        ``pinned``: for a placement (never evicted; room is made for it). ``evict``: room
-        may be made by evicting idle, unpinned versions, least recently used first.
-        ``expected_bytes``: what it measured elsewhere, else its artifact's size counts
-        until it is measured here. What does not fit is refused (``no_room``) before any
-        work, or unloaded again if it measured bigger than expected; a pinned one stays
-        FAILED with why, a load on demand leaves nothing behind.
-        """
-        key = f"{spec.model}:{spec.version}"
-        async with self._load_lock:
-            existing = self.slots.get(key)
-            if existing is not None and existing.state in (SlotState.SERVING, SlotState.UNLOADING):
-                existing.pinned = existing.pinned or pinned
-                return LoadOutcome(existing)
-            loop = asyncio.get_running_loop()
-            # A directory's size is a walk of its files: off the event loop.
-            need = max(expected_bytes, await loop.run_in_executor(self._load_pool, artifact_bytes, spec))
-            make_room = evict or pinned
-            chosen = victims(self.room(), need)
-            if chosen is None or (chosen and not make_room):
-                return self._no_room(spec, pinned, need)
-            evicted = await self._evict(chosen, key)
-            slot = ModelSlot(spec=spec, profile=self._profile(), pinned=pinned, memory_bytes=need)
-            self.slots[key] = slot
-            await self._health.set(key, NOT_SERVING)
-            await loop.run_in_executor(self._load_pool, prepare_format, spec.format)
-            # Loads run one at a time, so what the process gained meanwhile is this one's.
-            before = self._held()
-            try:
-                await self._load_into(slot)
-            except LoadError as exc:
-                slot.move(SlotState.FAILED, str(exc))
-                slot.memory_bytes = 0
-                if not pinned:  # a load on demand's caller has the reason, and may try again later
-                    del self.slots[key]
-                self._count_versions()
-                return LoadOutcome(slot, evicted=evicted)
-            measured = self._measure(slot, before)
-            # Measured bigger than expected: make the rest of the room now, or give it back.
-            others = self.room(excluding=key)
-            late = victims(others, slot.memory_bytes)
-            if late is None or (late and not make_room):
-                await self._drop(slot)
-                return self._no_room(spec, pinned, measured)
-            evicted += await self._evict(late, key)
-            self._serve(slot)
-            await self._health.set(key, SERVING)
-            if self._audit is not None and not pinned:  # a placement's load is audited as placed
-                detail: dict[str, object] = {"bytes": slot.memory_bytes, "evicted": list(evicted)}
-                await self._audit("node.load", key, detail)
-            return LoadOutcome(slot, evicted=evicted)
-
-    async def _load_into(self, slot: ModelSlot) -> None:
-        """Load ``slot``'s version: a causal LM's engine, or a runtime warmed up and profiled."""
-        if slot.spec.format == ModelFormat.CAUSAL_LM:
-            await self._load_lm(slot)
-            return
-        spec = slot.spec
-        slot.runtime, slot.schema, slot.profile = await asyncio.get_running_loop().run_in_executor(
-            self._load_pool,
-            lambda: load_version(
-                spec,
-                self.device,
-                runs=self.settings.warmup_runs,
-                smoothing=self.settings.profile_smoothing,
-                cache=self.artifacts,
-            ),
-        )
-
-    def budget(self) -> int:
-        """What the versions here may hold together (``memory_budget_bytes``, else the device's)."""
-        return self._budget
-
-    def room(self, excluding: str = "") -> NodeRoom:
-        """This node's memory as the placement policy sees it (failed versions hold nothing)."""
-        now = time.monotonic()
-        # A base version runs its adapters' generations: busy while any of them is.
-        running = {s.base for s in self.slots.values() if s.base and s.in_flight}
-        held = [
-            slot.held(now, self.settings.evict_after_idle_s)
-            for key, slot in sorted(self.slots.items())
-            if key != excluding and slot.state != SlotState.FAILED
-        ]
-        held = [replace(h, busy=True) if h.key in running else h for h in held]
-        return NodeRoom(self.settings.name, self.budget(), tuple(held))
-
-    def _no_room(self, spec: node_pb2.ModelVersionSpec, pinned: bool, need: int) -> LoadOutcome:
-        key = f"{spec.model}:{spec.version}"
-        room = self.room(excluding=key)
-        reason = (
-            f"no room for {key} on node {self.settings.name}: it needs {need / MIB:,.0f} MiB, "
-            f"{max(0, room.budget - room.used) / MIB:,.0f} MiB of its {room.budget / MIB:,.0f} MiB budget "
-            "is free and what it could evict would not make enough"
-        )
-        previous = self.slots.get(key)
-        if previous is None or not previous.no_room:  # a placement's retries count once
-            self.metrics.no_room.labels(model=spec.model, version=spec.version).inc()
-        slot = ModelSlot(spec=spec, profile=self._profile(), pinned=pinned, no_room=True)
-        slot.move(SlotState.FAILED, reason)
-        if pinned:  # a placement's failure is reported (heartbeat) until it is taken back
-            self.slots[key] = slot
-            self._count_versions()
-        return LoadOutcome(slot, no_room=True, need=need)
-
-    async def _evict(self, keys: tuple[str, ...], incoming: str) -> tuple[str, ...]:
-        """Unload ``keys`` to make room for ``incoming``; audited and counted."""
-        for key in keys:
-            slot = self.slots.get(key)
-            if slot is None:  # an adapter that went with its base
-                continue
-            idle_s, held = slot.idle_s(), slot.memory_bytes
-            model, _, version = key.partition(":")
-            await self.unload(model, version)
-            self.metrics.evictions.labels(model=model, version=version).inc()
-            log.info(
-                "evicted %s (%d MiB, idle %.0f s) to make room for %s", key, held // MIB, idle_s, incoming
-            )
-            if self._audit is not None:
-                await self._audit(
-                    "node.evict", key, {"bytes": held, "idle_s": round(idle_s, 3), "for": incoming}
-                )
-        return keys
-
-    async def _drop(self, slot: ModelSlot) -> None:
-        """Free a version that loaded but does not fit after all."""
-        slot.move(SlotState.SERVING)
-        await self.unload(slot.spec.model, slot.spec.version)
-
-    def _held(self) -> int:
-        """Memory this process holds on its device: CUDA's allocated bytes, or resident ones."""
-        if self.device.type == "cuda":
-            return int(torch.cuda.memory_allocated(self.device))
-        return self._memory()[1]
-
-    def _measure(self, slot: ModelSlot, before: int) -> int:
-        """What ``slot`` holds: what the process gained since ``before`` (and a causal LM's
-        whole KV cache, mapped on a CPU only as sequences write it), at least what was
-        expected (a load can reuse heap an earlier one freed). Returns the measurement."""
-        measured = max(0, self._held() - before)
-        if slot.lm is not None and not slot.adapter and self.device.type == "cpu":
-            measured += slot.lm.cache_bytes
-        slot.memory_bytes = max(slot.memory_bytes, measured)
-        return measured
-
-    def _serve(self, slot: ModelSlot) -> None:
-        self.metrics.version_memory.labels(model=slot.spec.model, version=slot.spec.version).set(
-            slot.memory_bytes
-        )
-        slot.last_used = time.monotonic()
-        slot.move(SlotState.SERVING)
-        self._count_versions()
-
-    async def unload(self, model: str, version: str) -> bool:
-        """Stop taking batches for a version, wait for its in-flight ones, free it."""
-        key = f"{model}:{version}"
-        slot = self.slots.get(key)
-        if slot is None:
-            return False
-        if slot.state == SlotState.SERVING:
-            slot.move(SlotState.UNLOADING)
-            await self._health.set(key, NOT_SERVING)
-            # The grace period is the promise; stragglers finish on a dropped runtime.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(slot.idle.wait(), timeout=self.settings.drain_grace_s)
-        self.slots.pop(key, None)
-        self._count_versions()
-        with contextlib.suppress(KeyError):  # never served: never measured
-            self.metrics.version_memory.remove(model, version)
-        if slot.lm is not None and slot.adapter:
-            slot.lm.remove_adapter(slot.adapter)  # the engine is its base's
-        elif slot.lm is not None:
-            # Adapters over this version cannot serve without it.
-            for adapter in [s for s in self.slots.values() if s.base == key]:
-                await self.unload(adapter.spec.model, adapter.spec.version)
-            await slot.lm.close()
-        slot.lm = None
-        slot.runtime = None
-        gc.collect()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        return True
-
-    async def infer(self, request: node_pb2.InferBatchRequest) -> node_pb2.InferBatchResponse:
-        """Run one batch; per-item problems are answered per item."""
-        if self.lifecycle == NodeLifecycle.DRAINING:
-            raise NodeRefusal("UNAVAILABLE", "node is draining")
-        key = f"{request.model}:{request.version}"
-        slot = self.slots.get(key)
-        if slot is not None and slot.lm is not None:
-            raise NodeRefusal("FAILED_PRECONDITION", f"version {key} generates text: call Generate")
-        if slot is None or slot.state != SlotState.SERVING or slot.runtime is None or slot.schema is None:
-            state = slot.state if slot else "not loaded"
-            raise NodeRefusal("FAILED_PRECONDITION", f"version {key} is {state} on this node")
-        if not request.items:
-            raise NodeRefusal("INVALID_ARGUMENT", "a batch needs at least one item")
-        if len(request.items) > slot.spec.max_batch_size:
-            raise NodeRefusal(
-                "INVALID_ARGUMENT",
-                f"{len(request.items)} items exceed the max batch size {slot.spec.max_batch_size}",
-            )
-        runtime, schema = slot.runtime, slot.schema
-        span = self._tracer.start_span(
-            "node.batch",
-            context=parent_context(request.traceparent),  # a child of the batcher's dispatch
-            kind=SpanKind.SERVER,
-            links=links([item.traceparent for item in request.items]),
-            attributes={
-                "ferryman.model": request.model,
-                "ferryman.version": request.version,
-                "ferryman.items": len(request.items),
-                "ferryman.node": self.settings.name,
-                "ferryman.batch_id": request.batch_id,
-            },
-        )
-        slot.begin()
-        try:
-            result = await asyncio.get_running_loop().run_in_executor(
-                self._batch_pool,
-                run_batch,
-                runtime,
-                schema,
-                list(request.items),
-                dict(request.parameters),
-            )
-        except BaseException:
-            span.end()
-            raise
-        finally:
-            slot.end()
-        span.set_attribute("ferryman.batch_size", result.rows)
-        span.end()
-        if result.rows:
-            slot.profile.record(result.rows, result.compute_seconds)
-        labels = {"model": request.model, "version": request.version}
-        self.metrics.batches.labels(**labels).inc()
-        self.metrics.compute.labels(**labels).observe(result.compute_seconds)
-        for outcome in result.outcomes:
-            if outcome.status.code:
-                reason = (
-                    "invalid_input" if outcome.status.code == code_pb2.INVALID_ARGUMENT else "model_error"
-                )
-                self.metrics.item_errors.labels(**labels, reason=reason).inc()
-        response = node_pb2.InferBatchResponse(
-            items=result.outcomes, batch_size=result.rows, node=self.settings.name
-        )
-        set_seconds(response.compute, result.compute_seconds)
-        return response
-
-    async def generate(self, request: node_pb2.NodeGenerateRequest) -> AsyncIterator[node_pb2.GenerateEvent]:
-        """Stream one generation; refusals (NodeRefusal) come before the first event."""
-        if self.lifecycle == NodeLifecycle.DRAINING:
-            raise NodeRefusal("UNAVAILABLE", "node is draining")
-        key = f"{request.model}:{request.version}"
-        slot = self.slots.get(key)
-        if slot is None or slot.state != SlotState.SERVING or slot.lm is None:
-            state = slot.state if slot else "not loaded"
-            raise NodeRefusal("FAILED_PRECONDITION", f"version {key} is not a SERVING causal LM ({state})")
-        if bool(request.prompt) == bool(request.messages):
-            raise NodeRefusal("INVALID_ARGUMENT", "give either a prompt or chat messages")
-        if request.max_tokens < 1:
-            raise NodeRefusal("INVALID_ARGUMENT", "max_tokens must be at least 1")
-        lm = slot.lm
-        try:
-            prompt, constraint = await asyncio.get_running_loop().run_in_executor(
-                self._batch_pool, lm.prepare, request
-            )
-        except ValueError as exc:
-            raise NodeRefusal("INVALID_ARGUMENT", str(exc)) from None
-        start_by = float("inf")
-        if request.HasField("start_within"):
-            start_by = time.monotonic() + seconds_of(request.start_within)
-        stream = lm.generate(request, prompt, start_by, constraint, slot.adapter)
-        slot.begin()
-        try:
-            try:
-                first = await anext(stream)
-            except OverBudget as exc:
-                raise NodeRefusal("RESOURCE_EXHAUSTED", str(exc)) from None
-            except ValueError as exc:
-                raise NodeRefusal("INVALID_ARGUMENT", str(exc)) from None
-            yield first
-            async for event in stream:
-                yield event
-        finally:
-            await stream.aclose()
-            slot.end()
-
     def info(self) -> node_pb2.NodeInfoResponse:
-        total, used = self._memory()
+        total, used = self.memory.totals()
         settle_s = self.settings.evict_after_idle_s
         return node_pb2.NodeInfoResponse(
             name=self.settings.name,
             device=str(self.device),
             memory_total=total,
             memory_used=used,
-            versions=[slot.to_proto(settle_s) for _, slot in sorted(self.slots.items())],
+            versions=[slot.to_proto(settle_s) for _, slot in sorted(self.versions.slots.items())],
             lifecycle=self.lifecycle.value,
             capacity=self.settings.capacity,
-            memory_budget=self.budget(),
+            memory_budget=self.memory.budget,
         )
 
     async def drain(self) -> bool:
@@ -485,29 +73,13 @@ class NodeService:
         if self.lifecycle != NodeLifecycle.DRAINING:
             self.set_lifecycle(NodeLifecycle.DRAINING)
         await self._health.enter_graceful_shutdown()
-        waits = [slot.idle.wait() for slot in self.slots.values()]
         try:
-            await asyncio.wait_for(asyncio.gather(*waits), timeout=self.settings.drain_grace_s)
+            await asyncio.wait_for(self.versions.idle(), timeout=self.settings.drain_grace_s)
         except TimeoutError:
             return False
         return True
 
     async def close(self) -> None:
         """Stop the generation engines (their workers deliver to this loop), then the pools."""
-        for slot in self.slots.values():
-            if slot.lm is not None and not slot.adapter:  # an adapter's engine is its base's
-                await slot.lm.close()
-            slot.lm = None
-        self._batch_pool.shutdown(wait=False, cancel_futures=True)
-        self._load_pool.shutdown(wait=False, cancel_futures=True)
-
-    def _profile(self) -> LatencyProfile:
-        return LatencyProfile(smoothing=self.settings.profile_smoothing)
-
-    def _memory(self) -> tuple[int, int]:
-        if self.device.type == "cuda":
-            free, total = torch.cuda.mem_get_info(self.device)
-            return int(total), int(total - free)
-        with open("/proc/self/statm") as statm:
-            resident = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        return usable_memory(), resident
+        await self.versions.close()
+        self.serving.close()
