@@ -111,21 +111,8 @@ class Dispatcher:
             self._directory.pick(version_key, set(), owner, policy) if exclude else None
         )
         if replica is not None:
-            replica.inflight += 1
-            replica.outstanding_rows += rows
-            replica.tenant_slots[owner] = replica.tenant_slots.get(owner, 0) + 1
-            replica.breaker.on_call()
+            replica.claim(rows, owner)
         return replica
-
-    @staticmethod
-    def _release(replica: Replica, rows: int, owner: str) -> None:
-        replica.inflight -= 1
-        replica.outstanding_rows -= rows
-        held = replica.tenant_slots.get(owner, 0) - 1
-        if held > 0:
-            replica.tenant_slots[owner] = held
-        else:
-            replica.tenant_slots.pop(owner, None)
 
     async def dispatch(
         self,
@@ -185,7 +172,7 @@ class Dispatcher:
             remaining = max(e.deadline for e in entries) - self._clock()
             if remaining <= 0:
                 if replica is not None:
-                    self._release(replica, rows, owner)
+                    replica.release(rows, owner)
                 self._fail(entries, grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed before a node ran it")
                 return
             if replica is None:
@@ -275,7 +262,7 @@ class Dispatcher:
             if exc.code == grpc.StatusCode.FAILED_PRECONDITION:
                 # The version left that node (evicted for another's load) before its heartbeat
                 # said so: the node is healthy, only this version is gone from it.
-                self._directory.note_evicted(replica, [f"{model}:{version}"])
+                self._directory.note_evicted(replica.name, [f"{model}:{version}"])
                 return None
             was_open = replica.breaker.state != BreakerState.CLOSED
             replica.breaker.on_failure(self._clock())
@@ -287,7 +274,7 @@ class Dispatcher:
                 return _SETTLED
             return None
         finally:
-            self._release(replica, rows, owner)
+            replica.release(rows, owner)
         replica.breaker.on_success()
         self._directory.record_breaker(replica)
         compute = seconds_of(response.compute)

@@ -98,8 +98,7 @@ class GenerationRelay:
             if replica is None:
                 break
             started = False
-            replica.generations += 1
-            replica.breaker.on_call()
+            replica.begin_generation()
             events = replica.node.generate(node_request(item, remaining), remaining)
             try:
                 async for event in events:
@@ -119,6 +118,6 @@ class GenerationRelay:
                 last = f"{replica.name}: {exc.code.name} {exc.details}"
             finally:
                 await events.aclose()
-                replica.generations -= 1
+                replica.end_generation()
         message = self._directory.no_replica(key) + (f" (last: {last})" if last else "")
         raise failed(grpc.StatusCode.UNAVAILABLE, message, Reason.NO_REPLICA)

@@ -12,9 +12,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import grpc
 
@@ -22,13 +22,11 @@ from ferryman.durations import seconds_of
 from ferryman.errors import Reason
 from ferryman.v1 import node_pb2
 from ferryman_server.batcher.metrics import BatcherMetrics
-from ferryman_server.batcher.node_client import NODE_INFO_TIMEOUT_S, NodeCallError
+from ferryman_server.batcher.node_client import NODE_INFO_TIMEOUT_S, NodeCallError, NodeClient
 from ferryman_server.batcher.settings import BatcherSettings
 from ferryman_server.kernel.placement import Held, NodeRoom, Placement, place
 from ferryman_server.registry.specs import version_spec
-
-if TYPE_CHECKING:
-    from ferryman_server.batcher.replicas import Replica, ReplicaDirectory
+from ferryman_server.registry.tables import ModelVersion
 
 log = logging.getLogger("ferryman.batcher.loads")
 MIB = 1 << 20
@@ -61,12 +59,48 @@ def room_of(info: node_pb2.NodeInfoResponse) -> NodeRoom:
     return NodeRoom(info.name, info.memory_budget or info.memory_total, held)
 
 
+class LoadTargets(Protocol):
+    """What loads on demand need of the replica directory (``ReplicaDirectory``): the versions
+    registered, the live nodes by name, and where to say what a node loaded or evicted."""
+
+    @property
+    def rows(self) -> Mapping[str, tuple[str, ModelVersion]]:
+        """Registered versions by ``model:version``."""
+        ...
+
+    @property
+    def failures(self) -> Mapping[str, Sequence[tuple[str, str]]]:
+        """Versions that failed on some node, with the nodes and why."""
+        ...
+
+    @property
+    def footprints(self) -> Mapping[str, int]:
+        """What each version measured where it loaded."""
+        ...
+
+    @property
+    def nodes_changed(self) -> asyncio.Event:
+        """Set for a moment whenever a node registers or goes."""
+        ...
+
+    def nodes(self) -> Mapping[str, NodeClient]:
+        """The live nodes by name."""
+        ...
+
+    def ready(self, version_key: str) -> Sequence[object]:
+        """Where ``version_key`` serves now (empty: nowhere)."""
+        ...
+
+    async def note_loaded(self, node: str, key: str) -> None: ...
+    def note_evicted(self, node: str, keys: Iterable[str]) -> None: ...
+
+
 class DemandLoads:
     """The directory's loads on demand (``ReplicaDirectory.loads``)."""
 
     def __init__(
         self,
-        directory: ReplicaDirectory,
+        directory: LoadTargets,
         settings: BatcherSettings,
         metrics: BatcherMetrics,
         clock: Callable[[], float] = time.monotonic,
@@ -105,7 +139,7 @@ class DemandLoads:
             return False  # a version that failed on a node is answered with why, not retried
         if key in self._running:
             return True
-        if not self._directory.replicas and self._settings.hold_for_node:
+        if not self._directory.nodes() and self._settings.hold_for_node:
             return True  # scaled to zero: the queue's depth wakes a node, then it loads
         if self.refusal(key) is not None or (not more and self._directory.ready(key)):
             return False
@@ -135,15 +169,15 @@ class DemandLoads:
             for listener in self.listeners:
                 listener()
 
-    async def _rooms(self) -> list[tuple[Replica, NodeRoom]]:
+    async def _rooms(self) -> list[tuple[NodeClient, NodeRoom]]:
         """Every live node's memory, asked now (a node that does not answer is passed over)."""
-        replicas = list(self._directory.replicas.values())
+        nodes = list(self._directory.nodes().values())
         infos = await asyncio.gather(
-            *(r.node.node_info(NODE_INFO_TIMEOUT_S) for r in replicas), return_exceptions=True
+            *(node.node_info(NODE_INFO_TIMEOUT_S) for node in nodes), return_exceptions=True
         )
         return [
-            (replica, room_of(info))
-            for replica, info in zip(replicas, infos, strict=True)
+            (node, room_of(info))
+            for node, info in zip(nodes, infos, strict=True)
             if isinstance(info, node_pb2.NodeInfoResponse) and info.lifecycle == "READY"
         ]
 
@@ -162,25 +196,26 @@ class DemandLoads:
             decision = self._decide(rooms, key, need, more)
             if decision is None:
                 break
-            replica = next(r for r, room in rooms if room.name == decision.node)
+            name = decision.node
+            node = next(n for n, room in rooms if room.name == name)
             evict = bool(decision.evict)
-            answer = await self._load_on(replica, key, need, evict=evict)
+            answer = await self._load_on(name, node, key, need, evict=evict)
             if answer is None:
                 return
-            self._directory.note_evicted(replica, answer.evicted)
+            self._directory.note_evicted(name, answer.evicted)
             if answer.state == node_pb2.VERSION_STATE_SERVING:
                 self._metrics.demand_loads.labels(**labels, outcome="loaded").inc()
-                await self._directory.note_loaded(replica, key)
-                log.info("loaded %s on %s on demand (evicted: %s)", key, replica.name, list(answer.evicted))
+                await self._directory.note_loaded(name, key)
+                log.info("loaded %s on %s on demand (evicted: %s)", key, name, list(answer.evicted))
                 return
             if not answer.no_room:
                 self._metrics.demand_loads.labels(**labels, outcome="failed").inc()
-                self._refuse(key, UNAVAILABLE, Reason.NO_REPLICA, f"{replica.name}: {answer.reason}")
+                self._refuse(key, UNAVAILABLE, Reason.NO_REPLICA, f"{name}: {answer.reason}")
                 return
             if answer.memory_bytes > need:  # decide again, knowing what it needs
                 need = answer.memory_bytes
             else:  # that node has less room than it reported: the others may have some
-                rooms = [(r, room) for r, room in rooms if r is not replica]
+                rooms = [(n, room) for n, room in rooms if room.name != name]
         self._metrics.demand_loads.labels(**labels, outcome="no_room").inc()
         if not more:
             self._refuse(
@@ -193,7 +228,9 @@ class DemandLoads:
             )
 
     @staticmethod
-    def _decide(rooms: list[tuple[Replica, NodeRoom]], key: str, need: int, more: bool) -> Placement | None:
+    def _decide(
+        rooms: list[tuple[NodeClient, NodeRoom]], key: str, need: int, more: bool
+    ) -> Placement | None:
         """Where: a node already loading ``key`` (a placement, another batcher's load) is
         waited on, not doubled; else the policy's choice."""
         if not more:
@@ -206,14 +243,14 @@ class DemandLoads:
         return decision
 
     async def _load_on(
-        self, replica: Replica, key: str, need: int, *, evict: bool
+        self, name: str, node: NodeClient, key: str, need: int, *, evict: bool
     ) -> node_pb2.LoadModelResponse | None:
         spec = version_spec(*self._directory.rows[key])
         request = node_pb2.LoadModelRequest(spec=spec, memory_bytes=need, evict=evict)
         try:
-            answer = await replica.node.load_model(request, self._settings.demand_load_timeout_s)
+            answer = await node.load_model(request, self._settings.demand_load_timeout_s)
         except NodeCallError as exc:
-            self._refuse(key, UNAVAILABLE, Reason.NO_REPLICA, f"{replica.name}: {exc.details}")
+            self._refuse(key, UNAVAILABLE, Reason.NO_REPLICA, f"{name}: {exc.details}")
             return None
         return answer
 

@@ -72,6 +72,32 @@ class Replica:
     device: str = ""
     """The node's device as it reports it (``cpu``, ``cuda:0``; empty: not known yet)."""
 
+    def claim(self, rows: int, owner: str) -> None:
+        """Take a batch slot of ``rows`` for ``owner`` (the tenant it counts against), as a
+        batch is sent; its breaker counts the call."""
+        self.inflight += 1
+        self.outstanding_rows += rows
+        self.tenant_slots[owner] = self.tenant_slots.get(owner, 0) + 1
+        self.breaker.on_call()
+
+    def release(self, rows: int, owner: str) -> None:
+        """Give back a slot ``claim`` took, once its batch is answered or has failed."""
+        self.inflight -= 1
+        self.outstanding_rows -= rows
+        held = self.tenant_slots.get(owner, 0) - 1
+        if held > 0:
+            self.tenant_slots[owner] = held
+        else:
+            self.tenant_slots.pop(owner, None)
+
+    def begin_generation(self) -> None:
+        """A generation stream starts through this replica; its breaker counts the call."""
+        self.generations += 1
+        self.breaker.on_call()
+
+    def end_generation(self) -> None:
+        self.generations -= 1
+
 
 class ReplicaChoice(Protocol):
     """Which of the replicas that can take a batch gets it."""
@@ -210,17 +236,26 @@ class ReplicaDirectory:
                 (serving.add if present else serving.discard)(key)
         return frozenset(serving)
 
-    async def note_loaded(self, replica: Replica, key: str) -> None:
-        """``key`` serves on ``replica`` now (loaded on demand): batches may go there."""
-        self._recent[(replica.name, key)] = (True, self._clock() + self.heartbeat_timeout_s)
+    def nodes(self) -> dict[str, NodeClient]:
+        """The live nodes by name (``LoadTargets``)."""
+        return {name: replica.node for name, replica in self.replicas.items()}
+
+    async def note_loaded(self, node: str, key: str) -> None:
+        """``key`` serves on ``node`` now (loaded on demand): batches may go there."""
+        self._recent[(node, key)] = (True, self._clock() + self.heartbeat_timeout_s)
+        replica = self.replicas.get(node)
+        if replica is None:  # gone while it loaded: its heartbeat will say
+            return
         await self._fetch_profiles(replica)
         replica.versions = replica.versions | {key}
 
-    def note_evicted(self, replica: Replica, keys: Iterable[str]) -> None:
-        """``keys`` no longer serve on ``replica`` (evicted to make room)."""
+    def note_evicted(self, node: str, keys: Iterable[str]) -> None:
+        """``keys`` no longer serve on ``node`` (evicted to make room)."""
         for key in keys:
-            self._recent[(replica.name, key)] = (False, self._clock() + self.heartbeat_timeout_s)
-        replica.versions = replica.versions - set(keys)
+            self._recent[(node, key)] = (False, self._clock() + self.heartbeat_timeout_s)
+        replica = self.replicas.get(node)
+        if replica is not None:
+            replica.versions = replica.versions - set(keys)
 
     def _connect(self, name: str, address: str) -> Replica:
         breaker = Breaker(
