@@ -15,7 +15,7 @@ from ferryman_server.kernel.placement import Held
 from ferryman_server.kernel.schema import IOSchema
 
 if TYPE_CHECKING:
-    from ferryman_server.gpu_node.generation.runtime import CausalLM
+    from ferryman_server.gpu_node.runtimes.causal_lm import CausalLM
 
 
 class SlotState(StrEnum):

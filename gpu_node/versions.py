@@ -178,8 +178,8 @@ class Versions:
 
     async def _load_lm(self, slot: ModelSlot) -> None:
         """A causal-LM version: its engine, sized by the generation_* settings."""
-        from ferryman_server.gpu_node.generation.runtime import CausalLM, EngineLimits, load_causal_lm
         from ferryman_server.gpu_node.generation.scheduler import Admission
+        from ferryman_server.gpu_node.runtimes.causal_lm import CausalLM, EngineLimits, load_causal_lm
 
         limits = EngineLimits(
             self.settings.generation_slots,

@@ -15,7 +15,6 @@ import torch
 from ferryman_server.gpu_node.demo import smollm2
 from ferryman_server.gpu_node.generation.engine import GenerationEngine
 from ferryman_server.gpu_node.generation.llama import SlotLlama, llama_config, rotary_tables
-from ferryman_server.gpu_node.generation.runtime import IncrementalText
 from ferryman_server.gpu_node.generation.scheduler import (
     Admission,
     FinishReason,
@@ -24,6 +23,7 @@ from ferryman_server.gpu_node.generation.scheduler import (
     VirtualTokenCounter,
 )
 from ferryman_server.gpu_node.generation.tokenizer import ChatTokenizer
+from ferryman_server.gpu_node.runtimes.causal_lm import IncrementalText
 
 # Left out of make test-fast: the real SmolLM2 model.
 pytestmark = pytest.mark.slow

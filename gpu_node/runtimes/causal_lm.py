@@ -1,6 +1,6 @@
-"""A causal-LM version on a node (format ``causal_lm``): its tokenizer and chat template,
-the slot cache and engine sized by the node's settings, the driver that steps them, and the
-text of each generation streamed as it decodes."""
+"""Runtime for ``causal_lm`` artifacts: a causal-LM version on a node, its tokenizer and chat
+template, the slot cache and engine sized by the node's settings, the driver that steps them,
+and the text of each generation streamed as it decodes."""
 
 from __future__ import annotations
 
