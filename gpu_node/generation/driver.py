@@ -14,14 +14,9 @@ import threading
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
-from ferryman_server.gpu_node.generation.engine import (
-    GREEDY,
-    Constraint,
-    GenerationEngine,
-    Sampling,
-    TokenEvent,
-)
-from ferryman_server.gpu_node.generation.scheduler import FinishReason, Sequence
+from ferryman_server.gpu_node.generation.engine import Constraint, GenerationEngine
+from ferryman_server.gpu_node.generation.sampler import GREEDY, Sampling
+from ferryman_server.gpu_node.generation.scheduler import FinishReason, Sequence, TokenEvent
 
 log = logging.getLogger("ferryman.node.generation")
 

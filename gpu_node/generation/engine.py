@@ -1,22 +1,43 @@
 """The generation engine of a node: sequences join and leave the running batch at every
-step. One ``step()`` runs the scheduler's plan (prompt chunks, then one batched decode of
-every running sequence), samples each sequence's next token with its own settings, and
-reports what each sequence produced and which ended, and why."""
+step. A step reads plan, model, sample, update: the scheduler's plan (prompt chunks, then
+one batched decode of every running sequence), the model's forwards, the batched sampler
+over every row that draws a token (each masked by its constraint), and the scheduler's
+update, which charges each token and decides which sequences finished and why.
+
+A failure that belongs to one sequence (its prefill, its constraint, its LoRA adapter's
+rows, a non-finite row of logits) ends that sequence alone, with ERROR; a batched decode
+that fails is run again one sequence at a time, so only the sequences that fail alone end.
+Every tensor the engine makes is made on the model's device; the host reads back one id
+and one flag per row each step."""
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
 from typing import Protocol
 
 import torch
 
-from ferryman_server.gpu_node.generation.scheduler import FinishReason, Scheduler, SeqState, Sequence
+from ferryman_server.gpu_node.generation.sampler import GREEDY, Sampler, Sampling
+from ferryman_server.gpu_node.generation.scheduler import (
+    FinishReason,
+    Scheduler,
+    SeqState,
+    Sequence,
+    StepOutput,
+    TokenEvent,
+)
+
+log = logging.getLogger("ferryman.node.generation")
+
+MAX_REASON_CHARS = 300
+"""Of a failure's text kept in a sequence's reason (and the log)."""
 
 
 class SlotModel(Protocol):
-    """A causal LM over a slot cache (``ferryman_server.gpu_node.generation.llama.SlotLlama``, or a fake)."""
+    """A causal LM over a slot cache (``ferryman_server.gpu_node.generation.llama.SlotLlama``,
+    or a fake)."""
 
     def prefill(self, slot: int, tokens: list[int], start: int, adapter: int = 0) -> torch.Tensor: ...
 
@@ -26,11 +47,12 @@ class SlotModel(Protocol):
 
 
 class Constraint(Protocol):
-    """What a sequence's output may be (``ferryman_server.gpu_node.generation.structured.JsonConstraint``,
-    or a fake): the engine masks each step's logits with it and feeds it each token drawn."""
+    """What a sequence's output may be (``ferryman_server.gpu_node.generation.structured.
+    JsonConstraint``, or a fake): host-side, it says each step which tokens may come next
+    and is fed each token drawn."""
 
-    def mask(self, logits: torch.Tensor) -> torch.Tensor:
-        """``logits`` with what may not come next at -inf."""
+    def allowed(self, vocab: int) -> torch.Tensor:
+        """A bool mask [vocab] on the host: True where the token may come next."""
         ...
 
     def consume(self, token: int) -> None: ...
@@ -41,36 +63,8 @@ class Constraint(Protocol):
         ...
 
 
-MAX_TEMPERATURE = 100.0
-"""Past this, sampling is uniform noise; the router's public bound is tighter."""
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """Per-sequence sampling; temperature 0 is greedy (and ignores the rest)."""
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-
-    def __post_init__(self) -> None:
-        # Written so that NaN fails too: one NaN temperature would fail the step for every
-        # running sequence.
-        if not (0 <= self.temperature <= MAX_TEMPERATURE and 0 < self.top_p <= 1 and self.top_k >= 0):
-            raise ValueError(f"0 <= temperature <= {MAX_TEMPERATURE:g}, 0 < top_p <= 1 and top_k >= 0")
-
-
-GREEDY = Sampling()
-
-
-@dataclass(frozen=True)
-class TokenEvent:
-    """A token for ``seq_id`` (None when it ended without one), and its finish if it ended."""
-
-    seq_id: str
-    token: int | None
-    finish: FinishReason | None = None
+def failure(what: str, exc: BaseException) -> str:
+    return f"{what}: {type(exc).__name__}: {exc}"[:MAX_REASON_CHARS]
 
 
 class GenerationEngine:
@@ -90,7 +84,7 @@ class GenerationEngine:
         self._stop_tokens = frozenset(stop_tokens)
         self._clock = clock
         self._sequences: dict[str, Sequence] = {}
-        self._sampling: dict[str, tuple[Sampling, torch.Generator | None]] = {}
+        self._sampler = Sampler()
         self._constraints: dict[str, Constraint] = {}
         self._retired: set[int] = set()
         """LoRA adapters unloaded (ids are never reused): a sequence under one is refused."""
@@ -119,24 +113,26 @@ class GenerationEngine:
         if seq.adapter in self._retired:
             raise ValueError(f"adapter {seq.adapter} was unloaded")
         self.check(seq)
-        generator = None
-        if sampling.temperature > 0 and sampling.seed is not None:
-            generator = torch.Generator().manual_seed(sampling.seed)
+        seq.stop_tokens = self._stop_tokens
         self._sequences[seq.id] = seq
-        self._sampling[seq.id] = (sampling, generator)
+        self._sampler.add(seq.id, sampling)
         if constraint is not None:
             self._constraints[seq.id] = constraint
         self.scheduler.add(seq, self._clock())
 
     def finish(self, seq_id: str, reason: FinishReason) -> bool:
         """End a sequence now (cancelled, out of quota): its slot serves the next step."""
-        seq = self._sequences.pop(seq_id, None)
+        seq = self._sequences.get(seq_id)
         if seq is None:
             return False
-        self._sampling.pop(seq_id, None)
-        self._constraints.pop(seq_id, None)
+        self._forget(seq_id)
         self.scheduler.finish(seq, reason)
         return True
+
+    def _forget(self, seq_id: str) -> None:
+        self._sequences.pop(seq_id, None)
+        self._sampler.remove(seq_id)
+        self._constraints.pop(seq_id, None)
 
     def retire_adapter(self, adapter: int) -> list[str]:
         """End (CANCELLED) every sequence under LoRA ``adapter`` and refuse new ones: its
@@ -160,78 +156,117 @@ class GenerationEngine:
         """Ids of the sequences not yet finished, waiting or running."""
         return list(self._sequences)
 
-    def _sample(self, seq: Sequence, logits: torch.Tensor) -> int:
-        constraint = self._constraints.get(seq.id)
-        if constraint is None:
-            return self._draw(seq, logits)
-        token = self._draw(seq, constraint.mask(logits))
-        constraint.consume(token)
-        return token
-
-    def _draw(self, seq: Sequence, logits: torch.Tensor) -> int:
-        sampling, generator = self._sampling[seq.id]
-        if sampling.temperature == 0:
-            return int(logits.argmax())
-        scores = logits.float() / sampling.temperature
-        if sampling.top_k:
-            kth = torch.topk(scores, min(sampling.top_k, scores.numel())).values[-1]
-            scores = scores.masked_fill(scores < kth, float("-inf"))
-        if sampling.top_p < 1:
-            ordered, index = torch.sort(scores, descending=True)
-            cumulative = torch.softmax(ordered, -1).cumsum(-1)
-            # Keep the smallest prefix whose mass reaches top_p (the first token always).
-            drop = cumulative - torch.softmax(ordered, -1) >= sampling.top_p
-            scores = scores.scatter(0, index[drop], float("-inf"))
-        return int(torch.multinomial(torch.softmax(scores, -1), 1, generator=generator))
-
-    def _emit(self, seq: Sequence, token: int, events: list[TokenEvent]) -> None:
-        seq.generated.append(token)
-        self.scheduler.counter.charge(seq.tenant, 1)
-        finish = None
-        constraint = self._constraints.get(seq.id)
-        if token in self._stop_tokens:
-            finish = FinishReason.STOP
-        elif constraint is not None and constraint.finished is not None:
-            finish = constraint.finished
-        elif len(seq.generated) >= seq.max_tokens:
-            finish = seq.length_reason
-        if finish is not None:
-            self.finish(seq.id, finish)
-        events.append(TokenEvent(seq.id, token, finish))
-
     def step(self) -> list[TokenEvent]:
-        """One iteration of the running batch."""
+        """One iteration of the running batch: plan, model, sample, update."""
         plan = self.scheduler.plan(self._clock())
-        events = [TokenEvent(s.id, None, FinishReason.DEADLINE) for s in plan.refused]
-        for seq in plan.refused:
-            self._sequences.pop(seq.id, None)
-            self._sampling.pop(seq.id, None)
-            self._constraints.pop(seq.id, None)
+        ended: dict[str, tuple[FinishReason, str]] = {}
+        drawing: list[tuple[Sequence, torch.Tensor]] = []
         for seq, start, end in plan.prefill:
-            assert seq.slot is not None
-            context = seq.context
-            logits = self._model.prefill(seq.slot, context[start:end], start, seq.adapter)
-            self.prefill_forwards += 1
-            seq.prefilled = end
-            if end < len(context):
-                continue  # more chunks in later steps
-            seq.move(SeqState.DECODING)
-            if seq.generated:
-                continue  # resumed after a preemption: its next decode feeds its last token
-            self._emit(seq, self._sample(seq, logits), events)
+            logits = self._prefill(seq, start, end, ended)
+            if logits is not None and end == len(seq.context) and not seq.generated:
+                # Its prompt is in: it draws its first token (a sequence resumed after a
+                # preemption feeds its last token at its next decode instead).
+                drawing.append((seq, logits))
         decode = [s for s in plan.decode if s.state == SeqState.DECODING]
-        if decode:
-            slots = []
-            for seq in decode:
-                assert seq.slot is not None
-                slots.append(seq.slot)
-            logits = self._model.decode(
-                slots,
-                [s.generated[-1] for s in decode],
-                [s.last_position for s in decode],
-                [s.adapter for s in decode],
-            )
-            self.decode_forwards += 1
-            for seq, row in zip(decode, logits, strict=True):
-                self._emit(seq, self._sample(seq, row), events)
+        drawing += self._decode(decode, ended)
+        tokens = self._sample(drawing, ended)
+        events = self.scheduler.update(plan, StepOutput(tokens, ended))
+        for event in events:
+            if event.finish is not None:
+                if event.finish == FinishReason.ERROR and event.reason:
+                    log.warning("generation %s ended: %s", event.seq_id, event.reason)
+                self._forget(event.seq_id)
         return events
+
+    def _prefill(
+        self, seq: Sequence, start: int, end: int, ended: dict[str, tuple[FinishReason, str]]
+    ) -> torch.Tensor | None:
+        """One prompt chunk of ``seq``; its logits after the chunk, None if it failed (then
+        ``seq`` alone ends)."""
+        assert seq.slot is not None
+        try:
+            logits = self._model.prefill(seq.slot, seq.context[start:end], start, seq.adapter)
+        except Exception as exc:
+            ended[seq.id] = (FinishReason.ERROR, failure("prefill failed", exc))
+            return None
+        self.prefill_forwards += 1
+        return logits
+
+    def _decode(
+        self, decode: list[Sequence], ended: dict[str, tuple[FinishReason, str]]
+    ) -> list[tuple[Sequence, torch.Tensor]]:
+        """One decode of every sequence in ``decode`` (each one's next token's logits). A
+        batched forward that fails is run again for each sequence alone: a decode writes
+        each sequence's newest key and value at its own position, so running it again is
+        harmless, and only the sequences that fail alone end."""
+        if not decode:
+            return []
+        try:
+            logits = self._forward(decode)
+        except Exception as exc:
+            if len(decode) == 1:
+                ended[decode[0].id] = (FinishReason.ERROR, failure("decode failed", exc))
+                return []
+            log.warning("a batched decode of %d sequences failed (%s): each runs alone", len(decode), exc)
+            alone: list[tuple[Sequence, torch.Tensor]] = []
+            for seq in decode:
+                alone += self._decode([seq], ended)
+            return alone
+        return list(zip(decode, logits, strict=True))
+
+    def _forward(self, decode: list[Sequence]) -> torch.Tensor:
+        slots = []
+        for seq in decode:
+            assert seq.slot is not None
+            slots.append(seq.slot)
+        logits = self._model.decode(
+            slots,
+            [s.generated[-1] for s in decode],
+            [s.last_position for s in decode],
+            [s.adapter for s in decode],
+        )
+        self.decode_forwards += 1
+        return logits
+
+    def _sample(
+        self, drawing: list[tuple[Sequence, torch.Tensor]], ended: dict[str, tuple[FinishReason, str]]
+    ) -> Mapping[str, int]:
+        """The token each of ``drawing`` draws, all rows in one batched draw; a sequence whose
+        constraint fails, or whose row is not finite, ends instead."""
+        rows: list[tuple[Sequence, torch.Tensor]] = []
+        allowed: dict[int, torch.Tensor] = {}
+        for seq, logits in drawing:
+            constraint = self._constraints.get(seq.id)
+            if constraint is not None:
+                try:
+                    mask = constraint.allowed(logits.shape[-1])
+                except Exception as exc:
+                    ended[seq.id] = (FinishReason.ERROR, failure("constraint failed", exc))
+                    continue
+                if not bool(mask.any()):
+                    ended[seq.id] = (FinishReason.ERROR, "constraint failed: it allows no token")
+                    continue
+                allowed[len(rows)] = mask
+            rows.append((seq, logits))
+        if not rows:
+            return {}
+        drawn = self._sampler.draw(
+            torch.stack([logits for _, logits in rows]), [s.id for s, _ in rows], allowed
+        )
+        tokens: dict[str, int] = {}
+        for (seq, _), token, finite in zip(rows, drawn.tokens, drawn.finite, strict=True):
+            if not finite:
+                ended[seq.id] = (FinishReason.ERROR, "the model's logits were not finite")
+                continue
+            constraint = self._constraints.get(seq.id)
+            if constraint is not None:
+                try:
+                    constraint.consume(token)
+                    finished = constraint.finished
+                except Exception as exc:
+                    ended[seq.id] = (FinishReason.ERROR, failure("constraint failed", exc))
+                    continue
+                if finished is not None:
+                    ended[seq.id] = (finished, "" if finished == FinishReason.STOP else "constraint failed")
+            tokens[seq.id] = token
+        return tokens

@@ -69,16 +69,24 @@ class Layer:
     down: Projection
 
 
+def fbgemm_fp16() -> bool:
+    """Whether this torch build has FBGEMM (x86 builds do; aarch64's have QNNPACK only)."""
+    return "fbgemm" in torch.backends.quantized.supported_engines
+
+
 class Projection:
     """``x @ weight.T`` for float32 ``x``, the weight held in ``dtype``, the result float32.
 
     float16 on a CPU is FBGEMM's packed fp16 GEMM: it reads half-precision weights and
-    multiplies in float32, converting as it loads; elsewhere (CUDA) a dense GEMM in
-    ``dtype``."""
+    multiplies in float32, converting as it loads. A CPU without FBGEMM in its torch build
+    holds float32 (a dense float16 GEMM there is many times slower); elsewhere (CUDA) a
+    dense GEMM in ``dtype``."""
 
     def __init__(self, weight: torch.Tensor, dtype: torch.dtype, device: torch.device) -> None:
         self._packed: Any = None
         self._dense = torch.empty(0)
+        if dtype == torch.float16 and device.type == "cpu" and not fbgemm_fp16():
+            dtype = torch.float32
         if dtype == torch.float16 and device.type == "cpu":
             self._packed = torch.ops.quantized.linear_prepack_fp16(weight.float().contiguous(), None)
         else:
@@ -303,15 +311,21 @@ class SlotLlama:
         return x + project("down", layer.down, F.silu(gate) * up)
 
     def _run(
-        self, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, adapters: list[int]
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        slots: torch.Tensor,
+        adapters: list[int],
+        visible: int,
     ) -> torch.Tensor:
+        """``visible``: the positions any query of the batch sees (its highest plus one),
+        known on the host: reading it from ``positions`` would wait for the device."""
         batch, steps = tokens.shape
         # Rows by adapter (the base's need nothing): each group's delta in one product.
         groups = [
             (a, torch.tensor([i for i, row in enumerate(adapters) if row == a], device=tokens.device))
             for a in sorted(set(adapters) - {0})
         ]
-        visible = int(positions.max()) + 1
         mask = None
         if batch > 1 or steps > 1:
             # A query sees the keys of its own slot up to its own position, nothing after.
@@ -345,7 +359,9 @@ class SlotLlama:
         device = self._keys.device
         ids = torch.tensor([tokens], device=device)
         positions = torch.arange(start, start + len(tokens), device=device).view(1, -1)
-        return self._run(ids, positions, torch.tensor([slot], device=device), [adapter])[0]
+        return self._run(ids, positions, torch.tensor([slot], device=device), [adapter], start + len(tokens))[
+            0
+        ]
 
     @torch.inference_mode()
     def decode(
@@ -359,6 +375,7 @@ class SlotLlama:
             torch.tensor(positions, device=device).view(-1, 1),
             torch.tensor(slots, device=device),
             adapters or [0] * len(slots),
+            max(positions) + 1,
         )
 
 

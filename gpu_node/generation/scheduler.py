@@ -1,8 +1,13 @@
 """Iteration-level ("continuous") batching, decided per step as a pure function of the
 sequences and a clock: every running sequence decodes one token, prompts are prefilled in
 chunks within a per-step token budget (one long prompt cannot stall everyone's next token),
-and free cache slots go to waiting sequences in Virtual Token Counter order (Sheng et al.,
-OSDI 2024): the tenant that has received the least service, weighted, goes first."""
+and free cache slots go to waiting sequences in the order of the admission policy (one
+``WaitingOrder`` class each): by default Virtual Token Counter order (Sheng et al., OSDI
+2024), the tenant that has received the least service, weighted, first.
+
+A step is ``plan()`` (what runs), the model and the sampler (the engine's), then
+``update(plan, output)``: the scheduler records what each sequence drew, charges it, and
+decides which sequences finished and why."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import heapq
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ferryman_server.gpu_node.generation.prefix import PrefixCache, Scope
 
@@ -71,6 +77,8 @@ class Sequence:
     it generated but the last (which the next decode feeds)."""
     adapter: int = 0
     """The LoRA adapter it runs under (0: the base model)."""
+    stop_tokens: frozenset[int] = frozenset()
+    """Tokens that end it (STOP) once drawn: its model's end of turn."""
 
     @property
     def scope(self) -> Scope:
@@ -144,12 +152,92 @@ class StepPlan:
     """Waiting past their start-by time: finished DEADLINE without taking a slot."""
 
 
+@dataclass(frozen=True)
+class TokenEvent:
+    """A token for ``seq_id`` (None when it ended without one), and its finish if it ended;
+    ``reason`` says why an ERROR ended it (for the log, never the tenant)."""
+
+    seq_id: str
+    token: int | None
+    finish: FinishReason | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """What the model and the sampler made of a step's plan."""
+
+    tokens: Mapping[str, int]
+    """The token each sequence drew (a decode, or a prompt whose last chunk ran)."""
+    ended: Mapping[str, tuple[FinishReason, str]] = field(default_factory=dict)
+    """Sequences that ended for a reason of their own, and why: their constraint completed
+    (STOP, after the token drawn) or failed, their prefill, decode or logits failed (ERROR)."""
+
+
 class Admission(enum.Enum):
     """Who gets a free slot: the tenant with the least service (VTC), or the oldest
     request whoever sent it (FCFS: what vLLM and TGI do; kept to measure against)."""
 
     VTC = "vtc"
     FCFS = "fcfs"
+
+
+class WaitingOrder(Protocol):
+    """An admission policy: whose waiting sequence takes a free slot, and whose running one
+    gives its slot back when none is free."""
+
+    def next_tenant(self, scheduler: Scheduler, tenants: list[str], now: float) -> str | None:
+        """Of ``tenants`` (each with a sequence waiting), the one whose next sequence is
+        admitted now; None: keep the free slots."""
+        ...
+
+    def victim(self, scheduler: Scheduler, now: float) -> Sequence | None:
+        """A running sequence to preempt for a waiting one (no slot being free), or None."""
+        ...
+
+
+class FcfsOrder:
+    """The oldest waiting sequence, whoever sent it; never preempts."""
+
+    def next_tenant(self, scheduler: Scheduler, tenants: list[str], now: float) -> str | None:
+        return min(tenants, key=lambda t: scheduler.head(t).order)
+
+    def victim(self, scheduler: Scheduler, now: float) -> Sequence | None:
+        return None
+
+
+class VtcOrder:
+    """Slots shared by weight among the active tenants: a tenant below its share goes first,
+    the least served (Virtual Token Counter) among equals; one free slot is kept for each
+    active tenant below its share that waits for none; a tenant above its share gives its
+    newest sequence's slot to one below it."""
+
+    def next_tenant(self, scheduler: Scheduler, tenants: list[str], now: float) -> str | None:
+        shares = scheduler.shares(now)
+        held = collections.Counter(s.tenant for s in scheduler.running)
+        counters = scheduler.counter.counters
+        tenant = min(tenants, key=lambda t: (held[t] >= shares[t], counters.get(t, 0.0), held[t], t))
+        if held[tenant] >= shares[tenant]:
+            # One free slot stays kept for each active tenant below its share that waits for
+            # none: its next request starts at once instead of behind a long generation.
+            kept = sum(1 for t in scheduler.recent() if t not in tenants and held[t] < shares[t])
+            if scheduler.free_slots <= min(kept, scheduler.slots - 1):
+                return None
+        return tenant
+
+    def victim(self, scheduler: Scheduler, now: float) -> Sequence | None:
+        shares = scheduler.shares(now)
+        held = collections.Counter(s.tenant for s in scheduler.running)
+        if not any(held[t] < shares[t] for t in scheduler.waiting_tenants()):
+            return None
+        over = [s for s in scheduler.running if held[s.tenant] > shares[s.tenant]]
+        return max(over, key=lambda s: s.order) if over else None
+
+
+ORDERS: dict[Admission, type[FcfsOrder] | type[VtcOrder]] = {
+    Admission.VTC: VtcOrder,
+    Admission.FCFS: FcfsOrder,
+}
 
 
 class Scheduler:
@@ -173,9 +261,9 @@ class Scheduler:
         if step_tokens <= slots:
             raise ValueError("the step token budget must exceed the slots: decodes alone use one each")
         self.counter = counter
-        self._slots = slots
+        self.slots = slots
         self._step_tokens = step_tokens
-        self._admission = admission
+        self._order_policy: WaitingOrder = ORDERS[admission]()
         self._active_s = active_s
         self._free = list(range(slots))
         self.prefix = PrefixCache(slots, prefix_cache)
@@ -190,6 +278,21 @@ class Scheduler:
     @property
     def waiting(self) -> int:
         return sum(len(q) for q in self._waiting.values())
+
+    @property
+    def free_slots(self) -> int:
+        return len(self._free)
+
+    def head(self, tenant: str) -> Sequence:
+        """The sequence of ``tenant`` admitted next (it has one waiting)."""
+        return self._waiting[tenant][0][2]
+
+    def waiting_tenants(self) -> list[str]:
+        return [t for t, q in self._waiting.items() if q]
+
+    def recent(self) -> list[str]:
+        """The tenants seen within ``active_s`` (as of the last ``shares``)."""
+        return list(self._seen)
 
     def busy_tenants(self) -> set[str]:
         return {s.tenant for s in self.running} | {t for t, q in self._waiting.items() if q}
@@ -220,7 +323,7 @@ class Scheduler:
         seq.finish = reason
         seq.move(SeqState.FINISHED)
 
-    def _shares(self, now: float) -> dict[str, float]:
+    def shares(self, now: float) -> dict[str, float]:
         """Slots each active tenant may count on: the slots split among the tenants with work
         or seen within ``active_s``, by weight (a tenant alone gets them all)."""
         for tenant in [t for t, at in self._seen.items() if now - at > self._active_s]:
@@ -229,45 +332,26 @@ class Scheduler:
         total = sum(self.counter.weight(t) for t in active) or 1.0
         # Never below one slot: with more tenants than slots, a tenant holding one would be
         # "above its share" and preempted for another, then the other for it, every step.
-        return {t: max(1.0, self._slots * self.counter.weight(t) / total) for t in active}
+        return {t: max(1.0, self.slots * self.counter.weight(t) / total) for t in active}
 
     def _next_waiting(self, now: float) -> Sequence | None:
-        tenants = [t for t, q in self._waiting.items() if q]
+        tenants = self.waiting_tenants()
         if not tenants:
             return None
-        if self._admission == Admission.FCFS:
-            oldest = min(tenants, key=lambda t: self._waiting[t][0][1])
-            return heapq.heappop(self._waiting[oldest])[2]
-        shares = self._shares(now)
-        held = collections.Counter(s.tenant for s in self.running)
-        # A tenant below its share goes first; the least served among equals (VTC).
-        tenant = min(
-            tenants, key=lambda t: (held[t] >= shares[t], self.counter.counters.get(t, 0.0), held[t], t)
-        )
-        if held[tenant] >= shares[tenant]:
-            # One free slot stays kept for each active tenant below its share that waits for
-            # none: its next request starts at once instead of behind a long generation.
-            kept = sum(1 for t in self._seen if t not in tenants and held[t] < shares[t])
-            if len(self._free) <= min(kept, self._slots - 1):
-                return None
-        return heapq.heappop(self._waiting[tenant])[2]
+        tenant = self._order_policy.next_tenant(self, tenants, now)
+        return None if tenant is None else heapq.heappop(self._waiting[tenant])[2]
 
     def _preempt(self, now: float) -> None:
-        """Free a slot for a waiting tenant below its share when none is free: the newest
-        sequence of a tenant above its share goes back to waiting, first in its tenant's
-        line, and recomputes its cache when it resumes (nothing it generated is lost).
-        Without this a heavy tenant that filled the slots while alone keeps them for as
-        long as its generations run."""
-        if self._admission != Admission.VTC or self._free:
+        """Free a slot for a waiting sequence when none is free, if the policy names a
+        victim: it goes back to waiting, first in its tenant's line, and recomputes its
+        cache when it resumes (nothing it generated is lost). Without this (VTC) a heavy
+        tenant that filled the slots while alone keeps them for as long as its generations
+        run."""
+        if self._free:
             return
-        shares = self._shares(now)
-        held = collections.Counter(s.tenant for s in self.running)
-        if not any(q and held[t] < shares[t] for t, q in self._waiting.items()):
+        victim = self._order_policy.victim(self, now)
+        if victim is None:
             return
-        over = [s for s in self.running if held[s.tenant] > shares[s.tenant]]
-        if not over:
-            return
-        victim = max(over, key=lambda s: s.order)
         self.running.remove(victim)
         assert victim.slot is not None
         self.prefix.leave(victim.slot, victim.scope, victim.cached)
@@ -320,3 +404,36 @@ class Scheduler:
             prefill.append((new, new.prefilled, end))
             budget -= end - new.prefilled
         return StepPlan(prefill, decode, refused)
+
+    def update(self, plan: StepPlan, output: StepOutput) -> list[TokenEvent]:
+        """Record what ``plan``'s step made: each prompt's progress, each token drawn (charged
+        to its tenant's counter), and every finish: refused before a slot (DEADLINE), ended
+        for a reason of its own (``output.ended``), a stop token, or the token limit."""
+        events = [TokenEvent(seq.id, None, FinishReason.DEADLINE) for seq in plan.refused]
+        for seq, _, end in plan.prefill:
+            if seq.state == SeqState.PREFILLING and seq.id not in output.ended:
+                seq.prefilled = end
+                if end == len(seq.context):
+                    seq.move(SeqState.DECODING)
+        stepped = [seq for seq, _, _ in plan.prefill] + plan.decode
+        for seq in stepped:
+            if seq.state == SeqState.FINISHED:
+                continue  # ended before this step ran (cancelled), or listed twice
+            token = output.tokens.get(seq.id)
+            ended, reason = output.ended.get(seq.id, (None, ""))
+            if token is None:
+                if ended is not None:
+                    self.finish(seq, ended)
+                    events.append(TokenEvent(seq.id, None, ended, reason))
+                continue
+            seq.generated.append(token)
+            self.counter.charge(seq.tenant, 1)
+            finish = ended
+            if finish is None and token in seq.stop_tokens:
+                finish = FinishReason.STOP
+            elif finish is None and len(seq.generated) >= seq.max_tokens:
+                finish = seq.length_reason
+            if finish is not None:
+                self.finish(seq, finish)
+            events.append(TokenEvent(seq.id, token, finish, reason))
+        return events

@@ -40,14 +40,14 @@ class JsonConstraint:
     def __init__(self, matcher: Any) -> None:
         self._matcher = matcher
 
-    def mask(self, logits: torch.Tensor) -> torch.Tensor:
-        """``logits`` with every token the grammar forbids next at -inf."""
+    def allowed(self, vocab: int) -> torch.Tensor:
+        """What the grammar allows next, as a bool mask [vocab] on the host (a model head
+        wider than the tokenizer: its extra tokens are never allowed)."""
         bits = np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8)
         allowed = torch.from_numpy(np.unpackbits(bits, bitorder="little").astype(bool))
-        if allowed.shape[-1] < logits.shape[-1]:  # a model head wider than the tokenizer
-            wider = torch.zeros(logits.shape[-1] - allowed.shape[-1], dtype=torch.bool)
-            allowed = torch.cat([allowed, wider])
-        return logits.masked_fill(~allowed[: logits.shape[-1]], float("-inf"))
+        if allowed.shape[-1] < vocab:
+            allowed = torch.cat([allowed, torch.zeros(vocab - allowed.shape[-1], dtype=torch.bool)])
+        return allowed[:vocab]
 
     def consume(self, token: int) -> None:
         """Feed the token drawn (one the mask allowed)."""

@@ -16,9 +16,10 @@ import torch
 from ferryman.v1 import common_pb2, node_pb2
 from ferryman_server.gpu_node.demo import smollm2
 from ferryman_server.gpu_node.generation.driver import GenerationDriver
-from ferryman_server.gpu_node.generation.engine import Constraint, GenerationEngine, Sampling
+from ferryman_server.gpu_node.generation.engine import Constraint, GenerationEngine
 from ferryman_server.gpu_node.generation.limits import StopText, completion_limit
 from ferryman_server.gpu_node.generation.llama import PRECISIONS, SlotLlama
+from ferryman_server.gpu_node.generation.sampler import Sampling
 from ferryman_server.gpu_node.generation.scheduler import (
     Admission,
     FinishReason,

@@ -99,19 +99,23 @@ def teacher_forced(model: SlotLlama, prompt: list[int], tokens: list[int]) -> to
     return torch.stack(rows)
 
 
-FP16_TOP1_AGREEMENT = 0.95
-FP16_MEAN_KL = 0.001
+LONG_ANSWERS = [(question, 64) for question, _ in QUESTIONS]
+"""The questions again, each answered at length (up to 64 tokens): the tolerance is measured
+over a few hundred positions."""
+FP16_TOP1_AGREEMENT = 0.985
+FP16_MEAN_KL = 1e-5
 """The stated tolerance of float16 against float32, fed float32's greedy tokens: the same
-top token at 95% of positions or more, and a mean KL divergence of the next-token
-distributions at most 0.001 nats (measured: over 99% and under 0.00001)."""
+top token at 98.5% of positions or more, and a mean KL divergence of the next-token
+distributions at most 1e-5 nats (measured on this machine: 203 of 204 positions, 2.3e-6
+nats: a few times inside each bound)."""
 
 
 def test_float16_logits_stay_within_the_stated_tolerance_of_float32(smol: tuple[Any, Any]) -> None:
     model, tokenizer = smol
-    reference, _, _ = generate(smol, QUESTIONS)
+    reference, _, _ = generate(smol, LONG_ANSWERS)
     exact, low = slot_llama(model, 1), slot_llama(model, 1, torch.float16)
     agree, kl, positions = 0, 0.0, 0
-    for question, _ in QUESTIONS:
+    for question, _ in LONG_ANSWERS:
         prompt, tokens = chat(tokenizer, question), reference[question]
         want = teacher_forced(exact, prompt, tokens).log_softmax(-1)
         got = teacher_forced(low, prompt, tokens).log_softmax(-1)

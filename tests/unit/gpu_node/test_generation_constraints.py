@@ -7,11 +7,13 @@ from __future__ import annotations
 import torch
 from generation_fakes import CountingModel
 
-from ferryman_server.gpu_node.generation.engine import GenerationEngine, Sampling, TokenEvent
+from ferryman_server.gpu_node.generation.engine import GenerationEngine
+from ferryman_server.gpu_node.generation.sampler import Sampling
 from ferryman_server.gpu_node.generation.scheduler import (
     FinishReason,
     Scheduler,
     Sequence,
+    TokenEvent,
     VirtualTokenCounter,
 )
 
@@ -25,9 +27,8 @@ class EvenTokens:
         self.length, self.fail = length, fail
         self.consumed: list[int] = []
 
-    def mask(self, logits: torch.Tensor) -> torch.Tensor:
-        odd = torch.arange(logits.shape[-1]) % 2 == 1
-        return logits.masked_fill(odd, float("-inf"))
+    def allowed(self, vocab: int) -> torch.Tensor:
+        return torch.arange(vocab) % 2 == 0
 
     def consume(self, token: int) -> None:
         self.consumed.append(token)

@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from ferryman_server.gpu_node.generation.driver import GenerationDriver
-from ferryman_server.gpu_node.generation.engine import GenerationEngine, TokenEvent
+from ferryman_server.gpu_node.generation.engine import GenerationEngine
 from ferryman_server.gpu_node.generation.scheduler import (
     FinishReason,
     Scheduler,
     Sequence,
+    TokenEvent,
     VirtualTokenCounter,
 )
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from generation_fakes import VOCAB, CountingModel
 
-from ferryman_server.gpu_node.generation.engine import GenerationEngine, Sampling
+from ferryman_server.gpu_node.generation.engine import GenerationEngine
+from ferryman_server.gpu_node.generation.sampler import Sampling
 from ferryman_server.gpu_node.generation.scheduler import (
     Admission,
     FinishReason,
