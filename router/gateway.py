@@ -30,7 +30,6 @@ from ferryman_server.router.catalog import ModelCatalog
 from ferryman_server.router.door_limit import DoorLimit
 from ferryman_server.router.failures import RequestFailed, fail
 from ferryman_server.router.generation import Generator
-from ferryman_server.router.handlers import Undecodable, undecodable
 from ferryman_server.router.metrics import GENERATE, PREDICT, RouterMetrics
 from ferryman_server.router.routing import Choice
 from ferryman_server.router.service import RouterService
@@ -38,7 +37,6 @@ from ferryman_server.router.settings import RouterSettings
 from ferryman_server.router.spans import (
     Door,
     Protocol,
-    failure_attributes,
     grpc_door,
     is_server_fault,
     server_address,
@@ -57,12 +55,11 @@ class Rejected:
     status: status_pb2.Status
 
 
-StreamItem = inference_pb2.PredictRequest | Undecodable | Rejected
+StreamItem = inference_pb2.PredictRequest | Rejected
 NATIVE_PREDICT = grpc_door(Protocol.FERRYMAN, "ferryman.v1.Inference", "Predict")
 NATIVE_STREAM = grpc_door(Protocol.FERRYMAN, "ferryman.v1.Inference", "PredictStream")
 NATIVE_GENERATE = grpc_door(Protocol.FERRYMAN, "ferryman.v1.Inference", "Generate")
 UNKNOWN_LABEL = "-"
-HTTP_OK = 200
 """The model label of requests for a model that does not exist (or the tenant may not see)."""
 
 
@@ -145,15 +142,13 @@ class Gateway:
 
     async def predict(
         self,
-        request: inference_pb2.PredictRequest | Undecodable,
+        request: inference_pb2.PredictRequest,
         tenant: TenantRecord,
         call_deadline: float,
         parent: Context,
         door: Door = NATIVE_PREDICT,
     ) -> inference_pb2.PredictResponse:
         """One request, within its own deadline and the call's; ``door`` names the way in."""
-        if isinstance(request, Undecodable):
-            raise RequestFailed(undecodable(request))
         return await self._predict(request, tenant, own_deadline(request, call_deadline), parent, door)
 
     async def _predict(
@@ -213,7 +208,7 @@ class Gateway:
         self._metrics.observe(
             tenant, model_label, version_label, code, door.protocol, elapsed, kind, exemplar(span)
         )
-        span.set_attributes(failure_attributes(door, status))
+        span.set_attributes(door.failure(status))
         if is_server_fault(status_code(status)):
             span.set_status(Status(StatusCode.ERROR, status.message))
         log_request(tenant, request.model, version_label, request.request_id, code, elapsed)
@@ -267,7 +262,7 @@ class Gateway:
                 "gen_ai.response.finish_reasons": [finish],
                 "gen_ai.usage.input_tokens": last.usage.input_tokens,
                 "gen_ai.usage.output_tokens": last.usage.output_tokens,
-                **({"http.response.status_code": HTTP_OK} if door.http else {"rpc.grpc.status_code": 0}),
+                **door.success,
             }
         )
         self._metrics.observe(
@@ -317,7 +312,7 @@ class Gateway:
                     "ferryman.cached": response.cached,
                     "gen_ai.usage.input_tokens": response.usage.input_tokens,
                     "gen_ai.usage.output_tokens": response.usage.output_tokens,
-                    **({"http.response.status_code": HTTP_OK} if door.http else {"rpc.grpc.status_code": 0}),
+                    **door.success,
                 }
             )
             self._metrics.observe(
@@ -359,9 +354,6 @@ class Gateway:
         started = 0
 
         async def answer(request: StreamItem) -> None:
-            if isinstance(request, Undecodable):
-                answers.put_nowait(inference_pb2.PredictStreamResponse(error=undecodable(request)))
-                return
             if isinstance(request, Rejected):
                 answers.put_nowait(
                     inference_pb2.PredictStreamResponse(request_id=request.request_id, error=request.status)

@@ -23,6 +23,7 @@ from ferryman_server.registry.db import make_engine
 from ferryman_server.registry.snapshot import ConfigSnapshot
 from ferryman_server.registry.writer import RegistryWriter
 from ferryman_server.router.batchers import BatcherPool, BatcherPort
+from ferryman_server.router.doors.decoding import add_inference_servicer
 from ferryman_server.router.doors.http.server import HttpDoor
 from ferryman_server.router.doors.native.jobs_servicer import JobsServicer
 from ferryman_server.router.doors.native.servicer import InferenceServicer
@@ -31,7 +32,6 @@ from ferryman_server.router.doors.oip.servicer import OipServicer, add_oip_servi
 from ferryman_server.router.feedback import FeedbackDesk, MemoryServedLog, RedisServedLog, ServedLog
 from ferryman_server.router.gateway import Gateway
 from ferryman_server.router.generation import Generator
-from ferryman_server.router.handlers import add_inference_servicer
 from ferryman_server.router.job_charges import JobCharges
 from ferryman_server.router.jobs import JobDesk
 from ferryman_server.router.metrics import RouterMetrics

@@ -1,13 +1,15 @@
 """What a request's root span says of the door it came through, by the OpenTelemetry
 semantic conventions: RPC (``rpc.system``, ``rpc.service``, ``rpc.method``, span named
-``service/method``) for the gRPC doors, HTTP (``http.request.method``, ``http.route``, span
-named ``METHOD route``) for the HTTP doors, ``server.address``/``server.port``, and the
-status rule both share: only the server's own faults mark a span ERROR, never what the
-caller did (a bad input, an unknown model, a quota refusal)."""
+``service/method``) for the gRPC doors, and what each HTTP door says of itself
+(``router/doors/http/spans.py``: ``http.request.method``, ``http.route``, span named
+``METHOD route``, its HTTP status); ``server.address``/``server.port``, and the status rule
+every door shares: only the server's own faults mark a span ERROR, never what the caller did
+(a bad input, an unknown model, a quota refusal). The core knows no wire format: a door
+hands its span the attributes of a failure as its own protocol answers it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -16,9 +18,6 @@ import grpc
 from google.rpc import status_pb2
 
 from ferryman.errors import SERVER_FAULTS
-from ferryman_server.router.doors.http.errors import http_status
-
-"""The codes the gRPC conventions count as a server span's error (HTTP's 5xx map from these)."""
 
 
 class Protocol(StrEnum):
@@ -30,14 +29,24 @@ class Protocol(StrEnum):
     OPENAI = "openai"
 
 
+def rpc_failure(status: status_pb2.Status) -> dict[str, int]:
+    """A failed RPC's convention attribute: its gRPC code."""
+    return {"rpc.grpc.status_code": status.code}
+
+
 @dataclass(frozen=True)
 class Door:
-    """One way in: its protocol, the root span's name and its convention attributes."""
+    """One way in: its protocol, the root span's name, its convention attributes, and the
+    attributes a failure adds (the status as the door's protocol answers it)."""
 
     protocol: Protocol
     span_name: str
     attributes: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    failure: Callable[[status_pb2.Status], dict[str, int]] = rpc_failure
+    success: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({"rpc.grpc.status_code": 0}))
+    """The status attribute of an answered request."""
     http: bool = False
+    """It listens on the HTTP port (``server.address`` and ``server.port`` are that port's)."""
 
 
 def grpc_door(protocol: Protocol, service: str, method: str) -> Door:
@@ -46,11 +55,6 @@ def grpc_door(protocol: Protocol, service: str, method: str) -> Door:
         f"{service}/{method}",
         MappingProxyType({"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}),
     )
-
-
-def http_door(protocol: Protocol, method: str, route: str, **extra: str) -> Door:
-    attributes = {"http.request.method": method, "http.route": route, **extra}
-    return Door(protocol, f"{method} {route}", MappingProxyType(attributes), http=True)
 
 
 def server_address(listen: str) -> dict[str, str | int]:
@@ -63,12 +67,5 @@ def server_address(listen: str) -> dict[str, str | int]:
 
 
 def is_server_fault(code: grpc.StatusCode) -> bool:
+    """The codes the gRPC conventions count as a server span's error (HTTP's 5xx map from these)."""
     return code in SERVER_FAULTS
-
-
-def failure_attributes(door: Door, status: status_pb2.Status) -> dict[str, int]:
-    """The convention's status attribute of a failed request: its gRPC code, or the HTTP
-    status an HTTP door answers it with."""
-    if door.http:
-        return {"http.response.status_code": http_status(status)}
-    return {"rpc.grpc.status_code": status.code}

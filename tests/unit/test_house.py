@@ -75,3 +75,18 @@ def test_nothing_changes_the_interpreters_path_at_run_time() -> None:
     ).stdout.splitlines()
     outside = [line for line in listed if not re.match(r"(tests|bench)/", line)]
     assert outside == []
+
+
+def test_the_router_core_knows_no_door() -> None:
+    """The router's core (gateway, pipeline, routing, spans) imports none of its doors (gRPC
+    decoding, HTTP statuses): a door converts and hands the core what it needs. Only the
+    router's wiring (``server.py``) puts the doors on their ports."""
+    doors = "ferryman_server.router.doors"
+    found = [
+        f"{path.relative_to(REPO)}: {name}"
+        for path in sorted((REPO / "router").glob("*.py"))
+        if path.name != "server.py"
+        for name in imported_names(path)
+        if name.startswith(doors)
+    ]
+    assert found == []

@@ -12,10 +12,10 @@ from ferryman_server.kernel.serving import ServicerContext
 from ferryman_server.kernel.telemetry import context_from_metadata
 from ferryman_server.registry.snapshot import TenantRecord
 from ferryman_server.router.auth import bearer_key
+from ferryman_server.router.doors.decoding import Undecodable, undecodable
 from ferryman_server.router.failures import RequestFailed
 from ferryman_server.router.feedback import FeedbackDesk
-from ferryman_server.router.gateway import Gateway
-from ferryman_server.router.handlers import Undecodable, undecodable
+from ferryman_server.router.gateway import Gateway, Rejected, StreamItem
 
 
 async def calling_tenant(gateway: Gateway, context: ServicerContext) -> TenantRecord:
@@ -25,6 +25,19 @@ async def calling_tenant(gateway: Gateway, context: ServicerContext) -> TenantRe
     except RequestFailed as failed:
         await abort(context, failed.status)
         raise
+
+
+def decoded(
+    requests: AsyncIterator[inference_pb2.PredictRequest | Undecodable],
+) -> AsyncIterator[StreamItem]:
+    """A stream's requests as the gateway takes them: one that could not be parsed is
+    answered on its own with why (it has no request id to answer under)."""
+
+    async def items() -> AsyncIterator[StreamItem]:
+        async for request in requests:
+            yield Rejected("", undecodable(request)) if isinstance(request, Undecodable) else request
+
+    return items()
 
 
 class InferenceServicer(inference_pb2_grpc.InferenceServicer):
@@ -40,6 +53,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
     ) -> inference_pb2.PredictResponse:
         tenant = await self._tenant(context)
         try:
+            if isinstance(request, Undecodable):
+                raise RequestFailed(undecodable(request))
             return await self._gateway.predict(
                 request,
                 tenant,
@@ -57,7 +72,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServicer):
     ) -> AsyncIterator[inference_pb2.PredictStreamResponse]:
         tenant = await self._tenant(context)
         answers = self._gateway.predict_stream(
-            request_iterator,
+            decoded(request_iterator),
             tenant,
             self._gateway.deadline(context.time_remaining()),
             context_from_metadata(context.invocation_metadata()),

@@ -18,6 +18,7 @@ from ferryman_server.kernel.serving import ServicerContext
 from ferryman_server.kernel.telemetry import context_from_metadata
 from ferryman_server.registry.snapshot import TenantRecord
 from ferryman_server.router.auth import bearer_key
+from ferryman_server.router.doors.decoding import Undecodable, register_service, tolerant, undecodable
 from ferryman_server.router.doors.oip import convert
 from ferryman_server.router.doors.oip.tensors import (
     TensorProblem,
@@ -29,7 +30,6 @@ from ferryman_server.router.doors.oip.tensors import (
 )
 from ferryman_server.router.failures import RequestFailed
 from ferryman_server.router.gateway import Gateway, Rejected, StreamItem
-from ferryman_server.router.handlers import Undecodable, register_service, tolerant
 from ferryman_server.router.spans import Protocol, grpc_door
 
 SERVICE = oip.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
@@ -163,10 +163,8 @@ class OipServicer:
         tenant = await self._tenant(context)
         try:
             if isinstance(request, Undecodable):
-                neutral: inference_pb2.PredictRequest | Undecodable = request
-                wanted: list[str] = []
-            else:
-                neutral, wanted = self._request(request, tenant)
+                raise RequestFailed(undecodable(request))
+            neutral, wanted = self._request(request, tenant)
             response = await self._gateway.predict(
                 neutral,
                 tenant,
@@ -191,7 +189,7 @@ class OipServicer:
         async def neutral() -> AsyncIterator[StreamItem]:
             async for request in request_iterator:
                 if isinstance(request, Undecodable):
-                    yield request
+                    yield Rejected("", undecodable(request))
                     continue
                 try:
                     converted, outputs = self._request(request, tenant)

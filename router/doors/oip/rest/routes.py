@@ -13,6 +13,7 @@ from ferryman_server.router.doors.http.caller import (
     json_body,
     read_body,
 )
+from ferryman_server.router.doors.http.spans import http_door
 from ferryman_server.router.doors.oip import convert
 from ferryman_server.router.doors.oip.rest.protocol import HEADER_LENGTH, InferenceResponse
 from ferryman_server.router.doors.oip.rest.serving import answer, parse, plain
@@ -20,7 +21,7 @@ from ferryman_server.router.doors.oip.servicer import SERVER_VERSION
 from ferryman_server.router.doors.oip.tensors import (
     TensorProblem,
 )
-from ferryman_server.router.spans import Protocol, http_door
+from ferryman_server.router.spans import Protocol
 
 router = APIRouter(prefix="/v2", tags=["Open Inference Protocol v2"])
 

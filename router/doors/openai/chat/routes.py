@@ -8,9 +8,10 @@ from fastapi import APIRouter, Header, Response
 
 from ferryman_server.router.bounds import MAX_REQUEST_ID_CHARS
 from ferryman_server.router.doors.http.caller import Authenticated, json_body, parse_json, read_body
+from ferryman_server.router.doors.http.spans import http_door
 from ferryman_server.router.doors.openai.chat.protocol import ChatRequest, CompletionRequest
 from ferryman_server.router.doors.openai.chat.serving import serve
-from ferryman_server.router.spans import Protocol, http_door
+from ferryman_server.router.spans import Protocol
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
 

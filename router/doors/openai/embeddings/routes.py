@@ -15,9 +15,10 @@ from ferryman_server.router.doors.http.caller import (
     parse_json,
     read_body,
 )
+from ferryman_server.router.doors.http.spans import http_door
 from ferryman_server.router.doors.openai.embeddings.protocol import EmbeddingList, EmbeddingRequest
 from ferryman_server.router.doors.openai.embeddings.serving import embedding_list, predict_request
-from ferryman_server.router.spans import Protocol, http_door
+from ferryman_server.router.spans import Protocol
 
 router = APIRouter(prefix="/v1", tags=["OpenAI-compatible"])
 

@@ -1,4 +1,4 @@
-"""The Inference service's method handlers, with request parsing that never fails the RPC.
+"""The gRPC doors' method handlers, with request parsing that never fails the RPC.
 
 A request protobuf cannot parse (invalid UTF-8 in a string field, truncated bytes) would
 otherwise be answered INTERNAL by grpc before our code sees it; here it reaches the
