@@ -52,6 +52,17 @@ def node_request(item: batcher_pb2.GenerateItem, start_within_s: float) -> node_
     return request
 
 
+def relayed(event: node_pb2.GenerateEvent) -> batcher_pb2.GenerationEvent:
+    """A node's event as the batcher streams it to the router."""
+    return batcher_pb2.GenerationEvent(
+        text=event.text,
+        token_ids=event.token_ids,
+        finish_reason=event.finish_reason,
+        prompt_tokens=event.prompt_tokens,
+        completion_tokens=event.completion_tokens,
+    )
+
+
 class GenerationRelay:
     """``generate`` streams one generation from a node; refusals raise CallFailed."""
 
@@ -74,9 +85,10 @@ class GenerationRelay:
 
     async def generate(
         self, item: batcher_pb2.GenerateItem, deadline: float
-    ) -> AsyncGenerator[node_pb2.GenerateEvent]:
-        """The generation's events from a node, by ``deadline`` (the relay's clock). Close
-        it (``aclose``) when the caller leaves: that ends the generation on the node."""
+    ) -> AsyncGenerator[batcher_pb2.GenerationEvent]:
+        """The generation's events from a node, by ``deadline`` (the relay's clock), in the
+        batcher's own contract. Close it (``aclose``) when the caller leaves: that ends the
+        generation on the node."""
         key = f"{item.model}:{item.version}"
         if not self._accepting():
             raise failed(grpc.StatusCode.UNAVAILABLE, "the batcher is draining", Reason.DRAINING)
@@ -103,7 +115,7 @@ class GenerationRelay:
             try:
                 async for event in events:
                     started = True
-                    yield event
+                    yield relayed(event)
                 replica.breaker.on_success()
                 return
             except NodeCallError as exc:

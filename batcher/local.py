@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator
 import grpc
 
 from ferryman.errors import Reason, make_status
-from ferryman.v1 import batcher_pb2, node_pb2
+from ferryman.v1 import batcher_pb2
 from ferryman_server.batcher.generation import GenerationRelay
 from ferryman_server.batcher.service import BatcherService
 
@@ -53,7 +53,7 @@ class LocalBatcher:
 
     async def generate(
         self, request: batcher_pb2.GenerateItem, deadline: float
-    ) -> AsyncGenerator[node_pb2.GenerateEvent]:
+    ) -> AsyncGenerator[batcher_pb2.GenerationEvent]:
         """The generation's events straight from the relay (refusals raise CallFailed)."""
         remaining = deadline - asyncio.get_running_loop().time()
         events = self._generation.generate(request, time.monotonic() + remaining)

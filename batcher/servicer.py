@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator
 
 from ferryman.errors import CallFailed, abort
-from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, node_pb2
+from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
 from ferryman_server.batcher.generation import GenerationRelay
 from ferryman_server.batcher.service import BatcherService
 from ferryman_server.kernel.serving import ServicerContext
@@ -77,7 +77,7 @@ class BatcherServicer(batcher_pb2_grpc.BatcherServicer):
 
     async def Generate(
         self, request: batcher_pb2.GenerateItem, context: ServicerContext
-    ) -> AsyncIterator[node_pb2.GenerateEvent]:
+    ) -> AsyncIterator[batcher_pb2.GenerationEvent]:
         remaining = context.time_remaining()
         budget = self._default_timeout_s if remaining is None else remaining
         events = self._generation.generate(request, time.monotonic() + budget)

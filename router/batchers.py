@@ -17,7 +17,7 @@ import grpc
 
 from ferryman.durations import set_seconds
 from ferryman.errors import CallFailed, Reason, make_status, status_of
-from ferryman.v1 import batcher_pb2, batcher_pb2_grpc, node_pb2
+from ferryman.v1 import batcher_pb2, batcher_pb2_grpc
 from ferryman_server.kernel.security import Security, aio_channel
 from ferryman_server.kernel.serving import channel_options
 from ferryman_server.router.discovery import Member, Resolver, flatten, resolve, split, system_resolver
@@ -44,7 +44,7 @@ class BatcherPort(Protocol):
 
     def generate(
         self, request: batcher_pb2.GenerateItem, deadline: float
-    ) -> AsyncGenerator[node_pb2.GenerateEvent]:
+    ) -> AsyncGenerator[batcher_pb2.GenerationEvent]:
         """One generation's events, by ``deadline`` (event-loop time); refusals and failures
         raise CallFailed. Closing it early ends the generation."""
         ...
@@ -234,7 +234,7 @@ class BatcherPool:
 
     async def generate(
         self, request: batcher_pb2.GenerateItem, deadline: float
-    ) -> AsyncGenerator[node_pb2.GenerateEvent]:
+    ) -> AsyncGenerator[batcher_pb2.GenerationEvent]:
         """From the model's batcher; another one only while no event has come (a batcher
         that is down, or draining)."""
         loop = asyncio.get_running_loop()

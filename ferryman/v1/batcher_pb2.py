@@ -23,13 +23,12 @@ _sym_db = _symbol_database.Default()
 
 
 from ferryman.v1 import common_pb2 as ferryman_dot_v1_dot_common__pb2
-from ferryman.v1 import node_pb2 as ferryman_dot_v1_dot_node__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x66\x65rryman/v1/batcher.proto\x12\x0b\x66\x65rryman.v1\x1a\x18\x66\x65rryman/v1/common.proto\x1a\x16\x66\x65rryman/v1/node.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"7\n\rSubmitRequest\x12&\n\x05items\x18\x01 \x03(\x0b\x32\x17.ferryman.v1.SubmitItem\":\n\x0eSubmitResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.ferryman.v1.ItemResult\"\xb6\x03\n\nSubmitItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12;\n\nparameters\x18\x05 \x03(\x0b\x32\'.ferryman.v1.SubmitItem.ParametersEntry\x12\'\n\x08priority\x18\x06 \x01(\x0e\x32\x15.ferryman.v1.Priority\x12.\n\x0btime_budget\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x06inputs\x18\x08 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12\x0e\n\x06\x63\x61ncel\x18\t \x01(\x08\x12\x13\n\x0btraceparent\x18\n \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06shadow\x18\x0c \x01(\x08\x12\x0e\n\x06weight\x18\r \x01(\x01\x1a\x31\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xae\x02\n\x0cGenerateItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x0e\n\x06weight\x18\x03 \x01(\x01\x12\r\n\x05model\x18\x04 \x01(\t\x12\x0f\n\x07version\x18\x05 \x01(\t\x12\x0e\n\x06prompt\x18\x06 \x01(\t\x12*\n\x08messages\x18\x07 \x03(\x0b\x32\x18.ferryman.v1.ChatMessage\x12\x12\n\nmax_tokens\x18\x08 \x01(\x05\x12-\n\x08sampling\x18\t \x01(\x0b\x32\x1b.ferryman.v1.SamplingParams\x12\'\n\x08priority\x18\n \x01(\x0e\x32\x15.ferryman.v1.Priority\x12\x14\n\x0ctoken_budget\x18\x0b \x01(\x03\x12\x0c\n\x04stop\x18\x0c \x03(\t\"\xe8\x01\n\nItemResult\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\"\n\x06status\x18\x02 \x01(\x0b\x32\x12.google.rpc.Status\x12)\n\x07outputs\x18\x03 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12!\n\x05usage\x18\x04 \x01(\x0b\x32\x12.ferryman.v1.Usage\x12#\n\x06timing\x18\x05 \x01(\x0b\x32\x13.ferryman.v1.Timing\x12\x11\n\tcoalesced\x18\x06 \x01(\x08\x12\x0e\n\x06\x63\x61\x63hed\x18\x07 \x01(\x08\x12\x0c\n\x04node\x18\x08 \x01(\t\"\x13\n\x11QueueStatsRequest\"\xa7\x01\n\nQueueStats\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\r\n\x05\x64\x65pth\x18\x03 \x01(\x05\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\x05\x12\x12\n\ndrain_rate\x18\x05 \x01(\x01\x12)\n\x06window\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x19\n\x11target_batch_size\x18\x07 \x01(\x05\"=\n\x12QueueStatsResponse\x12\'\n\x06queues\x18\x01 \x03(\x0b\x32\x17.ferryman.v1.QueueStats2\xe4\x01\n\x07\x42\x61tcher\x12\x45\n\x06Submit\x12\x1a.ferryman.v1.SubmitRequest\x1a\x1b.ferryman.v1.SubmitResponse(\x01\x30\x01\x12M\n\nQueueStats\x12\x1e.ferryman.v1.QueueStatsRequest\x1a\x1f.ferryman.v1.QueueStatsResponse\x12\x43\n\x08Generate\x12\x19.ferryman.v1.GenerateItem\x1a\x1a.ferryman.v1.GenerateEvent0\x01\x42M\n\x0f\x64\x65v.ferryman.v1P\x01Z*ferryman.dev/gen/go/ferryman/v1;ferrymanv1\xaa\x02\x0b\x46\x65rryman.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x66\x65rryman/v1/batcher.proto\x12\x0b\x66\x65rryman.v1\x1a\x18\x66\x65rryman/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"7\n\rSubmitRequest\x12&\n\x05items\x18\x01 \x03(\x0b\x32\x17.ferryman.v1.SubmitItem\":\n\x0eSubmitResponse\x12(\n\x07results\x18\x01 \x03(\x0b\x32\x17.ferryman.v1.ItemResult\"\xb6\x03\n\nSubmitItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12;\n\nparameters\x18\x05 \x03(\x0b\x32\'.ferryman.v1.SubmitItem.ParametersEntry\x12\'\n\x08priority\x18\x06 \x01(\x0e\x32\x15.ferryman.v1.Priority\x12.\n\x0btime_budget\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x06inputs\x18\x08 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12\x0e\n\x06\x63\x61ncel\x18\t \x01(\x08\x12\x13\n\x0btraceparent\x18\n \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06shadow\x18\x0c \x01(\x08\x12\x0e\n\x06weight\x18\r \x01(\x01\x1a\x31\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xae\x02\n\x0cGenerateItem\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x0e\n\x06weight\x18\x03 \x01(\x01\x12\r\n\x05model\x18\x04 \x01(\t\x12\x0f\n\x07version\x18\x05 \x01(\t\x12\x0e\n\x06prompt\x18\x06 \x01(\t\x12*\n\x08messages\x18\x07 \x03(\x0b\x32\x18.ferryman.v1.ChatMessage\x12\x12\n\nmax_tokens\x18\x08 \x01(\x05\x12-\n\x08sampling\x18\t \x01(\x0b\x32\x1b.ferryman.v1.SamplingParams\x12\'\n\x08priority\x18\n \x01(\x0e\x32\x15.ferryman.v1.Priority\x12\x14\n\x0ctoken_budget\x18\x0b \x01(\x03\x12\x0c\n\x04stop\x18\x0c \x03(\t\"\x96\x01\n\x0fGenerationEvent\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x30\n\rfinish_reason\x18\x03 \x01(\x0e\x32\x19.ferryman.v1.FinishReason\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x05 \x01(\x05\"\xe8\x01\n\nItemResult\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\"\n\x06status\x18\x02 \x01(\x0b\x32\x12.google.rpc.Status\x12)\n\x07outputs\x18\x03 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12!\n\x05usage\x18\x04 \x01(\x0b\x32\x12.ferryman.v1.Usage\x12#\n\x06timing\x18\x05 \x01(\x0b\x32\x13.ferryman.v1.Timing\x12\x11\n\tcoalesced\x18\x06 \x01(\x08\x12\x0e\n\x06\x63\x61\x63hed\x18\x07 \x01(\x08\x12\x0c\n\x04node\x18\x08 \x01(\t\"\x13\n\x11QueueStatsRequest\"\xa7\x01\n\nQueueStats\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\r\n\x05\x64\x65pth\x18\x03 \x01(\x05\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\x05\x12\x12\n\ndrain_rate\x18\x05 \x01(\x01\x12)\n\x06window\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x19\n\x11target_batch_size\x18\x07 \x01(\x05\"=\n\x12QueueStatsResponse\x12\'\n\x06queues\x18\x01 \x03(\x0b\x32\x17.ferryman.v1.QueueStats2\xe6\x01\n\x07\x42\x61tcher\x12\x45\n\x06Submit\x12\x1a.ferryman.v1.SubmitRequest\x1a\x1b.ferryman.v1.SubmitResponse(\x01\x30\x01\x12M\n\nQueueStats\x12\x1e.ferryman.v1.QueueStatsRequest\x1a\x1f.ferryman.v1.QueueStatsResponse\x12\x45\n\x08Generate\x12\x19.ferryman.v1.GenerateItem\x1a\x1c.ferryman.v1.GenerationEvent0\x01\x42M\n\x0f\x64\x65v.ferryman.v1P\x01Z*ferryman.dev/gen/go/ferryman/v1;ferrymanv1\xaa\x02\x0b\x46\x65rryman.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,24 +38,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\017dev.ferryman.v1P\001Z*ferryman.dev/gen/go/ferryman/v1;ferrymanv1\252\002\013Ferryman.V1'
   _globals['_SUBMITITEM_PARAMETERSENTRY']._loaded_options = None
   _globals['_SUBMITITEM_PARAMETERSENTRY']._serialized_options = b'8\001'
-  _globals['_SUBMITREQUEST']._serialized_start=182
-  _globals['_SUBMITREQUEST']._serialized_end=237
-  _globals['_SUBMITRESPONSE']._serialized_start=239
-  _globals['_SUBMITRESPONSE']._serialized_end=297
-  _globals['_SUBMITITEM']._serialized_start=300
-  _globals['_SUBMITITEM']._serialized_end=738
-  _globals['_SUBMITITEM_PARAMETERSENTRY']._serialized_start=689
-  _globals['_SUBMITITEM_PARAMETERSENTRY']._serialized_end=738
-  _globals['_GENERATEITEM']._serialized_start=741
-  _globals['_GENERATEITEM']._serialized_end=1043
-  _globals['_ITEMRESULT']._serialized_start=1046
-  _globals['_ITEMRESULT']._serialized_end=1278
-  _globals['_QUEUESTATSREQUEST']._serialized_start=1280
-  _globals['_QUEUESTATSREQUEST']._serialized_end=1299
-  _globals['_QUEUESTATS']._serialized_start=1302
-  _globals['_QUEUESTATS']._serialized_end=1469
-  _globals['_QUEUESTATSRESPONSE']._serialized_start=1471
-  _globals['_QUEUESTATSRESPONSE']._serialized_end=1532
-  _globals['_BATCHER']._serialized_start=1535
-  _globals['_BATCHER']._serialized_end=1763
+  _globals['_SUBMITREQUEST']._serialized_start=158
+  _globals['_SUBMITREQUEST']._serialized_end=213
+  _globals['_SUBMITRESPONSE']._serialized_start=215
+  _globals['_SUBMITRESPONSE']._serialized_end=273
+  _globals['_SUBMITITEM']._serialized_start=276
+  _globals['_SUBMITITEM']._serialized_end=714
+  _globals['_SUBMITITEM_PARAMETERSENTRY']._serialized_start=665
+  _globals['_SUBMITITEM_PARAMETERSENTRY']._serialized_end=714
+  _globals['_GENERATEITEM']._serialized_start=717
+  _globals['_GENERATEITEM']._serialized_end=1019
+  _globals['_GENERATIONEVENT']._serialized_start=1022
+  _globals['_GENERATIONEVENT']._serialized_end=1172
+  _globals['_ITEMRESULT']._serialized_start=1175
+  _globals['_ITEMRESULT']._serialized_end=1407
+  _globals['_QUEUESTATSREQUEST']._serialized_start=1409
+  _globals['_QUEUESTATSREQUEST']._serialized_end=1428
+  _globals['_QUEUESTATS']._serialized_start=1431
+  _globals['_QUEUESTATS']._serialized_end=1598
+  _globals['_QUEUESTATSRESPONSE']._serialized_start=1600
+  _globals['_QUEUESTATSRESPONSE']._serialized_end=1661
+  _globals['_BATCHER']._serialized_start=1664
+  _globals['_BATCHER']._serialized_end=1894
 # @@protoc_insertion_point(module_scope)

@@ -1,7 +1,6 @@
 import datetime
 
 from ferryman.v1 import common_pb2 as _common_pb2
-from ferryman.v1 import node_pb2 as _node_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.rpc import status_pb2 as _status_pb2
@@ -89,6 +88,20 @@ class GenerateItem(_message.Message):
     token_budget: int
     stop: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., weight: _Optional[float] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., token_budget: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GenerationEvent(_message.Message):
+    __slots__ = ("text", "token_ids", "finish_reason", "prompt_tokens", "completion_tokens")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    finish_reason: _common_pb2.FinishReason
+    prompt_tokens: int
+    completion_tokens: int
+    def __init__(self, text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
 
 class ItemResult(_message.Message):
     __slots__ = ("request_id", "status", "outputs", "usage", "timing", "coalesced", "cached", "node")

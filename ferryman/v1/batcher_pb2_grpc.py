@@ -4,7 +4,6 @@ import grpc
 import warnings
 
 from ferryman.v1 import batcher_pb2 as ferryman_dot_v1_dot_batcher__pb2
-from ferryman.v1 import node_pb2 as ferryman_dot_v1_dot_node__pb2
 
 GRPC_GENERATED_VERSION = '1.75.1'
 GRPC_VERSION = grpc.__version__
@@ -48,7 +47,7 @@ class BatcherStub(object):
         self.Generate = channel.unary_stream(
                 '/ferryman.v1.Batcher/Generate',
                 request_serializer=ferryman_dot_v1_dot_batcher__pb2.GenerateItem.SerializeToString,
-                response_deserializer=ferryman_dot_v1_dot_node__pb2.GenerateEvent.FromString,
+                response_deserializer=ferryman_dot_v1_dot_batcher__pb2.GenerationEvent.FromString,
                 _registered_method=True)
 
 
@@ -96,7 +95,7 @@ def add_BatcherServicer_to_server(servicer, server):
             'Generate': grpc.unary_stream_rpc_method_handler(
                     servicer.Generate,
                     request_deserializer=ferryman_dot_v1_dot_batcher__pb2.GenerateItem.FromString,
-                    response_serializer=ferryman_dot_v1_dot_node__pb2.GenerateEvent.SerializeToString,
+                    response_serializer=ferryman_dot_v1_dot_batcher__pb2.GenerationEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -179,7 +178,7 @@ class Batcher(object):
             target,
             '/ferryman.v1.Batcher/Generate',
             ferryman_dot_v1_dot_batcher__pb2.GenerateItem.SerializeToString,
-            ferryman_dot_v1_dot_node__pb2.GenerateEvent.FromString,
+            ferryman_dot_v1_dot_batcher__pb2.GenerationEvent.FromString,
             options,
             channel_credentials,
             insecure,

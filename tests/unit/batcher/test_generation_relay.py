@@ -24,7 +24,7 @@ def request(request_id: str = "g1", version: str = "1") -> batcher_pb2.GenerateI
     return batcher_pb2.GenerateItem(model="m", version=version, request_id=request_id, max_tokens=3)
 
 
-async def collect(relay: GenerationRelay, req: batcher_pb2.GenerateItem) -> list[node_pb2.GenerateEvent]:
+async def collect(relay: GenerationRelay, req: batcher_pb2.GenerateItem) -> list[batcher_pb2.GenerationEvent]:
     return [event async for event in relay.generate(req, DEADLINE)]
 
 
@@ -56,7 +56,7 @@ async def test_a_node_that_dies_mid_stream_is_not_replaced() -> None:
     r = await rig()
     r.nodes["n1"].dies_after = 1
     r.directory.replicas["n2"].generations = 1
-    seen: list[node_pb2.GenerateEvent] = []
+    seen: list[batcher_pb2.GenerationEvent] = []
     with pytest.raises(CallFailed) as failed:
         async for event in relay(r).generate(request(), DEADLINE):
             seen.append(event)
