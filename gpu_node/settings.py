@@ -70,11 +70,13 @@ class NodeSettings(BaseSettings):
     """Generations a causal-LM version runs at once: its KV cache holds this many sequences,
     preallocated at load (SmolLM2 in float16: 23 KB per position, 8 x 2048 positions =
     0.38 GB)."""
-    generation_precision: Literal["float16", "float32"] = "float16"
+    generation_precision: Literal["float16", "bfloat16", "float32"] = "float16"
     """What a causal LM's projection weights and KV cache are held in (activations stay
     float32). float16: half the bytes, and 1.5-2x float32's decode speed on a CPU (FBGEMM's
-    fp16 GEMM), with logits within the tolerance tests/integration/gpu_node/test_generation.py
-    states; float32 is the exact reference."""
+    fp16 GEMM; float32 where the torch build has no FBGEMM), with logits within the tolerance
+    tests/integration/gpu_node/test_generation.py states; on CUDA dense float16 GEMMs.
+    bfloat16: dense bfloat16 GEMMs, for CUDA (on a CPU it garbled SmolLM2's answers:
+    docs/benchmarks.md); float32 is the exact reference."""
     generation_max_len: int = Field(default=2048, ge=16)
     """Positions per sequence (prompt + generated): a longer request is refused."""
     generation_step_tokens: int = Field(default=256, ge=2)

@@ -14,9 +14,10 @@ float32, 1.5x bfloat16's speed at one sequence and twice float32's at eight), th
 key and value projections as one matrix and the MLP's gate and up projections as another
 (two matmuls where there were five), and the rotary tables computed once for every
 position. The KV cache is held in ``dtype`` too; activations, norms, attention and logits
-stay float32. bfloat16 is not offered: its 7 mantissa bits (float16 has 10) in the
+stay float32. bfloat16 is not the default: its 7 mantissa bits (float16 has 10) in the
 activations or the cache turned SmolLM2's answer to "What is the capital of France?" into
-French gibberish. torch's int8 and int4 weight-only kernels are slower than any of these
+French gibberish on a CPU, so it is offered for CUDA only by name (its tolerance is
+measured by the device check, bench/gpu/check.py). torch's int8 and int4 weight-only kernels are slower than any of these
 on AVX2, and FBGEMM's dynamic int8 agrees with float32 on too few tokens (the measurements
 are in docs/benchmarks.md). No float32 copy of the checkpoint stays behind."""
 
@@ -35,9 +36,13 @@ from torch.nn import functional as F
 
 from ferryman_server.gpu_node.generation import lora
 
-PRECISIONS: dict[str, torch.dtype] = {"float16": torch.float16, "float32": torch.float32}
+PRECISIONS: dict[str, torch.dtype] = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+}
 """The precisions a node may hold a causal LM's weights and cache in
-(``FERRYMAN_NODE_GENERATION_PRECISION``)."""
+(``FERRYMAN_NODE_GENERATION_PRECISION``; bfloat16 is for CUDA)."""
 
 
 @dataclass(frozen=True)
