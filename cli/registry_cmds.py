@@ -250,7 +250,16 @@ def model_register(
         ),
     ],
     format: Annotated[str, typer.Option("--format", help=", ".join(f.value for f in ModelFormat) + ".")],
-    schema: Annotated[str, typer.Option(help="IO schema: JSON text or a JSON file path.")],
+    schema: Annotated[
+        str,
+        typer.Option(
+            help="IO schema, JSON text or a JSON file path: "
+            '{"inputs": [{"name": "input", "dtype": "FP32", "shape": [512]}], '
+            '"outputs": [{"name": "output", "dtype": "FP32", "shape": [10]}]} '
+            "(shapes without the batch dimension; text inputs: "
+            '{"name": "text", "text": true}; docs/schemas.md).'
+        ),
+    ],
     handler: Annotated[str, typer.Option(help="module:Class, for format python.")] = "",
     sha256: Annotated[
         str, typer.Option(help="Expected checksum (computed for local files; required for s3 and http).")
@@ -296,6 +305,11 @@ def model_register(
         published=public,
         owners=tuple(owner or ()),
     )
+    if not artifact.strip():
+        fail(
+            "--artifact is empty: give a path or file:// URI, s3://, http(s)://, or the "
+            "ferryman://artifacts/... URI that ferryman model push printed"
+        )
     checked = _check_before_registering(spec) if check else "not checked (--no-check)"
     with refusals():
         row = writer().register_version(spec)

@@ -204,6 +204,12 @@ class RegistryWriter(RouteWrites, RolloutWrites, AccountWrites, WriterBase):
         v.check_name("model", spec.model)
         v.check_version(spec.version)
         fmt = v.check_format(spec.format)
+        if not spec.artifact.strip():
+            # An empty path would be read as the current directory.
+            raise v.RegistryError(
+                "the artifact is empty: give a path or file:// URI, s3://, http(s)://, "
+                "or the ferryman://artifacts/... URI that ferryman model push printed"
+            )
         if fmt == ModelFormat.PYTHON and ":" not in spec.handler:
             raise v.RegistryError("format python needs --handler module:Class")
         if spec.max_batch_size < 1:

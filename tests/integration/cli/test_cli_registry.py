@@ -307,8 +307,10 @@ def test_a_program_exported_with_a_static_batch_is_refused_with_its_reason(
     run(cli, "db", "upgrade")
     static, dynamic = tmp_path / "static.pt2", tmp_path / "dynamic.pt2"
     torch.export.save(torch.export.export(Tiny(), (torch.randn(1, 4),)), static)
-    # An example of one row would pin the batch at 1 even marked dynamic: export with two.
-    batch = {"input": {0: torch.export.Dim("batch")}}
+    # An example of one row would pin the batch at 1 even marked dynamic: export with two. As
+    # the README says it, a tuple that follows the positional inputs (forward names its own
+    # argument ``input``, not ``x``).
+    batch = ({0: torch.export.Dim("batch")},)
     torch.export.save(torch.export.export(Tiny(), (torch.randn(2, 4),), dynamic_shapes=batch), dynamic)
     args = ["model", "register", "tiny", "--format", "torch_export", "--schema", SCHEMA]
     args += ["--max-batch-size", "8"]
@@ -320,6 +322,18 @@ def test_a_program_exported_with_a_static_batch_is_refused_with_its_reason(
     registered = run_json(cli, *args, "--version", "2", "--artifact", str(dynamic))
     assert registered["status"] == "REGISTERED"
     assert registered["checked"] == "loaded and called at batch 1 and 2"
+
+
+def test_an_empty_artifact_is_refused_before_anything_loads(cli: CliRunner) -> None:
+    """``--artifact ""`` would be read as the current directory: refused at once, saying
+    what to give, with no load attempted (no torch warnings, no traceback)."""
+    run(cli, "db", "upgrade")
+    args = ["model", "register", "tiny", "--format", "torch_export", "--schema", SCHEMA]
+    refused = run(cli, *args, "--version", "1", "--artifact", "", ok=False)
+    message = " ".join(refused.output.split())
+    assert "--artifact is empty" in message and "ferryman model push" in message
+    assert "Traceback" not in refused.output and "Warning" not in refused.output
+    assert run_json(cli, "model", "list") == []
 
 
 def test_an_artifact_pushed_to_the_registry_is_registered_by_its_uri(cli: CliRunner, tmp_path: Path) -> None:

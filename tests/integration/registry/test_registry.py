@@ -7,6 +7,7 @@ import stat
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,7 @@ def test_refused_writes_change_nothing(registry_engine: Engine, artifact: Path) 
         lambda: writer.register_version(spec(artifact, "1")),
         lambda: writer.register_version(spec(artifact, "3", sha256="0" * 64)),
         lambda: writer.register_version(spec(artifact.with_name("missing.pt2"), "4")),
+        lambda: writer.register_version(replace(spec(artifact, "5"), artifact=" ")),
         lambda: writer.set_route("mlp", {"1": 90, "2": 20}),
         lambda: writer.set_route("mlp", {"1": 50, "9": 50}),
         lambda: writer.set_route("nomodel", {"1": 100}),
