@@ -17,9 +17,10 @@ position. The KV cache is held in ``dtype`` too; activations, norms, attention a
 stay float32. bfloat16 is not the default: its 7 mantissa bits (float16 has 10) in the
 activations or the cache turned SmolLM2's answer to "What is the capital of France?" into
 French gibberish on a CPU, so it is offered for CUDA only by name (its tolerance is
-measured by the device check, bench/gpu/check.py). torch's int8 and int4 weight-only kernels are slower than any of these
-on AVX2, and FBGEMM's dynamic int8 agrees with float32 on too few tokens (the measurements
-are in docs/benchmarks.md). No float32 copy of the checkpoint stays behind."""
+measured by the device check, bench/gpu/check.py). torch's int8 and int4 weight-only
+kernels are slower than any of these on AVX2, and FBGEMM's dynamic int8 agrees with float32
+on too few tokens (the measurements are in docs/benchmarks.md). No float32 copy of the
+checkpoint stays behind."""
 
 from __future__ import annotations
 
