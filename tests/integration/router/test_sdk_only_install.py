@@ -6,7 +6,6 @@ rooms under it, so no bare ``router`` or ``registry`` lands in site-packages."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -49,10 +48,7 @@ BESIDE = ("tritonclient[grpc]", "openai", "grpcio-tools")
 
 
 def run(*command: str | Path, timeout: float = INSTALL_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    """``command`` without the platform's path (ferryman_server.cli, imported by this test session,
-    puts the checkout on PYTHONPATH for its children): pip and apps see their own venv."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run([str(c) for c in command], capture_output=True, text=True, timeout=timeout)
 
 
 def build_wheels(tmp_path: Path) -> dict[str, Path]:
@@ -123,11 +119,9 @@ def test_the_sdk_installs_alone_and_predicts(e2e: E2E, tmp_path: Path) -> None:
     # The command is the platform's: an SDK-only environment has none to shadow anything.
     assert not (venv / "bin" / "ferryman").exists()
     # As an app runs: away from the checkout (whose folders `python -c` would find in its
-    # working directory) and without the platform's path (ferryman_server.cli, imported by this
-    # test session, puts its rooms on PYTHONPATH for its children).
-    app_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # working directory).
     platform = subprocess.run(
-        [python, "-c", "import router"], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=app_env
+        [python, "-c", "import router"], capture_output=True, text=True, timeout=60, cwd=tmp_path
     )
     assert "No module named 'router'" in platform.stderr
 
@@ -150,15 +144,13 @@ def test_the_sdk_at_its_floors_installs_beside_the_usual_clients(e2e: E2E, tmp_p
     assert "tritonclient" in versions and "openai" in versions
 
     app = SNIPPET + "import tritonclient.grpc, openai\n"
-    # As an app runs: away from the checkout, without the platform's path.
-    app_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # As an app runs: away from the checkout.
     answered = subprocess.run(
         [python, "-c", app, e2e.router, e2e.keys["acme"]],
         capture_output=True,
         text=True,
         timeout=60,
         cwd=tmp_path,
-        env=app_env,
     )
     assert answered.returncode == 0, answered.stderr
     assert answered.stdout.split()[-1] == "10)"
