@@ -47,7 +47,7 @@ class RouterSettings(BaseSettings):
     workers: int = Field(default=1, ge=1)
     """Router processes serving the public port (and the HTTP doors) together, each with its
     own event loop, sharing the port by SO_REUSEPORT; the kernel spreads connections over
-    them (router/workers.py)."""
+    them (cli/workers.py)."""
     reuse_port: bool = False
     """Bind the public port and the HTTP doors shared (set for each of several workers)."""
     streams_per_batcher: int = Field(default=2, ge=1)

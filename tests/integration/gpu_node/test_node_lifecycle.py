@@ -123,11 +123,10 @@ def test_sigterm_drains_in_flight_batch_then_exits(
         in_flight = pool.submit(stub.InferBatch, request, timeout=30)
         time.sleep(SLOW_BATCH_MS / 4000)  # the batch is running now
         proc.send_signal(signal.SIGTERM)
-        sent = time.monotonic()
         wait_for(
             lambda: health_status(address) == health_pb2.HealthCheckResponse.NOT_SERVING, 1.0, "NOT_SERVING"
         )
-        assert time.monotonic() - sent < SLOW_BATCH_MS / 1000, "health must flip before the batch ends"
+        assert not in_flight.done(), "health must flip before the batch ends"
         assert health_status(address, "echo:1") == health_pb2.HealthCheckResponse.NOT_SERVING
         with pytest.raises(grpc.RpcError) as refused:
             stub.InferBatch(request, timeout=5)

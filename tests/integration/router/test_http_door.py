@@ -57,10 +57,9 @@ def test_a_client_that_hangs_up_frees_its_concurrency_slot_at_once(e2e: E2E) -> 
         sock.sendall(head.encode() + body)
         time.sleep(HANG_UP_AFTER_S)  # the slow request holds the tenant's one slot now
     time.sleep(RELEASE_WAIT_S)
-    started = time.monotonic()
+    # A slot still held would refuse this at once (429, max_concurrency 1), not queue it.
     status, answer = post(f"{e2e.http}/v2/models/echo/infer", echo_body(2.0), key)
     assert status == 200, f"the slot of the request whose client left was not freed: {answer}"
-    assert time.monotonic() - started < SLOW_MS / 1000
     np.testing.assert_array_equal(answer["outputs"][0]["data"], [4.0] * echo.WIDTH)
 
 

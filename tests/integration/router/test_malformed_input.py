@@ -98,7 +98,6 @@ def test_malformed_requests_are_refused_cleanly(e2e: E2E) -> None:
             assert answer.error.message
     assert sum(codes.values()) == REQUESTS
     assert set(codes) == {grpc.StatusCode.INVALID_ARGUMENT.value[0]}, codes
-    assert time.monotonic() - started < STREAM_TIMEOUT_S
     # Still serving, and the process (router, batcher and nodes share it here) did not balloon.
     good = inference_pb2.PredictRequest(
         model="mlp",
