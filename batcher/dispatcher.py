@@ -31,6 +31,7 @@ from ferryman_server.batcher.node_client import NodeCallError
 from ferryman_server.batcher.predictor import LatencyPredictor
 from ferryman_server.batcher.replicas import Replica, ReplicaDirectory
 from ferryman_server.batcher.settings import BatcherSettings
+from ferryman_server.kernel.logs import incident, internal_message
 from ferryman_server.kernel.telemetry import links, traceparent, tracer
 from ferryman_server.registry.tables import DeadLetter
 
@@ -144,9 +145,10 @@ class Dispatcher:
                 },
             ):
                 await self._run(model, version, dict(parameters), list(entries), predictor, replica, batch_id)
-        except Exception as exc:  # a bug here must not strand callers
+        except Exception:  # a bug here must not strand callers
+            correlation = incident(log, f"batch of {model}:{version} failed in the batcher")
             status = make_status(
-                grpc.StatusCode.INTERNAL, f"batcher error: {exc}", reason=Reason.BATCHER_ERROR
+                grpc.StatusCode.INTERNAL, internal_message(correlation), reason=Reason.BATCHER_ERROR
             )
             for entry in entries:
                 if any(not w.done for w in entry.waiters):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import secrets
 import time
 from collections.abc import Callable
 
@@ -70,6 +71,19 @@ def log_request(tenant: str, model: str, version: str, request_id: str, code: st
             }
         },
     )
+
+
+def incident(logger: logging.Logger, what: str) -> str:
+    """Log the exception being handled with a fresh correlation id, and return the id: what
+    a caller is told of a failure that is ours (never the exception's text, which can hold
+    paths, addresses or another tenant's data), and what finds this log line."""
+    correlation = secrets.token_hex(8)
+    logger.exception("%s (correlation id %s)", what, correlation)
+    return correlation
+
+
+def internal_message(correlation: str) -> str:
+    return f"internal error (correlation id {correlation})"
 
 
 class Throttled:

@@ -6,6 +6,7 @@ calls it, in-process or over the network."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -14,6 +15,11 @@ import grpc
 
 from ferryman.durations import seconds_of
 from ferryman.v1 import quota_pb2, quota_pb2_grpc
+from ferryman_server.kernel.logs import Throttled
+
+log = logging.getLogger("ferryman.quota.client")
+PROBLEM_LOG_PERIOD_S = 10.0
+"""At most one warning per kind of failed call (renew, commit, release) in this long."""
 
 MAX_REQUEST_ID_CHARS = 256
 MAX_NAME_CHARS = 128
@@ -142,6 +148,14 @@ class RemoteQuota:
     def __init__(self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]) -> None:
         self._stub = quota_pb2_grpc.QuotaStub(channel)
         self._metadata = metadata
+        # A settle that fails is answered as not applied (its lease settles it later), never
+        # raised: said in the log, once a period per kind, so an outage does not flood it.
+        self._problems = Throttled(log, PROBLEM_LOG_PERIOD_S)
+
+    def _failed(self, call: str, exc: grpc.aio.AioRpcError) -> None:
+        self._problems.warning(
+            call, "quota %s failed (its lease settles it later): %s %s", call, exc.code().name, exc.details()
+        )
 
     def unlimited(self, tenant: str, model: str) -> bool:
         return False  # the Quota server decides on its own snapshot: always ask it
@@ -181,7 +195,8 @@ class RemoteQuota:
             response: quota_pb2.RenewResponse = await self._stub.Renew(
                 quota_pb2.RenewRequest(request_ids=request_ids), timeout=budget_s, metadata=self._metadata
             )
-        except grpc.aio.AioRpcError:
+        except grpc.aio.AioRpcError as exc:
+            self._failed("renew", exc)
             return 0
         return int(response.renewed)
 
@@ -195,7 +210,8 @@ class RemoteQuota:
             response: quota_pb2.SettleResponse = await self._stub.Commit(
                 request, timeout=budget_s, metadata=self._metadata
             )
-        except grpc.aio.AioRpcError:
+        except grpc.aio.AioRpcError as exc:
+            self._failed("commit", exc)
             return False
         return response.applied
 
@@ -204,7 +220,8 @@ class RemoteQuota:
             response: quota_pb2.SettleResponse = await self._stub.Release(
                 quota_pb2.ReleaseRequest(request_id=request_id), timeout=budget_s, metadata=self._metadata
             )
-        except grpc.aio.AioRpcError:
+        except grpc.aio.AioRpcError as exc:
+            self._failed("release", exc)
             return False
         return response.applied
 

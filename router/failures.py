@@ -3,10 +3,13 @@ google.rpc.Status every door answers with (each converts it to its own protocol)
 
 from __future__ import annotations
 
+import logging
+
 import grpc
 from google.rpc import status_pb2
 
 from ferryman.errors import CallFailed, Reason, make_status
+from ferryman_server.kernel.logs import incident, internal_message
 from ferryman_server.router.bounds import clip
 from ferryman_server.router.routing import Choice
 
@@ -24,6 +27,14 @@ class RequestFailed(CallFailed):
 
 def fail(code: grpc.StatusCode, message: str, reason: str, **details: object) -> RequestFailed:
     return RequestFailed(make_status(code, message, reason=reason, **details))  # type: ignore[arg-type]
+
+
+def internal(logger: logging.Logger, what: str) -> status_pb2.Status:
+    """The status a tenant gets for a failure that is ours (call it while handling the
+    exception): INTERNAL with a correlation id, the exception itself only in the log."""
+    return make_status(
+        grpc.StatusCode.INTERNAL, internal_message(incident(logger, what)), reason=Reason.INTERNAL
+    )
 
 
 def unknown_model(model: str) -> RequestFailed:

@@ -19,16 +19,17 @@ from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ferryman.durations import seconds_of
-from ferryman.errors import Reason, make_status, status_code
+from ferryman.errors import Reason, status_code
 from ferryman.v1 import common_pb2, inference_pb2
 from ferryman_server.kernel.logs import log_request
 from ferryman_server.kernel.telemetry import current_span, exemplar, tracer
 from ferryman_server.registry.cache import SnapshotCache
 from ferryman_server.registry.snapshot import RouteRecord, TenantRecord
 from ferryman_server.router.auth import authenticate
+from ferryman_server.router.bounds import clip
 from ferryman_server.router.catalog import ModelCatalog
 from ferryman_server.router.door_limit import DoorLimit
-from ferryman_server.router.failures import RequestFailed, fail
+from ferryman_server.router.failures import RequestFailed, fail, internal
 from ferryman_server.router.generation import Generator
 from ferryman_server.router.metrics import GENERATE, PREDICT, RouterMetrics
 from ferryman_server.router.routing import Choice
@@ -369,11 +370,8 @@ class Gateway:
                 answers.put_nowait(
                     inference_pb2.PredictStreamResponse(request_id=request.request_id, error=failed.status)
                 )
-            except Exception as exc:  # one request's bug must not end the others' stream
-                log.exception("request %s failed", request.request_id)
-                status = make_status(
-                    grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}", reason=Reason.INTERNAL
-                )
+            except Exception:  # one request's bug must not end the others' stream
+                status = internal(log, f"request {clip(request.request_id)!r} failed")
                 answers.put_nowait(
                     inference_pb2.PredictStreamResponse(request_id=request.request_id, error=status)
                 )

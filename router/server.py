@@ -11,7 +11,7 @@ from typing import Protocol
 
 import grpc
 
-from ferryman.v1 import inference_pb2, jobs_pb2, jobs_pb2_grpc, quota_pb2
+from ferryman.v1 import inference_pb2, jobs_pb2, quota_pb2
 from ferryman_server.jobs.port import jobs_enabled, open_job_queue
 from ferryman_server.kernel.config import CommonSettings
 from ferryman_server.kernel.connections import GuardLimits
@@ -23,7 +23,7 @@ from ferryman_server.registry.db import make_engine
 from ferryman_server.registry.snapshot import ConfigSnapshot
 from ferryman_server.registry.writer import RegistryWriter
 from ferryman_server.router.batchers import BatcherPool, BatcherPort
-from ferryman_server.router.doors.decoding import add_inference_servicer
+from ferryman_server.router.doors.decoding import add_inference_servicer, add_jobs_servicer
 from ferryman_server.router.doors.http.server import HttpDoor
 from ferryman_server.router.doors.native.jobs_servicer import JobsServicer
 from ferryman_server.router.doors.native.servicer import InferenceServicer
@@ -170,7 +170,7 @@ async def serve_router(
         add_inference_servicer(InferenceServicer(gateway, feedback), rt.server)
         add_oip_servicer(OipServicer(gateway), rt.server)
         if desk is not None:
-            jobs_pb2_grpc.add_JobsServicer_to_server(JobsServicer(gateway, desk), rt.server)
+            add_jobs_servicer(JobsServicer(gateway, desk), rt.server)
         if settings.http_listen:
             http = HttpDoor(
                 gateway,

@@ -7,7 +7,9 @@ servicer as ``Undecodable`` and is answered INVALID_ARGUMENT with the parser's r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,9 +18,13 @@ from google.protobuf.message import DecodeError
 from google.rpc import status_pb2
 
 from ferryman.errors import Reason, make_status
-from ferryman.v1 import inference_pb2, inference_pb2_grpc
+from ferryman.v1 import inference_pb2, inference_pb2_grpc, jobs_pb2_grpc
+from ferryman_server.kernel.logs import incident, internal_message
+
+log = logging.getLogger("ferryman.router")
 
 SERVICE = "ferryman.v1.Inference"
+JOBS_SERVICE = "ferryman.v1.Jobs"
 
 
 @dataclass(frozen=True)
@@ -84,10 +90,72 @@ def add_inference_servicer(servicer: inference_pb2_grpc.InferenceServicer, serve
     register_service(server, SERVICE, handlers)
 
 
+def guarded(method: str, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
+    """``handler`` answering a failure that is ours (an exception no door converted) with
+    INTERNAL and a correlation id, the exception only in the log: grpc's own answer would be
+    UNKNOWN with the exception's text (paths, addresses, another tenant's data)."""
+
+    async def fail(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        await context.abort(grpc.StatusCode.INTERNAL, internal_message(incident(log, f"{method} failed")))
+
+    def unary(behaviour: Callable[..., Any]) -> Callable[..., Any]:
+        async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            try:
+                return await behaviour(request, context)
+            except (grpc.aio.AbortError, asyncio.CancelledError):
+                raise
+            except Exception:
+                await fail(context)
+
+        return call
+
+    def streaming(behaviour: Callable[..., Any]) -> Callable[..., Any]:
+        async def call(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            try:
+                async for answer in behaviour(request, context):
+                    yield answer
+            except (grpc.aio.AbortError, asyncio.CancelledError):
+                raise
+            except Exception:
+                await fail(context)
+
+        return call
+
+    if handler.unary_unary is not None:
+        return handler._replace(unary_unary=unary(handler.unary_unary))  # type: ignore[attr-defined, no-any-return]
+    if handler.stream_unary is not None:
+        return handler._replace(stream_unary=unary(handler.stream_unary))  # type: ignore[attr-defined, no-any-return]
+    if handler.unary_stream is not None:
+        return handler._replace(unary_stream=streaming(handler.unary_stream))  # type: ignore[attr-defined, no-any-return]
+    assert handler.stream_stream is not None
+    return handler._replace(stream_stream=streaming(handler.stream_stream))  # type: ignore[attr-defined, no-any-return]
+
+
 def register_service(
     server: grpc.aio.Server, service: str, handlers: dict[str, grpc.RpcMethodHandler[Any, Any]]
 ) -> None:
-    """Register a service's method handlers as the generated helpers do (generic and
-    registered, so calls dispatch without a per-call lookup)."""
+    """Register a tenant-facing service's method handlers as the generated helpers do
+    (generic and registered, so calls dispatch without a per-call lookup), each ``guarded``."""
+    handlers = {name: guarded(f"{service}/{name}", handler) for name, handler in handlers.items()}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
     server.add_registered_method_handlers(service, handlers)  # type: ignore[attr-defined]
+
+
+class _Recorder:
+    """Stands in for a server to a generated ``add_*Servicer_to_server``: keeps its handlers."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+
+    def add_generic_rpc_handlers(self, handlers: object) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self.handlers = dict(handlers)
+
+
+def add_jobs_servicer(servicer: jobs_pb2_grpc.JobsServicer, server: grpc.aio.Server) -> None:
+    """Register the Jobs servicer with the generated helper's handlers, ``guarded``."""
+    recorder = _Recorder()
+    jobs_pb2_grpc.add_JobsServicer_to_server(servicer, recorder)
+    register_service(server, JOBS_SERVICE, recorder.handlers)
