@@ -147,3 +147,19 @@ router's carry per-tenant figures). */}}
   ports:
     - port: metrics
 {{- end -}}
+
+{{/* One quota store or none: quota counters and idempotency live in Redis, or in one process's
+memory. Several quota replicas (or several routers hosting quotas in-process) without Redis
+would each count alone, silently splitting every tenant's limits: refused at render. */}}
+{{- define "ferryman.oneQuotaStore" -}}
+{{- if not (or .Values.redis.url .Values.redis.existingSecret (include "ferryman.bundledRedis" .)) -}}
+{{- if and .Values.quota.enabled (gt (int .Values.quota.replicas) 1) -}}
+{{- fail "quota.replicas > 1 needs Redis (redis.url, redis.existingSecret or redisServer.enabled): each replica would keep its own counters, splitting every tenant's limits" -}}
+{{- end -}}
+{{- $routers := int .Values.router.replicas -}}
+{{- if .Values.router.autoscaling.enabled -}}{{- $routers = max $routers (int .Values.router.autoscaling.maxReplicas) -}}{{- end -}}
+{{- if and (not .Values.quota.enabled) (gt $routers 1) -}}
+{{- fail "routers hosting quotas in-process (quota.enabled false) need Redis when there can be more than one: each would keep its own counters, splitting every tenant's limits" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

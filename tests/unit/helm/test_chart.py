@@ -194,6 +194,29 @@ def test_a_database_is_required_without_the_bundled_one() -> None:
         render({"postgresql": {"enabled": False}})
 
 
+@pytest.mark.parametrize(
+    "split",
+    [
+        {"quota": {"replicas": 2}},
+        {"quota": {"enabled": False, "replicas": 1}, "router": {"replicas": 2}},
+        {
+            "quota": {"enabled": False, "replicas": 1},
+            "router": {"replicas": 1, "autoscaling": {"maxReplicas": 3}},
+        },
+    ],
+)
+def test_several_quota_stores_without_redis_are_refused(split: dict[str, Any]) -> None:
+    """Without Redis every quota replica (or router hosting quotas) counts alone: limits and
+    idempotency would split silently, so the chart does not render."""
+    no_redis: dict[str, Any] = {"redisServer": {"enabled": False}}
+    with pytest.raises(helm.HelmError, match=r"needs? Redis"):
+        render({**DEFAULTS, **no_redis, **split})
+    # One store: a single quota replica without Redis, or any number with it.
+    one = {"quota": {"replicas": 1}, "router": {"replicas": 2}}
+    assert render({**DEFAULTS, **no_redis, **one})
+    assert render({**DEFAULTS, **split})
+
+
 def test_scrape_targets_serve_metrics_and_pools_scale_on_their_own_queues() -> None:
     docs = render(ALL_ON)
     services = {d["metadata"]["name"]: d["spec"]["ports"] for d in by_kind(docs, "Service")}
