@@ -13,24 +13,24 @@ import math
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ferryman_server.kernel.scrape import SCRAPE_TIMEOUT_S
-from ferryman_server.rollouts.forecast import CapacityPolicy, forecast
+from ferryman_server.rollouts.forecast import CapacityPolicy, forecast, latest
 from ferryman_server.rollouts.metrics import RolloutMetrics
 
 log = logging.getLogger("ferryman.rollouts.capacity")
 
-History = Callable[[str, float, float], list[float]]
-"""(PromQL, seconds back, step seconds) -> one value a step, oldest first, through now
-(blocking; the loop calls it in a thread)."""
+History = Callable[[str, float, float], Sequence[float | None]]
+"""(PromQL, seconds back, step seconds) -> one value a step, oldest first, through now, None
+where Prometheus has no sample (blocking; the loop calls it in a thread)."""
 
 
 def prometheus_history(url: str) -> History:
-    """Range queries to the Prometheus at ``url``; a step with no sample counts as 0."""
+    """Range queries to the Prometheus at ``url``; a step with no sample stays unknown."""
 
-    def read(query: str, back_s: float, step_s: float) -> list[float]:
+    def read(query: str, back_s: float, step_s: float) -> list[float | None]:
         end = math.floor(time.time() / step_s) * step_s
         start = end - back_s
         params = {"query": query, "start": start, "end": end, "step": step_s}
@@ -44,14 +44,17 @@ def prometheus_history(url: str) -> History:
     return read
 
 
-def series_values(result: list[dict[str, Any]], start: float, step_s: float, steps: int) -> list[float]:
-    """A range query's matrix summed into ``steps`` values from ``start`` (gaps are 0)."""
-    values = [0.0] * steps
+def series_values(
+    result: list[dict[str, Any]], start: float, step_s: float, steps: int
+) -> list[float | None]:
+    """A range query's matrix summed into ``steps`` values from ``start``; a step no series
+    has a sample for is None (a gap in the scrapes, or before the retention), not 0."""
+    values: list[float | None] = [None] * steps
     for series in result:
         for at, value in series["values"]:
             index = round((float(at) - start) / step_s)
             if 0 <= index < steps and math.isfinite(float(value)):
-                values[index] += float(value)
+                values[index] = (values[index] or 0.0) + float(value)
     return values
 
 
@@ -82,7 +85,7 @@ class CapacityForecaster:
                 log.warning("demand history of pool %s unreadable (keeping the last forecast): %s", pool, exc)
                 continue
             expected = forecast(series, self._policy)
-            demand = series[-1] if expected is None else expected
+            demand = latest(series) if expected is None else expected
             replicas = self._policy.replicas(demand)
             self._metrics.forecast_demand.labels(pool=pool).set(demand)
             self._metrics.forecast_replicas.labels(pool=pool).set(replicas)

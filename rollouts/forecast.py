@@ -58,12 +58,30 @@ class CapacityPolicy:
         return min(self.max_replicas, max(self.min_replicas, wanted))
 
 
-def forecast(history: Sequence[float], policy: CapacityPolicy) -> float | None:
+Demand = Sequence[float | None]
+"""One value a step, oldest first; None where nothing is known (a gap in the scrapes, or
+before the retention): never read as zero demand."""
+
+MIN_LEVEL_KNOWN = 0.5
+"""Of a level window's steps, the share that must be known for it to be compared."""
+
+
+def known_mean(values: Sequence[float | None]) -> float | None:
+    """The mean of the known values, None when too few are known to stand for the window."""
+    known = [v for v in values if v is not None]
+    if not values or len(known) < MIN_LEVEL_KNOWN * len(values):
+        return None
+    return statistics.fmean(known)
+
+
+def forecast(history: Demand, policy: CapacityPolicy) -> float | None:
     """The highest demand expected from the next step until a replica asked for now is
-    ready (``lead_s``) and one step beyond; None without one season of history."""
+    ready (``lead_s``) and one step beyond; None without a season whose past moments are
+    known (missing history stays missing: the caller then stays reactive)."""
     now = len(history) - 1
     ahead = range(now + 1, now + policy.lead_steps + 2)
     level_steps = max(1, round(policy.level_window_s / policy.step_s))
+    today = known_mean(history[now - level_steps + 1 : now + 1]) if now >= 0 else None
     for season_s in policy.seasons_s:
         season = round(season_s / policy.step_s)
         peaks, levels = [], []
@@ -71,20 +89,26 @@ def forecast(history: Sequence[float], policy: CapacityPolicy) -> float | None:
             back = [t - k * season for t in ahead]
             if back[0] - level_steps < 0 or back[-1] > now:
                 break
-            peaks.append(max(history[t] for t in back))
-            levels.append(
-                statistics.fmean(history[now - k * season - level_steps + 1 : now - k * season + 1])
-            )
+            moments = [history[t] for t in back]
+            level = known_mean(history[now - k * season - level_steps + 1 : now - k * season + 1])
+            if any(m is None for m in moments) or level is None:
+                continue  # that season was not scraped (a gap, or before the retention)
+            peaks.append(max(m for m in moments if m is not None))
+            levels.append(level)
         if not peaks:
             continue
         past_level = statistics.median(levels)
-        today = statistics.fmean(history[now - level_steps + 1 : now + 1])
-        ratio = today / past_level if past_level > 0 else 1.0
+        ratio = today / past_level if today is not None and past_level > 0 else 1.0
         return statistics.median(peaks) * min(LEVEL_CLAMP[1], max(LEVEL_CLAMP[0], ratio))
     return None
 
 
-Decide = Callable[[Sequence[float]], int]
+def latest(history: Demand, steps: int = 1) -> float:
+    """The highest known demand of the last ``steps`` steps (0 when none is known)."""
+    return max((v for v in history[-steps:] if v is not None), default=0.0)
+
+
+Decide = Callable[[Demand], int]
 """Demand so far -> replicas wanted now."""
 
 
@@ -93,8 +117,8 @@ def reactive(policy: CapacityPolicy) -> Decide:
     only once the stabilisation window has passed without wanting more."""
     window = max(1, round(policy.stabilisation_s / policy.step_s))
 
-    def decide(history: Sequence[float]) -> int:
-        return policy.replicas(max(history[-window:]))
+    def decide(history: Demand) -> int:
+        return policy.replicas(latest(history, window))
 
     return decide
 
@@ -104,11 +128,11 @@ def predictive(policy: CapacityPolicy) -> Decide:
     does not know); reactive alone until there is a season of history."""
     fallback = reactive(policy)
 
-    def decide(history: Sequence[float]) -> int:
+    def decide(history: Demand) -> int:
         expected = forecast(history, policy)
         if expected is None:
             return fallback(history)
-        return max(policy.replicas(expected), policy.replicas(history[-1]))
+        return max(policy.replicas(expected), policy.replicas(latest(history)))
 
     return decide
 

@@ -47,9 +47,20 @@ def test_an_unreadable_history_keeps_the_last_forecast() -> None:
     assert metrics.registry.get_sample_value("ferryman_forecast_replicas", {"pool": "gpu"}) == first["gpu"]
 
 
-def test_a_range_query_is_summed_per_step_with_gaps_as_zero() -> None:
+def test_a_range_query_is_summed_per_step_and_gaps_stay_unknown() -> None:
     result = [
-        {"metric": {"pod": "a"}, "values": [[1000, "1.5"], [1600, "2"]]},
+        {"metric": {"pod": "a"}, "values": [[1000, "1.5"], [1600, "2"], [1900, "0"]]},
         {"metric": {"pod": "b"}, "values": [[1000, "0.5"], [1300, "NaN"]]},
     ]
-    assert series_values(result, 1000.0, 300.0, 3) == [2.0, 0.0, 2.0]
+    assert series_values(result, 1000.0, 300.0, 5) == [2.0, None, 2.0, 0.0, None]
+
+
+def test_a_pool_with_no_known_history_publishes_its_floor_not_a_guess() -> None:
+    metrics = RolloutMetrics()
+
+    def history(query: str, back_s: float, step_s: float) -> list[float | None]:
+        return [None] * 10
+
+    assert CapacityForecaster({"gpu": QUERY}, history, POLICY, metrics).check() == {
+        "gpu": POLICY.min_replicas
+    }

@@ -60,3 +60,32 @@ def test_replicas_stay_within_the_pools_bounds() -> None:
     assert bounded.replicas(0.0) == 1
     assert bounded.replicas(1_000.0) == 4
     assert bounded.replicas(10.0) == 2, "headroom 1.2 over one replica's 10"
+
+
+def test_missing_history_is_not_zero_demand() -> None:
+    """Prometheus had no sample (a scrape gap, or before its retention): those steps are
+    unknown. The seasons they fall in are not compared, instead of forecasting a quiet day."""
+    history: list[float | None] = list(daily(3)[: 2 * 24 + 7])  # 06:00: busy from 09:00
+    assert forecast(history, POLICY) == 100.0
+    gap = list(history)
+    gap[24 + 7 : 24 + 10] = [None] * 3  # yesterday's rise was not scraped
+    assert forecast(gap, POLICY) == 100.0, "the day before yesterday still knows the rise"
+    both = list(gap)
+    both[7:10] = [None] * 3  # neither past day was scraped then
+    assert forecast(both, POLICY) is None
+    decide = predictive(POLICY)
+    assert decide(both) == reactive(POLICY)(both) == POLICY.replicas(10.0), "reactive, not zero"
+
+
+def test_a_retention_shorter_than_the_seasons_stays_reactive() -> None:
+    """With Prometheus' default 15 days, three weekly seasons back are never all known: the
+    missing ones are left out; with under a week known there is no weekly forecast at all."""
+    weekly = CapacityPolicy(
+        per_replica=10.0, step_s=3600.0, lead_s=7200.0, headroom=1.0, seasons_s=(7 * DAY_S,)
+    )
+    weeks = daily(21)[: 20 * 24 + 7]
+    retained: list[float | None] = [None] * (len(weeks) - 15 * 24) + list(weeks[-15 * 24 :])
+    assert forecast(retained, weekly) == 100.0, "two weeks back are known: they forecast"
+    short: list[float | None] = [None] * (len(weeks) - 5 * 24) + list(weeks[-5 * 24 :])
+    assert forecast(short, weekly) is None
+    assert predictive(weekly)(short) == reactive(weekly)(short) == weekly.replicas(10.0)
