@@ -44,6 +44,12 @@ def rollout_start(
     latency_margin: Annotated[
         float, typer.Option(help="P(candidate slower) may exceed 0.5 by this.")
     ] = DEFAULT_GATES.latency_margin,
+    min_latency_increase: Annotated[
+        float, typer.Option(help="And its mean service time must be this share above (0.2: 20%).")
+    ] = DEFAULT_GATES.min_latency_increase,
+    warmup: Annotated[
+        float, typer.Option(help="Seconds of each step not judged (the candidate warming up).")
+    ] = DEFAULT_GATES.warmup_s,
     max_diff_rate: Annotated[
         float | None, typer.Option(help="Share of shadowed answers that may differ (unset: not checked).")
     ] = None,
@@ -57,6 +63,8 @@ def rollout_start(
         alpha=alpha,
         max_error_increase=max_error_increase,
         latency_margin=latency_margin,
+        min_latency_increase=min_latency_increase,
+        warmup_s=warmup,
         max_diff_rate=max_diff_rate,
         feedback_metric=feedback,
         feedback_margin=feedback_margin,

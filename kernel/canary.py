@@ -12,7 +12,14 @@ the same window, as Kayenta judges canaries.
   it is significantly slower *and* the effect is large: the probability that a canary
   request takes longer than a baseline one exceeds one half by more than
   ``latency_margin`` (a tiny but significant shift on many requests is no reason to roll
-  back).
+  back), and its mean service time (exact: the histograms' sums and counts) is at least
+  ``min_latency_increase`` above the baseline's. The rank test alone reads the router's
+  buckets, which stand ~2x apart: a version 10% slower whose requests cross one bucket
+  boundary ranks slower on most of them (an identical version, loaded while the baseline
+  was warm, was rolled back at P = 0.65, p = 1.6e-05); quantiles interpolated in those
+  buckets overstate such a shift up to 5x, so the size is taken from the means.
+- Warm-up: a step's window opens ``warmup_s`` after the step began (the controller), so a
+  version's first requests (caches, allocators, thread pools still cold) are not judged.
 - Shadowed outputs (``max_diff_rate``): the share of the candidate's shadow answers that
   differ from the live ones beyond the tolerance, against a threshold.
 - A tenant's outcome metric (``feedback_metric``, from ``Feedback`` calls): a
@@ -58,6 +65,11 @@ class Gates:
     """Server-error rate the canary may add to the baseline's (absolute)."""
     latency_margin: float = 0.1
     """P(canary slower than baseline) may exceed 0.5 by this much before it counts."""
+    min_latency_increase: float = 0.2
+    """And its mean service time must exceed the baseline's by this share (0.2: 20% slower)
+    before slower counts: the effect's size, beside the test's significance."""
+    warmup_s: float = 10.0
+    """Seconds of a step not judged: its window opens this long after the step began."""
     max_diff_rate: float | None = None
     """Share of shadowed answers that may differ from the live ones (None: not checked)."""
     feedback_metric: str = ""
@@ -76,6 +88,13 @@ class VersionWindow:
     """Cumulative latency buckets, upper bound (seconds) -> count: what callers saw."""
     service: Mapping[float, float]
     """The same for answered requests less their queue wait: what the version costs."""
+    service_seconds: float = 0.0
+    """The service times' sum (the histogram's ``_sum``): with ``service_count``, the exact mean."""
+    service_count: float = 0.0
+
+    @property
+    def mean_service_s(self) -> float:
+        return self.service_seconds / self.service_count if self.service_count > 0 else math.nan
 
 
 @dataclass(frozen=True)
@@ -205,8 +224,18 @@ def judge(base: VersionWindow, canary: VersionWindow, gates: Gates = Gates()) ->
     reasons: list[str] = []
     if increase > gates.max_error_increase and error_p < gates.alpha:
         reasons.append(f"server errors {increase:+.2%} over the baseline's (p={error_p:.2g})")
-    if slower > 0.5 + gates.latency_margin and latency_p < gates.alpha:
-        reasons.append(f"slower: P(canary > baseline) = {slower:.2f} (p={latency_p:.2g})")
+    base_mean, canary_mean = base.mean_service_s, canary.mean_service_s
+    # Without the sums (an older router) the size is unknown: the rank test decides alone.
+    increase = canary_mean / base_mean - 1 if base_mean > 0 and canary_mean >= 0 else math.inf
+    numbers.update(
+        baseline_service_mean_ms=base_mean * 1000,
+        canary_service_mean_ms=canary_mean * 1000,
+        service_mean_increase=increase if math.isfinite(increase) else math.nan,
+    )
+    material = increase >= gates.min_latency_increase
+    if slower > 0.5 + gates.latency_margin and latency_p < gates.alpha and material:
+        size = f", mean service {increase:+.0%}" if math.isfinite(increase) else ""
+        reasons.append(f"slower: P(canary > baseline) = {slower:.2f} (p={latency_p:.2g}){size}")
     if reasons:
         return Verdict(Outcome.FAIL, reasons, numbers)
     return Verdict(Outcome.PASS, ["no significant, material difference in errors or latency"], numbers)
@@ -236,7 +265,21 @@ def version_window(before: Samples, after: Samples, model: str, version: str) ->
         then = latency_buckets(before, by="version", where=where, metric=metric).get(version, {})
         return {bound: count - then.get(bound, 0.0) for bound, count in now.items()}
 
-    return VersionWindow(requests, errors, latency=histogram(LATENCY), service=histogram(SERVICE))
+    def total(name: str) -> float:
+        return sum(
+            grew(key, value)
+            for key, value in after.items()
+            if key[0] == name and (dict(key[1]).get("model"), dict(key[1]).get("version")) == (model, version)
+        )
+
+    return VersionWindow(
+        requests,
+        errors,
+        latency=histogram(LATENCY),
+        service=histogram(SERVICE),
+        service_seconds=total(f"{SERVICE}_sum"),
+        service_count=total(f"{SERVICE}_count"),
+    )
 
 
 def shadow_window(before: Samples, after: Samples, model: str, version: str) -> tuple[float, float]:

@@ -134,10 +134,12 @@ class RolloutController:
             return None
         key = (rollout.id or 0, _started(rollout))
         window = self._windows.get(key)
+        gates = Gates(**rollout.gates)
         if window is None:
+            if _since(rollout) < gates.warmup_s:
+                return None  # the step's first seconds: the candidate still warms up
             self._windows[key] = _Window(samples, datetime.now(UTC))
             return None
-        gates = Gates(**rollout.gates)
         verdicts = [
             judge(
                 version_window(window.opened, samples, rollout.model, rollout.baseline),

@@ -20,6 +20,9 @@ ANALYSED = (
     "ferryman_requests_total",
     f"{LATENCY}_bucket",
     f"{SERVICE}_bucket",
+    # The service times' sums and counts: the exact means the latency gate's size is read from.
+    f"{SERVICE}_sum",
+    f"{SERVICE}_count",
     SHADOW_COMPARED,
 )
 LABELS = ("model", "version", "code", "le", "result")

@@ -26,6 +26,8 @@ CHECK_S = 0.2
 SENDERS = 8
 USERS_PER_SENDER = 40
 DWELL_S = 1.5
+WARMUP_S = 0.3
+"""Of each step, not judged: the tests' versions are warm (they served the warm-up)."""
 MIN_REQUESTS = 20
 STEPS = "20,50,100"
 SETTLE_S = 2.0
@@ -139,7 +141,7 @@ def cli(e2e: E2E, *args: str) -> subprocess.CompletedProcess[str]:
 def start(e2e: E2E, model: str, to: str, *extra: str, steps: str = STEPS) -> None:
     """``ferryman rollout start`` with the tests' short steps (``extra``: more options)."""
     args = ["rollout", "start", model, "--to", to, "--steps", steps, "--dwell", str(DWELL_S)]
-    done = cli(e2e, *args, "--min-requests", str(MIN_REQUESTS), *extra, "--json")
+    done = cli(e2e, *args, "--min-requests", str(MIN_REQUESTS), "--warmup", str(WARMUP_S), *extra, "--json")
     assert done.returncode == 0, done.stderr
 
 

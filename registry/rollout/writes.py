@@ -38,7 +38,14 @@ def check_steps(steps: Sequence[int]) -> list[int]:
 
 def check_gates(gates: Gates) -> Gates:
     """Thresholds within their meaningful ranges."""
-    finite = [gates.alpha, gates.max_error_increase, gates.latency_margin, gates.feedback_margin]
+    finite = [
+        gates.alpha,
+        gates.max_error_increase,
+        gates.latency_margin,
+        gates.min_latency_increase,
+        gates.warmup_s,
+        gates.feedback_margin,
+    ]
     if not all(math.isfinite(x) for x in finite):
         raise v.RegistryError("gate thresholds must be finite numbers")
     if not 1 <= gates.min_requests <= 1_000_000_000:
@@ -47,6 +54,10 @@ def check_gates(gates: Gates) -> Gates:
         raise v.RegistryError("alpha must be in (0, 0.5]")
     if not 0 <= gates.max_error_increase <= 1 or not 0 <= gates.latency_margin <= 0.5:
         raise v.RegistryError("max error increase must be 0..1 and the latency margin 0..0.5")
+    if not 0 <= gates.min_latency_increase <= 10:
+        raise v.RegistryError("the minimum latency increase must be 0..10 (a share: 0.2 is 20%)")
+    if not 0 <= gates.warmup_s <= 3600:
+        raise v.RegistryError("the warm-up must be 0..3600 s")
     if gates.max_diff_rate is not None and not 0 <= gates.max_diff_rate <= 1:
         raise v.RegistryError("max diff rate must be 0..1")
     if gates.feedback_metric:
