@@ -229,6 +229,7 @@ class CausalLM:
         # Closed explicitly: an async for does not close what it iterates when left early,
         # and the driver frees the slot when its stream closes (a stop string ends it so).
         events = self.driver.generate(seq, sampling_of(request.sampling), constraint)
+        counted = False
         try:
             async for event in events:
                 delta = node_pb2.GenerateEvent()
@@ -251,10 +252,13 @@ class CausalLM:
                         delta.text += stops.flush()
                     delta.finish_reason = FINISH_TO_PROTO[finish]
                     self._finished(finish, prompt_used, tokens, first_at)
+                    counted = True
                 yield delta
                 if finish is not None:
                     return
         finally:
+            if not counted:  # the caller left (cancelled, its deadline): what ran is counted
+                self._finished(FinishReason.CANCELLED, len(prompt) if tokens else 0, tokens, first_at)
             await events.aclose()
 
     def _finished(self, reason: FinishReason, prompt: int, tokens: list[int], first_at: float) -> None:

@@ -90,6 +90,9 @@ def test_a_chat_answer_streams_with_its_usage(lm_node: node_pb2_grpc.NodeStub) -
 
 
 def test_a_stream_the_client_leaves_frees_its_slot(lm_node: node_pb2_grpc.NodeStub) -> None:
+    url = f"http://{METRICS}/metrics"
+    before = {kind: sample(url, "ferryman_generation_tokens_total", **LABELS, kind=kind) for kind in KINDS}
+    cancelled = sample(url, "ferryman_generation_finished_total", **LABELS, reason="cancelled")
     hog = lm_node.Generate(
         request(request_id="hog", prompt="Once upon a time", max_tokens=400),
         timeout=CALL_S,
@@ -104,6 +107,14 @@ def test_a_stream_the_client_leaves_frees_its_slot(lm_node: node_pb2_grpc.NodeSt
         )
     )
     assert events[-1].finish_reason == common_pb2.FINISH_REASON_LENGTH and events[-1].completion_tokens == 3
+    # The one it left is counted as cancelled, with what it had generated and its prompt
+    # (the next one's tokens counted beside them).
+    assert sample(url, "ferryman_generation_finished_total", **LABELS, reason="cancelled") == cancelled + 1
+    grew = {
+        kind: sample(url, "ferryman_generation_tokens_total", **LABELS, kind=kind) - before[kind]
+        for kind in KINDS
+    }
+    assert grew["completion"] >= 2 + 3 and grew["prompt"] > events[-1].prompt_tokens
 
 
 def test_a_generation_that_cannot_start_in_time_takes_no_slot(lm_node: node_pb2_grpc.NodeStub) -> None:
