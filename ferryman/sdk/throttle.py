@@ -4,7 +4,8 @@ router anything.
 
 Over a sliding window the client counts the requests it sent and those the server accepted:
 any answer but what an overloaded platform answers (``OVERLOAD_CODES``: refused, or too
-late), or a refusal that spilled into a job. While accepts
+late), or a refusal that says nothing of the platform's load (``NOT_OVERLOAD``: a refusal
+that spilled into a job, the tenant's own quota). While accepts
 keep up, nothing changes; once requests exceed ``k`` times the accepts, each new request is
 refused locally with probability ``(requests - k * accepts) / (requests + 1)``. Refused
 locally, a request is retried with backoff like one the server refused, and still counts
@@ -36,6 +37,12 @@ OVERLOAD_CODES = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.
 router's DEADLINE_UNMEETABLE, or none in time), which is how an overloaded platform answers
 most requests past its capacity. UNAVAILABLE is not one: a router that is down is retried
 and reported as down, not hidden behind local refusals."""
+
+
+NOT_OVERLOAD = frozenset({Reason.ACCEPTED_AS_JOB, Reason.QUOTA_EXCEEDED})
+"""Refusals that are no sign of an overloaded platform: one accepted as a job (refusing it
+locally would lose it), and the tenant's own quota (answered with when to retry; counting
+it would throttle a tenant at its limit as if the platform were failing)."""
 
 
 def throttled() -> Overloaded:
@@ -95,5 +102,5 @@ class AdaptiveThrottle:
             return
         bucket = self._bucket()
         self._requests[bucket] += 1
-        if code not in OVERLOAD_CODES or reason == Reason.ACCEPTED_AS_JOB:
+        if code not in OVERLOAD_CODES or reason in NOT_OVERLOAD:
             self._accepts[bucket] += 1

@@ -107,6 +107,21 @@ def test_requests_that_spill_into_jobs_are_never_throttled() -> None:
     assert t.rejection_probability() == 0.0
 
 
+def test_the_tenants_own_quota_refusals_are_no_sign_of_overload() -> None:
+    # At its own rate limit a tenant is told when to retry: the platform is not failing.
+    t = throttle(Clock())
+    for _ in range(2000):
+        assert t.admit()
+        t.answered(grpc.StatusCode.RESOURCE_EXHAUSTED, Reason.QUOTA_EXCEEDED)
+    assert t.rejection_probability() == 0.0
+    # The platform's own refusals still count.
+    t = throttle(Clock())
+    for _ in range(2000):
+        if t.admit():
+            t.answered(grpc.StatusCode.RESOURCE_EXHAUSTED, Reason.OVERLOADED)
+    assert t.rejection_probability() > 0.9
+
+
 def test_a_burst_in_flight_is_not_taken_for_refusals() -> None:
     # A fresh client with 200 requests in flight and no answer yet: nothing was refused.
     t = throttle(Clock())
