@@ -67,7 +67,7 @@ test-fast: install $(CLIENTS_STAMP) $(BUF_STAMP) $(PROTOC_STAMP)
 
 # The device check (bench/gpu/check.py): the engine and a node on the GPU, checked and
 # measured into build/gpu-check.json; on a machine without one, the same checks with tiny
-# shapes on the CPU (CI runs it so).
+# shapes on the CPU (make test runs that: tests/integration/gpu_node/test_gpu_check.py).
 gpu-check: install
 	mkdir -p build
 	$(BIN)/python -m bench.gpu.check --out build/gpu-check.json
