@@ -228,20 +228,22 @@ class Dispatcher:
         predictor: LatencyPredictor,
         batch_id: str,
     ) -> node_pb2.InferBatchResponse | None:
-        """One InferBatch on a reserved replica; None when it failed and another try may succeed."""
-        request = node_pb2.InferBatchRequest(
-            model=model,
-            version=version,
-            parameters=parameters,
-            batch_id=batch_id,
-            traceparent=traceparent(),  # the dispatch span: the node's batch span is its child
-            items=[
-                node_pb2.BatchItem(request_id=e.request_id, inputs=e.inputs, traceparent=e.traceparent)
-                for e in entries
-            ],
-        )
+        """One InferBatch on a reserved replica; None when it failed and another try may succeed.
+        The replica's slot is given back however this ends (a failure building the request
+        included: the dispatcher's catch-all answers the callers, it cannot release slots)."""
         started = self._clock()
         try:
+            request = node_pb2.InferBatchRequest(
+                model=model,
+                version=version,
+                parameters=parameters,
+                batch_id=batch_id,
+                traceparent=traceparent(),  # the dispatch span: the node's batch span is its child
+                items=[
+                    node_pb2.BatchItem(request_id=e.request_id, inputs=e.inputs, traceparent=e.traceparent)
+                    for e in entries
+                ],
+            )
             response = await self._watched(replica, request, budget_s, predictor.predict(rows))
         except NodeHung:
             # The node answered neither the batch in its time nor a liveness probe: keep

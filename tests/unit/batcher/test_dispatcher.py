@@ -171,6 +171,21 @@ async def test_slots_are_released_on_every_path(failing: grpc.StatusCode) -> Non
         assert replica.inflight == 0 and replica.outstanding_rows == 0 and replica.tenant_slots == {}
 
 
+async def test_a_bug_building_the_node_request_gives_the_slot_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dispatcher's catch-all answers the callers; the slot the batch held is given back
+    too, or the replica would count it busy for good (starving its tenant on a CPU node)."""
+
+    def broken() -> str:
+        raise RuntimeError("a bug building the request")
+
+    monkeypatch.setattr("ferryman_server.batcher.dispatcher.traceparent", broken)
+    r = await rig()
+    await send(r, entries(["a", "b"]))
+    assert set(codes(r).values()) == {grpc.StatusCode.INTERNAL.value[0]}
+    for replica in r.directory.replicas.values():
+        assert replica.inflight == 0 and replica.outstanding_rows == 0 and replica.tenant_slots == {}
+
+
 async def test_power_of_two_choices_never_takes_the_busiest_of_several() -> None:
     r = await rig()
     n1, n2 = r.directory.replicas["n1"], r.directory.replicas["n2"]
