@@ -8,17 +8,21 @@ import torch
 
 from ferryman_server.gpu_node.runtimes.base import Runtime
 from ferryman_server.gpu_node.runtimes.python_handler import load_python
-from ferryman_server.gpu_node.runtimes.torch_module import load_torch_export, load_torchscript
+from ferryman_server.gpu_node.runtimes.torch_module import (
+    load_torch_export,
+    load_torchscript,
+    warm_torch_export,
+)
 from ferryman_server.kernel.schema import IOSchema
 from ferryman_server.registry.states import ModelFormat
 
 
 def prepare_format(fmt: str) -> None:
-    """Import what loading format ``fmt`` needs, before a load is measured: the libraries
-    are the process's, shared by every later load of the format, not the first version's
-    (torch.export's loader pulls in ``torch._dynamo``: ~70 MB that a 4 MB model was charged)."""
+    """Ready what loading format ``fmt`` needs, before a load is measured: the libraries and
+    their first-use state are the process's, shared by every later load of the format, not
+    the first version's."""
     if fmt == ModelFormat.TORCH_EXPORT:
-        import torch.export.pt2_archive  # noqa: F401
+        warm_torch_export()
 
 
 def load_runtime(fmt: str, path: Path, schema: IOSchema, handler: str, device: torch.device) -> Runtime:

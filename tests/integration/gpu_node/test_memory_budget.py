@@ -38,7 +38,8 @@ SLOW_MS = 3000
 PLACED_BYTES = 60 * MIB
 """A placed version's artifact: more than the room left beside a, d and the pinned one."""
 PLACE_WAIT_S = 30.0
-FIRST_LOAD_CHARGE = 64 * MIB
+FIRST_LOAD_CHARGE = 48 * MIB
+"""The 20 MB MLP was charged 24 MiB with the format warmed; 55-68 MiB with only its loader imported."""
 """Well above the MLP's 4 MB of weights and its warm-up, well below the ~100 MiB its first
 load was charged when the loader's imports counted as the version's."""
 
@@ -157,8 +158,9 @@ def test_pinned_and_running_versions_stay_and_the_least_recently_used_goes(tmp_p
 
 def test_a_fresh_nodes_first_version_is_not_charged_for_its_formats_libraries(tmp_path: Path) -> None:
     """A node process's first torch.export load imports the format's loader (torch._dynamo
-    and its serializer, ~70 MB): the process's, shared by every later load, not the first
-    version's. A 4 MB MLP is charged about its own size, so a budget is not spent on code."""
+    and its serializer, sympy for symbolic shapes, ~50-70 MB): the process's, shared by every
+    later load, not the first version's. The 20 MB MLP is charged about its own size, so a
+    budget is not spent on code."""
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     engine = make_engine(url)
     upgrade(engine)
@@ -173,6 +175,7 @@ def test_a_fresh_nodes_first_version_is_not_charged_for_its_formats_libraries(tm
         info = stub.NodeInfo(node_pb2.NodeInfoRequest(), metadata=service_metadata(), timeout=10)
         (loaded,) = info.versions
         assert 0 < loaded.memory_bytes < FIRST_LOAD_CHARGE, loaded.memory_bytes
+        print(f"first version charged {loaded.memory_bytes / MIB:.1f} MiB")
     finally:
         proc.kill()
         proc.wait(10)
