@@ -70,6 +70,10 @@ class Reason(StrEnum):
     """The quota backend could not be reached and fails closed."""
     REQUEST_ID_REUSED = "REQUEST_ID_REUSED"
     """A different request under a request id already used."""
+    ANSWER_NOT_KEPT = "ANSWER_NOT_KEPT"
+    """A repeat of a request already answered whose answer was not kept (its id was a client
+    library's own, the answer too large or past the tenant's kept-answer bound, or a
+    generation's): not run again; send it under a new id to run it again."""
     OVERLOADED = "OVERLOADED"
     """Refused by predicted latency: the item could not make its deadline."""
     QUEUE_FULL = "QUEUE_FULL"

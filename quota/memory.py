@@ -36,6 +36,8 @@ class Reservation:
     """When the lease ends unless renewed."""
     fingerprint: str
     settled: bool = False
+    expired: bool = False
+    """Its lease ran out unsettled (its caller died): a repeat takes it over."""
     answer: bytes = b""
     """The answer its commit carried, kept for repeats (within the tenant's budget)."""
 
@@ -79,7 +81,7 @@ class MemoryQuota:
                 self._forget(request_id)  # kept a while for idempotent retries
                 continue
             if not reservation.settled and reservation.expiry <= now:
-                reservation.settled = True
+                reservation.settled = reservation.expired = True
                 self.expired += 1
                 for scope in reservation.scopes:
                     self._state(scope).inflight.pop(request_id, None)
@@ -95,6 +97,8 @@ class MemoryQuota:
         if known is not None:
             if known.fingerprint != fingerprint:
                 return Verdict(Decision.CONFLICT, held=False)
+            if known.expired:
+                return self._take_over(request_id, known, now + lease_s)
             # A retry is answered as the first call was; only that first call settles.
             return replace(
                 known.verdict, held=False, repeat=True, running=not known.settled, answer=known.answer
@@ -121,6 +125,17 @@ class MemoryQuota:
         )
         heapq.heappush(self._due, (expiry, request_id))
         return result
+
+    def _take_over(self, request_id: str, known: Reservation, expiry: float) -> Verdict:
+        """A repeat of a request whose caller died (its lease ran out unsettled) runs it:
+        the reservation is held again under the repeat's lease, and its first charge is the
+        request's only one (the repeat's Commit settles it)."""
+        known.settled = known.expired = False
+        known.expiry = expiry
+        for scope in known.scopes:
+            self._state(scope).inflight[request_id] = expiry
+        heapq.heappush(self._due, (expiry, request_id))
+        return known.verdict
 
     async def renew(self, request_ids: Sequence[str], lease_s: float) -> int:
         now = self._clock()
@@ -163,7 +178,7 @@ class MemoryQuota:
         self._expire(now)
         reservation = self._reservations.get(request_id)
         if reservation is None or reservation.settled:
-            return False
+            return False  # a lease that ran out ended it, charged in full
         reservation.settled = True
         token_delta = -reservation.tokens if refund else tokens - reservation.tokens
         cost_delta = -reservation.cost if refund else cost - reservation.cost

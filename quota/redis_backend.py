@@ -5,7 +5,8 @@ Counters of one tenant share a ``{tenant}`` hash tag. Reservation keys are named
 request id alone (Commit and Release carry nothing else), so the scripts expect a
 standalone Redis (or Sentinel), not Redis Cluster. A reservation is a hash that
 remembers its verdict, its lease (``until``) and, once committed, the answer kept for
-repeats, so Reserve, Commit and Release are idempotent.
+repeats, so Reserve, Commit and Release are idempotent. A tenant's kept answers are
+bounded by a ledger of their sizes (``{tenant}:kept``), as the memory backend bounds them.
 """
 
 from __future__ import annotations
@@ -32,14 +33,26 @@ local min_tokens, cpt = tonumber(ARGV[12]), tonumber(ARGV[13])
 -- The windows of policy.py (WINDOW_S, DAY_S), passed in so the two never disagree.
 local WINDOW, DAY = tonumber(ARGV[14]), tonumber(ARGV[15])
 local P = 16
-local known = redis.call('HMGET', KEYS[1], 'verdict', 'fp', 'state', 'expired', 'until', 'answer')
+local known = redis.call('HMGET', KEYS[1], 'verdict', 'fp', 'state', 'expired', 'until', 'answer', 'scopes')
 if known[1] then
   if known[2] ~= fp then return {cjson.encode({'conflict', 0, {}, 0})} end
+  local running = known[3] == 'reserved' and not known[4] and tonumber(known[5] or now) > now
+  if known[3] == 'reserved' and not running then
+    -- Its caller died (the lease ran out unsettled): this repeat takes the reservation
+    -- over and runs the request, whose first charge stays its only one.
+    for base in string.gmatch(known[7] or '', '[^\\n]+') do
+      redis.call('ZADD', base .. ':inflight', now + lease, rid)
+      redis.call('PEXPIRE', base .. ':inflight', 2 * ttl)
+    end
+    redis.call('HDEL', KEYS[1], 'expired')
+    redis.call('HSET', KEYS[1], 'until', now + lease)
+    redis.call('PEXPIRE', KEYS[1], 2 * ttl)
+    return {known[1]}
+  end
   -- A retry is answered as the first call was (with its kept answer, binary, beside the
   -- verdict); only that first call settles.
   local verdict = cjson.decode(known[1])
   verdict[5] = 'retry'
-  local running = known[3] == 'reserved' and not known[4] and tonumber(known[5] or now) > now
   return {cjson.encode(verdict), running and '1' or '0', known[6] or ''}
 end
 local function base_of(scope) return prefix .. '{' .. string.match(scope, '^[^/]+') .. '}:' .. scope end
@@ -170,12 +183,33 @@ return {result}
 SETTLE = """
 local now, rid = tonumber(ARGV[1]), ARGV[2]
 local actual_tokens, actual_cost, refund = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5] == '1'
+local answer, ttl, prefix, budget = ARGV[6], tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
 local r = redis.call('HMGET', KEYS[1], 'state', 'expired', 'tokens', 'cost', 'day', 'scopes', 'until')
 if r[1] ~= 'reserved' then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'settled')
--- A lease that ran out unrenewed (its caller died) ended the reservation, charged in full.
+-- A lease that ran out unrenewed (its caller died) ended the reservation, charged in full;
+-- it stays 'reserved' so that a repeat can take it over.
 if r[2] or tonumber(r[7] or now + 1) <= now then return 0 end
-if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'answer', ARGV[6]) end
+redis.call('HSET', KEYS[1], 'state', 'settled')
+if answer ~= '' then
+  -- The tenant's kept answers are a ledger (id -> size, id -> when it is forgotten) and
+  -- their total: past the budget an answer is not kept, and its repeats are refused.
+  local ledger = prefix .. '{' .. string.match(rid, '^[^/]*') .. '}:kept'
+  local sizes, total = ledger .. ':sizes', ledger .. ':bytes'
+  for _, g in ipairs(redis.call('ZRANGEBYSCORE', ledger, '-inf', now, 'LIMIT', 0, 64)) do
+    redis.call('DECRBY', total, tonumber(redis.call('HGET', sizes, g) or '0'))
+    redis.call('HDEL', sizes, g)
+    redis.call('ZREM', ledger, g)
+  end
+  local before = tonumber(redis.call('HGET', sizes, rid) or '0')
+  if tonumber(redis.call('GET', total) or '0') - before + #answer <= budget then
+    redis.call('HSET', KEYS[1], 'answer', answer)
+    redis.call('PEXPIRE', KEYS[1], 2 * ttl)
+    redis.call('ZADD', ledger, now + 2 * ttl, rid)
+    redis.call('HSET', sizes, rid, #answer)
+    redis.call('INCRBY', total, #answer - before)
+    for _, k in ipairs({ledger, sizes, total}) do redis.call('PEXPIRE', k, 2 * ttl) end
+  end
+end
 local tokens, cost, day = tonumber(r[3]), tonumber(r[4]), r[5]
 local token_delta, cost_delta = actual_tokens - tokens, actual_cost - cost
 if refund then token_delta, cost_delta = -tokens, -cost end
@@ -258,10 +292,12 @@ class RedisQuota:
         self,
         client: aioredis.Redis,
         reservation_ttl_s: float,
+        kept_per_tenant_bytes: int,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._redis = client
         self._ttl_ms = int(reservation_ttl_s * 1000)
+        self._kept_budget = kept_per_tenant_bytes
         self._clock = clock
         self._reserve = client.register_script(RESERVE)
         self._settle = client.register_script(SETTLE)
@@ -344,11 +380,25 @@ class RedisQuota:
         return int(await self._renew(keys=[], args=args))
 
     async def commit(self, request_id: str, tokens: int, cost: float, answer: bytes = b"") -> bool:
-        args: list[str | int | float | bytes] = [self._ms(), request_id, tokens, cost, "0", answer]
-        return bool(await self._settle(keys=[self._tag(request_id)], args=args))
+        return await self._settle_call(request_id, tokens, cost, "0", answer)
 
     async def release(self, request_id: str) -> bool:
-        args: list[str | int | float | bytes] = [self._ms(), request_id, 0, 0, "1", b""]
+        return await self._settle_call(request_id, 0, 0, "1", b"")
+
+    async def _settle_call(
+        self, request_id: str, tokens: int, cost: float, refund: str, answer: bytes
+    ) -> bool:
+        args: list[str | int | float | bytes] = [
+            self._ms(),
+            request_id,
+            tokens,
+            cost,
+            refund,
+            answer,
+            self._ttl_ms,
+            KEY_PREFIX,
+            self._kept_budget,
+        ]
         return bool(await self._settle(keys=[self._tag(request_id)], args=args))
 
     async def charge(

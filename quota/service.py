@@ -75,7 +75,7 @@ def make_backend(settings: QuotaSettings) -> QuotaBackend:
             socket_connect_timeout=settings.backend_timeout_s,
         )
         client = aioredis.Redis(connection_pool=pool)
-        return RedisQuota(client, settings.reservation_ttl_s)
+        return RedisQuota(client, settings.reservation_ttl_s, settings.kept_answers_per_tenant_bytes)
     return MemoryQuota(settings.reservation_ttl_s, settings.kept_answers_per_tenant_bytes)
 
 

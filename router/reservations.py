@@ -112,8 +112,9 @@ class Reservations:
             raise fail(
                 grpc.StatusCode.ALREADY_EXISTS,
                 f"request_id {clip(request_id_of(quota_id))!r} was already answered and its answer "
-                "was not kept (too large, or its router stopped before answering): use a new id",
-                Reason.REQUEST_ID_REUSED,
+                "was not kept (the id was generated, or the answer too large or past the tenant's "
+                "kept-answer bound): use a new id to run it again",
+                Reason.ANSWER_NOT_KEPT,
             )
         if verdict.held:
             self._held.add(quota_id)

@@ -144,9 +144,11 @@ class RouterService:
                 "the deadline passed before the request arrived",
                 Reason.DEADLINE,
             )
-        # An id the client chose may come again (a retry): it buys one request, answered
-        # again from the kept answer, for every tenant, with or without limits.
+        # An id the client sent may come again (a retry): it buys one request, for every
+        # tenant, with or without limits. Only an id the application chose (an idempotency
+        # key) keeps its answer for repeats: a client library's own id only binds.
         replayable = bool(request.request_id)
+        keep = replayable and not request.generated_request_id
         request_id = request.request_id or uuid.uuid4().hex
         quota_id = f"{tenant.name}/{request_id}"
         admitted = self._check(request, tenant, degrade=False)
@@ -175,7 +177,7 @@ class RouterService:
             raise
         if verdict.held:
             usage = response.usage
-            answer = response.SerializeToString() if replayable else b""
+            answer = response.SerializeToString() if keep else b""
             self._reservations.commit_later(quota_id, usage.input_tokens, usage.cost_usd, answer)
         return response
 

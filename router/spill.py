@@ -88,6 +88,7 @@ class Spill:
         # The job is named after the request: it needs an id before the first try.
         if not request.request_id:
             request.request_id = uuid.uuid4().hex
+            request.generated_request_id = True  # the router's own: it keeps no answer
         elif await self._desk.exists(tenant, spill_job_id(request.request_id)):
             # A retry of a request that was spilled: its job answers it, once and charged
             # once; running it again now would answer (and charge) it twice.

@@ -16,6 +16,10 @@ from ferryman_server.quota.service import QuotaBackend
 
 LONG_LEASE_S = 300.0
 BUDGET_S = 5.0
+TTL_S = 300.0
+"""How long a settled id is remembered: every backend under test is made with it."""
+KEPT = 1024 * 1024
+"""Bytes of one tenant's answers kept at once: every backend under test is made with it."""
 
 
 class Clock:
@@ -260,18 +264,51 @@ async def a_repeat_waits_for_the_first_then_gets_its_answer(q: Harness) -> None:
     assert (await q.usage([Limits(scope="t", rpm=5)]))["t:rpm"] == 1
 
 
-async def a_repeat_of_a_lost_first_call_is_not_run_again(q: Harness) -> None:
-    """The first call's router died (its lease ran out unrenewed): a repeat is neither
-    running nor answered (the caller refuses it), and a late commit keeps no answer."""
-    for n, limits in enumerate(([], [Limits(scope="t", max_concurrency=1)])):
+async def a_repeat_of_a_lost_first_call_takes_it_over(q: Harness) -> None:
+    """The first call's router died (its lease ran out unrenewed): a repeat takes the
+    reservation over and runs the request, held again under its own lease; the request is
+    charged once (its first charge, settled by the repeat's commit), and the dead router's
+    late commit applies nothing."""
+    for n, limits in enumerate(([], [Limits(scope="t", rpm=5, cost_per_day_usd=10, max_concurrency=1)])):
         rid = f"lost/{n}"
-        assert (await q.reserve(rid, limits, fingerprint="A", lease_s=10, replayable=True)).held
+        assert (await q.reserve(rid, limits, 0, 1.0, fingerprint="A", lease_s=10, replayable=True)).held
+        running = await q.reserve(rid, limits, 0, 1.0, fingerprint="A", lease_s=10, replayable=True)
+        assert running.repeat and running.running and not running.held
         q.clock.now += 11
-        lost = await q.reserve(rid, limits, fingerprint="A", lease_s=10, replayable=True)
-        assert lost.repeat and not lost.running and not lost.answer and not lost.held
-        assert not await q.backend.commit(rid, 0, 0, ANSWER)
-        late = await q.reserve(rid, limits, fingerprint="A", lease_s=10, replayable=True)
-        assert late.repeat and not late.answer
+        other = await q.reserve(f"t/other{n}", limits, lease_s=10)
+        assert other.decision == Decision.ADMIT  # the lost call's slot was free meanwhile
+        assert await q.backend.release(f"t/other{n}")
+        taken = await q.reserve(rid, limits, 0, 1.0, fingerprint="A", lease_s=10, replayable=True)
+        assert taken.decision == Decision.ADMIT and taken.held and not taken.repeat
+        if limits:
+            assert (await q.reserve(f"t/third{n}", limits, lease_s=10)).decision == Decision.REJECT
+            assert (await q.usage(limits)) == {"t:rpm": 1, "t:cost_per_day": 1.0, "t:max_concurrency": 1}
+        assert await q.backend.renew([rid], 10) == 1
+        assert await q.backend.commit(rid, 0, 0.4, ANSWER)
+        assert not await q.backend.commit(rid, 0, 1.0, b"late")  # the dead router's: applies nothing
+        if limits:
+            usage = await q.usage(limits)
+            assert usage == {"t:rpm": 1, "t:cost_per_day": pytest.approx(0.4), "t:max_concurrency": 0}
+        again = await q.reserve(rid, limits, 0, 1.0, fingerprint="A", lease_s=10, replayable=True)
+        assert again.repeat and again.answer == ANSWER and not again.held
+
+
+async def a_tenants_kept_answers_are_bounded_and_freed_when_forgotten(q: Harness) -> None:
+    """Past a tenant's budget new answers are not kept (their repeats are refused by the
+    router); other tenants keep theirs; a forgotten id frees its bytes."""
+    third = KEPT // 3 + 1
+    for rid in ("a/1", "a/2", "a/3", "b/1"):
+        assert (await q.reserve(rid, [], lease_s=10, replayable=True)).held
+        assert await q.backend.commit(rid, 0, 0, b"x" * third)
+    answers = [
+        len((await q.reserve(r, [], lease_s=10, replayable=True)).answer)
+        for r in ("a/1", "a/2", "a/3", "b/1")
+    ]
+    assert answers == [third, third, 0, third]
+    q.clock.now += 10 + 2 * TTL_S + 1  # every id forgotten: their bytes are free again
+    assert (await q.reserve("a/4", [], lease_s=10, replayable=True)).held
+    assert await q.backend.commit("a/4", 0, 0, b"y" * (KEPT - 1))
+    assert (await q.reserve("a/4", [], lease_s=10, replayable=True)).answer == b"y" * (KEPT - 1)
 
 
 async def a_committed_answer_outlives_its_lease(q: Harness) -> None:
@@ -299,6 +336,7 @@ SCENARIOS: list[Callable[[Harness], Awaitable[None]]] = [
     a_partial_ask_takes_what_the_limits_leave,
     a_charge_adds_only_what_is_new,
     a_repeat_waits_for_the_first_then_gets_its_answer,
-    a_repeat_of_a_lost_first_call_is_not_run_again,
+    a_repeat_of_a_lost_first_call_takes_it_over,
+    a_tenants_kept_answers_are_bounded_and_freed_when_forgotten,
     a_committed_answer_outlives_its_lease,
 ]

@@ -55,6 +55,8 @@ class Topology:
     ingress: str
     """The HTTP doors of every router behind nginx, as an ingress serves them (http://...)."""
     router_metrics: list[str]
+    quota_redis: str
+    """The Redis (database) the routers count quotas and keep request ids in."""
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -230,6 +232,7 @@ def run_topology(root: Path, registry_url: str, redis_url: str) -> Iterator[Topo
             },
             ingress=f"http://{ingress}",
             router_metrics=[f"http://{m}/metrics" for m in router_metrics],
+            quota_redis=redis_url,
         )
         stack.callback(lambda: _stop_all(list(topology.procs.values())))
         topology.e2e.batcher_metrics = topology.batcher_metrics[rendezvous(batchers, "echo")[0]]

@@ -23,6 +23,7 @@ from ferryman.sdk.calls import (
     channel_options,
     needs_schema,
     out_of_time,
+    renamed,
     retry_or_raise,
     stream_answer,
     stream_options,
@@ -141,6 +142,7 @@ class AsyncClient(Endpoint):
                                 parameters=parameters,
                                 request_id=rid,
                                 spill_to_job=spill_to_job,
+                                generated_id=not request_id,
                             )
                         response = await self._stub.Predict(request, metadata=call, timeout=remaining)
                         self._throttle.answered(grpc.StatusCode.OK)
@@ -150,6 +152,9 @@ class AsyncClient(Endpoint):
                         self._throttle.answered(error.code, error.reason)
                 else:
                     error = tagged(throttled(), rid)
+                if renamed(request, error):
+                    rid = request.request_id
+                    continue
                 await asyncio.sleep(retry_or_raise(error, attempt, self._retries, loop.time(), deadline))
         except DeadlineExceeded as late:
             if request is None:

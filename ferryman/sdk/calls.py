@@ -8,13 +8,14 @@ import random
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import grpc
 
 from ferryman.priorities import PRIORITIES
 from ferryman.sdk.convert import to_inputs
 from ferryman.sdk.errors import (
+    AnswerNotKept,
     DeadlineExceeded,
     FerrymanError,
     InvalidOption,
@@ -58,10 +59,14 @@ def build_request(
     parameters: Mapping[str, str] | None,
     request_id: str | None,
     spill_to_job: bool = False,
+    generated_id: bool = False,
 ) -> inference_pb2.PredictRequest:
+    """The request; ``generated_id``: ``request_id`` is the client's own (the application
+    chose none), which the router binds but keeps no answer for (as with no id at all)."""
     level = priority_level(priority)
     return inference_pb2.PredictRequest(
         request_id=request_id or uuid.uuid4().hex,
+        generated_request_id=generated_id or not request_id,
         model=model,
         version=version or "",
         inputs=to_inputs(inputs, info),
@@ -122,6 +127,19 @@ def retry_or_raise(error: FerrymanError, attempt: int, retries: int, now: float,
     if delay is None or attempt == retries or now + delay >= deadline:
         raise error from None  # the gRPC error it was made from says nothing more
     return delay
+
+
+def renamed(
+    request: inference_pb2.PredictRequest | None, error: FerrymanError
+) -> TypeGuard[inference_pb2.PredictRequest]:
+    """Whether ``error`` says an earlier attempt of this call, under the client's own id, was
+    answered and the answer lost on its way back (it was not kept): the request then takes a
+    new id, to be sent again at once (run and charged again: a call with an id of the
+    application's own is answered from the kept answer instead)."""
+    if request is None or not request.generated_request_id or not isinstance(error, AnswerNotKept):
+        return False
+    request.request_id = uuid.uuid4().hex
+    return True
 
 
 def channel_credentials(

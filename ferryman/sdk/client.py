@@ -33,6 +33,7 @@ from ferryman.sdk.calls import (
     missing_answer,
     needs_schema,
     out_of_time,
+    renamed,
     retry_or_raise,
     stream_answer,
     stream_options,
@@ -161,6 +162,7 @@ class Client(Endpoint):
                                 parameters=parameters,
                                 request_id=rid,
                                 spill_to_job=spill_to_job,
+                                generated_id=not request_id,
                             )
                         response = self._stub.Predict(request, metadata=call, timeout=remaining)
                         self._throttle.answered(grpc.StatusCode.OK)
@@ -170,6 +172,9 @@ class Client(Endpoint):
                         self._throttle.answered(error.code, error.reason)
                 else:
                     error = tagged(throttled(), rid)
+                if renamed(request, error):
+                    rid = request.request_id
+                    continue
                 time.sleep(retry_or_raise(error, attempt, self._retries, time.monotonic(), deadline))
         except DeadlineExceeded as late:
             if request is None:

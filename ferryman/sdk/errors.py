@@ -80,6 +80,11 @@ class RequestIdReused(FerrymanError):
     one id buys once): send this request under a new id. Never retried."""
 
 
+class AnswerNotKept(RequestIdReused):
+    """The request was already answered under this id and its answer was not kept, so it is
+    not run again (the client retries its own ids under a new one, charged again)."""
+
+
 class QuotaExceeded(RetryableError):
     """Over a hard quota limit; ``violations`` lists (limit, description)."""
 
@@ -139,6 +144,8 @@ def from_status(status: status_pb2.Status) -> FerrymanError:
         return PermissionDenied(code, status.message, reason)
     if code == grpc.StatusCode.NOT_FOUND:
         return NotFound(code, status.message, reason)
+    if code == grpc.StatusCode.ALREADY_EXISTS and reason == Reason.ANSWER_NOT_KEPT:
+        return AnswerNotKept(code, status.message, reason)
     if code == grpc.StatusCode.ALREADY_EXISTS and reason == Reason.REQUEST_ID_REUSED:
         return RequestIdReused(code, status.message, reason)
     if code == grpc.StatusCode.INVALID_ARGUMENT:

@@ -27,7 +27,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x66\x65rryman/v1/inference.proto\x12\x0b\x66\x65rryman.v1\x1a\x18\x66\x65rryman/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x17google/rpc/status.proto\"D\n\x0f\x46\x65\x65\x64\x62\x61\x63kRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06metric\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\x01\"D\n\x10\x46\x65\x65\x64\x62\x61\x63kResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x10\n\x08window_s\x18\x03 \x01(\x01\"\xb5\x02\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x0e\n\x06prompt\x18\x04 \x01(\t\x12*\n\x08messages\x18\x05 \x03(\x0b\x32\x18.ferryman.v1.ChatMessage\x12\x12\n\nmax_tokens\x18\x06 \x01(\x05\x12-\n\x08sampling\x18\x07 \x01(\x0b\x32\x1b.ferryman.v1.SamplingParams\x12\x0c\n\x04stop\x18\x08 \x03(\t\x12\x0c\n\x04user\x18\t \x01(\t\x12\'\n\x08priority\x18\n \x01(\x0e\x32\x15.ferryman.v1.Priority\x12*\n\x07timeout\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\"\xf3\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\r\n\x05model\x18\x04 \x01(\t\x12\x0f\n\x07version\x18\x05 \x01(\t\x12\x10\n\x08\x66\x61llback\x18\x06 \x01(\x08\x12\x30\n\rfinish_reason\x18\x07 \x01(\x0e\x32\x19.ferryman.v1.FinishReason\x12!\n\x05usage\x18\x08 \x01(\x0b\x32\x12.ferryman.v1.Usage\x12#\n\x06timing\x18\t \x01(\x0b\x32\x13.ferryman.v1.Timing\"\xdb\x02\n\x0ePredictRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12(\n\x06inputs\x18\x04 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12?\n\nparameters\x18\x05 \x03(\x0b\x32+.ferryman.v1.PredictRequest.ParametersEntry\x12\x0c\n\x04user\x18\x06 \x01(\t\x12\'\n\x08priority\x18\x07 \x01(\x0e\x32\x15.ferryman.v1.Priority\x12*\n\x07timeout\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x14\n\x0cspill_to_job\x18\t \x01(\x08\x1a\x31\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xed\x01\n\x0fPredictResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x10\n\x08\x66\x61llback\x18\x04 \x01(\x08\x12)\n\x07outputs\x18\x05 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12!\n\x05usage\x18\x06 \x01(\x0b\x32\x12.ferryman.v1.Usage\x12#\n\x06timing\x18\x07 \x01(\x0b\x32\x13.ferryman.v1.Timing\x12\x11\n\tcoalesced\x18\x08 \x01(\x08\x12\x0e\n\x06\x63\x61\x63hed\x18\t \x01(\x08\"\x8c\x01\n\x15PredictStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x30\n\x08response\x18\x02 \x01(\x0b\x32\x1c.ferryman.v1.PredictResponseH\x00\x12#\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x42\x08\n\x06result\"\x13\n\x11ListModelsRequest\"<\n\x12ListModelsResponse\x12&\n\x06models\x18\x01 \x03(\x0b\x32\x16.ferryman.v1.ModelInfo\" \n\x0fGetModelRequest\x12\r\n\x05model\x18\x01 \x01(\t\"e\n\x0bVersionInfo\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0e\n\x06weight\x18\x03 \x01(\x05\x12%\n\x06schema\x18\x04 \x01(\x0b\x32\x15.ferryman.v1.IOSchema\"l\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12*\n\x08versions\x18\x03 \x03(\x0b\x32\x18.ferryman.v1.VersionInfo\x12\x10\n\x08\x66\x61llback\x18\x04 \x01(\t2\xcc\x03\n\tInference\x12\x44\n\x07Predict\x12\x1b.ferryman.v1.PredictRequest\x1a\x1c.ferryman.v1.PredictResponse\x12T\n\rPredictStream\x12\x1b.ferryman.v1.PredictRequest\x1a\".ferryman.v1.PredictStreamResponse(\x01\x30\x01\x12M\n\nListModels\x12\x1e.ferryman.v1.ListModelsRequest\x1a\x1f.ferryman.v1.ListModelsResponse\x12@\n\x08GetModel\x12\x1c.ferryman.v1.GetModelRequest\x1a\x16.ferryman.v1.ModelInfo\x12I\n\x08Generate\x12\x1c.ferryman.v1.GenerateRequest\x1a\x1d.ferryman.v1.GenerateResponse0\x01\x12G\n\x08\x46\x65\x65\x64\x62\x61\x63k\x12\x1c.ferryman.v1.FeedbackRequest\x1a\x1d.ferryman.v1.FeedbackResponseBM\n\x0f\x64\x65v.ferryman.v1P\x01Z*ferryman.dev/gen/go/ferryman/v1;ferrymanv1\xaa\x02\x0b\x46\x65rryman.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x66\x65rryman/v1/inference.proto\x12\x0b\x66\x65rryman.v1\x1a\x18\x66\x65rryman/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x17google/rpc/status.proto\"D\n\x0f\x46\x65\x65\x64\x62\x61\x63kRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06metric\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\x01\"D\n\x10\x46\x65\x65\x64\x62\x61\x63kResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x10\n\x08window_s\x18\x03 \x01(\x01\"\xd3\x02\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x0e\n\x06prompt\x18\x04 \x01(\t\x12*\n\x08messages\x18\x05 \x03(\x0b\x32\x18.ferryman.v1.ChatMessage\x12\x12\n\nmax_tokens\x18\x06 \x01(\x05\x12-\n\x08sampling\x18\x07 \x01(\x0b\x32\x1b.ferryman.v1.SamplingParams\x12\x0c\n\x04stop\x18\x08 \x03(\t\x12\x0c\n\x04user\x18\t \x01(\t\x12\'\n\x08priority\x18\n \x01(\x0e\x32\x15.ferryman.v1.Priority\x12*\n\x07timeout\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1c\n\x14generated_request_id\x18\x0c \x01(\x08\"\xf3\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\r\n\x05model\x18\x04 \x01(\t\x12\x0f\n\x07version\x18\x05 \x01(\t\x12\x10\n\x08\x66\x61llback\x18\x06 \x01(\x08\x12\x30\n\rfinish_reason\x18\x07 \x01(\x0e\x32\x19.ferryman.v1.FinishReason\x12!\n\x05usage\x18\x08 \x01(\x0b\x32\x12.ferryman.v1.Usage\x12#\n\x06timing\x18\t \x01(\x0b\x32\x13.ferryman.v1.Timing\"\xf9\x02\n\x0ePredictRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12(\n\x06inputs\x18\x04 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12?\n\nparameters\x18\x05 \x03(\x0b\x32+.ferryman.v1.PredictRequest.ParametersEntry\x12\x0c\n\x04user\x18\x06 \x01(\t\x12\'\n\x08priority\x18\x07 \x01(\x0e\x32\x15.ferryman.v1.Priority\x12*\n\x07timeout\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x14\n\x0cspill_to_job\x18\t \x01(\x08\x12\x1c\n\x14generated_request_id\x18\n \x01(\x08\x1a\x31\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xed\x01\n\x0fPredictResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x10\n\x08\x66\x61llback\x18\x04 \x01(\x08\x12)\n\x07outputs\x18\x05 \x03(\x0b\x32\x18.ferryman.v1.NamedTensor\x12!\n\x05usage\x18\x06 \x01(\x0b\x32\x12.ferryman.v1.Usage\x12#\n\x06timing\x18\x07 \x01(\x0b\x32\x13.ferryman.v1.Timing\x12\x11\n\tcoalesced\x18\x08 \x01(\x08\x12\x0e\n\x06\x63\x61\x63hed\x18\t \x01(\x08\"\x8c\x01\n\x15PredictStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x30\n\x08response\x18\x02 \x01(\x0b\x32\x1c.ferryman.v1.PredictResponseH\x00\x12#\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x42\x08\n\x06result\"\x13\n\x11ListModelsRequest\"<\n\x12ListModelsResponse\x12&\n\x06models\x18\x01 \x03(\x0b\x32\x16.ferryman.v1.ModelInfo\" \n\x0fGetModelRequest\x12\r\n\x05model\x18\x01 \x01(\t\"e\n\x0bVersionInfo\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0e\n\x06weight\x18\x03 \x01(\x05\x12%\n\x06schema\x18\x04 \x01(\x0b\x32\x15.ferryman.v1.IOSchema\"l\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12*\n\x08versions\x18\x03 \x03(\x0b\x32\x18.ferryman.v1.VersionInfo\x12\x10\n\x08\x66\x61llback\x18\x04 \x01(\t2\xcc\x03\n\tInference\x12\x44\n\x07Predict\x12\x1b.ferryman.v1.PredictRequest\x1a\x1c.ferryman.v1.PredictResponse\x12T\n\rPredictStream\x12\x1b.ferryman.v1.PredictRequest\x1a\".ferryman.v1.PredictStreamResponse(\x01\x30\x01\x12M\n\nListModels\x12\x1e.ferryman.v1.ListModelsRequest\x1a\x1f.ferryman.v1.ListModelsResponse\x12@\n\x08GetModel\x12\x1c.ferryman.v1.GetModelRequest\x1a\x16.ferryman.v1.ModelInfo\x12I\n\x08Generate\x12\x1c.ferryman.v1.GenerateRequest\x1a\x1d.ferryman.v1.GenerateResponse0\x01\x12G\n\x08\x46\x65\x65\x64\x62\x61\x63k\x12\x1c.ferryman.v1.FeedbackRequest\x1a\x1d.ferryman.v1.FeedbackResponseBM\n\x0f\x64\x65v.ferryman.v1P\x01Z*ferryman.dev/gen/go/ferryman/v1;ferrymanv1\xaa\x02\x0b\x46\x65rryman.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,27 +42,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FEEDBACKRESPONSE']._serialized_start=197
   _globals['_FEEDBACKRESPONSE']._serialized_end=265
   _globals['_GENERATEREQUEST']._serialized_start=268
-  _globals['_GENERATEREQUEST']._serialized_end=577
-  _globals['_GENERATERESPONSE']._serialized_start=580
-  _globals['_GENERATERESPONSE']._serialized_end=823
-  _globals['_PREDICTREQUEST']._serialized_start=826
-  _globals['_PREDICTREQUEST']._serialized_end=1173
-  _globals['_PREDICTREQUEST_PARAMETERSENTRY']._serialized_start=1124
-  _globals['_PREDICTREQUEST_PARAMETERSENTRY']._serialized_end=1173
-  _globals['_PREDICTRESPONSE']._serialized_start=1176
-  _globals['_PREDICTRESPONSE']._serialized_end=1413
-  _globals['_PREDICTSTREAMRESPONSE']._serialized_start=1416
-  _globals['_PREDICTSTREAMRESPONSE']._serialized_end=1556
-  _globals['_LISTMODELSREQUEST']._serialized_start=1558
-  _globals['_LISTMODELSREQUEST']._serialized_end=1577
-  _globals['_LISTMODELSRESPONSE']._serialized_start=1579
-  _globals['_LISTMODELSRESPONSE']._serialized_end=1639
-  _globals['_GETMODELREQUEST']._serialized_start=1641
-  _globals['_GETMODELREQUEST']._serialized_end=1673
-  _globals['_VERSIONINFO']._serialized_start=1675
-  _globals['_VERSIONINFO']._serialized_end=1776
-  _globals['_MODELINFO']._serialized_start=1778
-  _globals['_MODELINFO']._serialized_end=1886
-  _globals['_INFERENCE']._serialized_start=1889
-  _globals['_INFERENCE']._serialized_end=2349
+  _globals['_GENERATEREQUEST']._serialized_end=607
+  _globals['_GENERATERESPONSE']._serialized_start=610
+  _globals['_GENERATERESPONSE']._serialized_end=853
+  _globals['_PREDICTREQUEST']._serialized_start=856
+  _globals['_PREDICTREQUEST']._serialized_end=1233
+  _globals['_PREDICTREQUEST_PARAMETERSENTRY']._serialized_start=1184
+  _globals['_PREDICTREQUEST_PARAMETERSENTRY']._serialized_end=1233
+  _globals['_PREDICTRESPONSE']._serialized_start=1236
+  _globals['_PREDICTRESPONSE']._serialized_end=1473
+  _globals['_PREDICTSTREAMRESPONSE']._serialized_start=1476
+  _globals['_PREDICTSTREAMRESPONSE']._serialized_end=1616
+  _globals['_LISTMODELSREQUEST']._serialized_start=1618
+  _globals['_LISTMODELSREQUEST']._serialized_end=1637
+  _globals['_LISTMODELSRESPONSE']._serialized_start=1639
+  _globals['_LISTMODELSRESPONSE']._serialized_end=1699
+  _globals['_GETMODELREQUEST']._serialized_start=1701
+  _globals['_GETMODELREQUEST']._serialized_end=1733
+  _globals['_VERSIONINFO']._serialized_start=1735
+  _globals['_VERSIONINFO']._serialized_end=1836
+  _globals['_MODELINFO']._serialized_start=1838
+  _globals['_MODELINFO']._serialized_end=1946
+  _globals['_INFERENCE']._serialized_start=1949
+  _globals['_INFERENCE']._serialized_end=2409
 # @@protoc_insertion_point(module_scope)

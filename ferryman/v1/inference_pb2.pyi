@@ -32,7 +32,7 @@ class FeedbackResponse(_message.Message):
     def __init__(self, model: _Optional[str] = ..., version: _Optional[str] = ..., window_s: _Optional[float] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "model", "version", "prompt", "messages", "max_tokens", "sampling", "stop", "user", "priority", "timeout")
+    __slots__ = ("request_id", "model", "version", "prompt", "messages", "max_tokens", "sampling", "stop", "user", "priority", "timeout", "generated_request_id")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,7 @@ class GenerateRequest(_message.Message):
     USER_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     version: str
@@ -55,7 +56,8 @@ class GenerateRequest(_message.Message):
     user: str
     priority: _common_pb2.Priority
     timeout: _duration_pb2.Duration
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., stop: _Optional[_Iterable[str]] = ..., user: _Optional[str] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    generated_request_id: bool
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., stop: _Optional[_Iterable[str]] = ..., user: _Optional[str] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., generated_request_id: bool = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("request_id", "text", "token_ids", "model", "version", "fallback", "finish_reason", "usage", "timing")
@@ -80,7 +82,7 @@ class GenerateResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., fallback: bool = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., timing: _Optional[_Union[_common_pb2.Timing, _Mapping]] = ...) -> None: ...
 
 class PredictRequest(_message.Message):
-    __slots__ = ("request_id", "model", "version", "inputs", "parameters", "user", "priority", "timeout", "spill_to_job")
+    __slots__ = ("request_id", "model", "version", "inputs", "parameters", "user", "priority", "timeout", "spill_to_job", "generated_request_id")
     class ParametersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -97,6 +99,7 @@ class PredictRequest(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     SPILL_TO_JOB_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     version: str
@@ -106,7 +109,8 @@ class PredictRequest(_message.Message):
     priority: _common_pb2.Priority
     timeout: _duration_pb2.Duration
     spill_to_job: bool
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[_common_pb2.NamedTensor, _Mapping]]] = ..., parameters: _Optional[_Mapping[str, str]] = ..., user: _Optional[str] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., spill_to_job: bool = ...) -> None: ...
+    generated_request_id: bool
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., version: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[_common_pb2.NamedTensor, _Mapping]]] = ..., parameters: _Optional[_Mapping[str, str]] = ..., user: _Optional[str] = ..., priority: _Optional[_Union[_common_pb2.Priority, str]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., spill_to_job: bool = ..., generated_request_id: bool = ...) -> None: ...
 
 class PredictResponse(_message.Message):
     __slots__ = ("request_id", "model", "version", "fallback", "outputs", "usage", "timing", "coalesced", "cached")

@@ -197,8 +197,10 @@ class OipServicer:
                     yield Rejected(request.id, failed.status)
                     continue
                 if not converted.request_id:
-                    # A stream's answers are matched to their requests by id.
+                    # A stream's answers are matched to their requests by id (the door's
+                    # own, which keeps no answer: nobody repeats it).
                     converted.request_id = uuid.uuid4().hex
+                    converted.generated_request_id = True
                 wanted[converted.request_id] = outputs
                 yield converted
 

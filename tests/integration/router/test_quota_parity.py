@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import redis.asyncio as aioredis
-from quota_scenarios import SCENARIOS, Clock, Harness
+from quota_scenarios import KEPT, SCENARIOS, TTL_S, Clock, Harness
 
 from ferryman_server.quota.redis_backend import RedisQuota
 
@@ -26,4 +26,6 @@ async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
 async def test_redis_backend(client: aioredis.Redis, scenario: Callable[[Harness], Awaitable[None]]) -> None:
     clock = Clock()
-    await scenario(Harness(RedisQuota(client, reservation_ttl_s=300, clock=clock), clock))
+    await scenario(
+        Harness(RedisQuota(client, reservation_ttl_s=TTL_S, kept_per_tenant_bytes=KEPT, clock=clock), clock)
+    )

@@ -49,7 +49,11 @@ def quota_service(redis_url: str, snapshot: ConfigSnapshot, **settings: object) 
     client = aioredis.Redis.from_url(
         redis_url, socket_timeout=config.backend_timeout_s, socket_connect_timeout=config.backend_timeout_s
     )
-    return QuotaService(config, RedisQuota(client, config.reservation_ttl_s), lambda: snapshot)
+    return QuotaService(
+        config,
+        RedisQuota(client, config.reservation_ttl_s, config.kept_answers_per_tenant_bytes),
+        lambda: snapshot,
+    )
 
 
 def test_two_routers_admit_exactly_the_request_limit(e2e: E2E, redis_url: str) -> None:

@@ -75,7 +75,7 @@ def redis_usage(redis_url: str, tenant: str, **limits: object) -> dict[str, floa
 
     async def read() -> dict[str, float]:
         client = aioredis.Redis.from_url(redis_url)
-        service = QuotaService(QuotaSettings(), RedisQuota(client, 300), lambda: snapshot)
+        service = QuotaService(QuotaSettings(), RedisQuota(client, 300, 64 << 20), lambda: snapshot)
         rows, _ = await service.usage(tenant)
         await client.aclose()
         return {name.split(":")[-1]: current for name, current, _, _ in rows}
@@ -229,7 +229,7 @@ async def test_reserves_stuck_behind_a_frozen_redis_take_nothing(tmp_path: Path)
     snapshot = ConfigSnapshot(revision=1, policies={tenant: [record]})
     settings = QuotaSettings(backend="redis", redis_url=url, backend_timeout_s=0.25)
     client = aioredis.Redis.from_url(url, socket_timeout=0.25, socket_connect_timeout=0.25)
-    service = QuotaService(settings, RedisQuota(client, 300), lambda: snapshot)
+    service = QuotaService(settings, RedisQuota(client, 300, 64 << 20), lambda: snapshot)
     try:
         assert (
             await service.reserve(ReserveCall("warm", tenant, "m", Ask(0, 0), "fp"))
@@ -269,7 +269,7 @@ async def test_daily_spend_survives_a_redis_restart_only_with_aof(tmp_path: Path
 
     async def spent_after(action: str) -> float:
         client = aioredis.Redis.from_url(url)
-        service = QuotaService(QuotaSettings(), RedisQuota(client, 300), lambda: snapshot)
+        service = QuotaService(QuotaSettings(), RedisQuota(client, 300, 64 << 20), lambda: snapshot)
         if action == "spend":
             assert (
                 await service.reserve(ReserveCall("d/1", tenant, "m", Ask(0, 0.75), "fp"))
