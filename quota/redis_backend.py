@@ -20,11 +20,14 @@ import redis.asyncio as aioredis
 from ferryman_server.kernel.quota import Decision, ReserveCall, Verdict, Violation
 from ferryman_server.quota.policy import CHARGE_MEMORY_S, CONCURRENCY_RETRY_S, DAY_S, WINDOW_S, Limits
 
+# Every script starts with a shebang (Redis 7): a Redis at its maxmemory (noeviction, as
+# the chart runs it) then refuses the script before it starts, with an OOM error. Without
+# one, Redis ran them past maxmemory: the store grew on while plain writes were refused.
 KEY_PREFIX = "fm:q:"
 STALE = "stale"
 NO_LIMIT = -1
 
-RESERVE = """
+RESERVE = """#!lua
 local now, rid = tonumber(ARGV[1]), ARGV[2]
 local tokens, cost, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local prefix, n = ARGV[6], tonumber(ARGV[7])
@@ -180,7 +183,7 @@ redis.call('PEXPIRE', KEYS[1], 2 * ttl)
 return {result}
 """
 
-SETTLE = """
+SETTLE = """#!lua
 local now, rid = tonumber(ARGV[1]), ARGV[2]
 local actual_tokens, actual_cost, refund = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5] == '1'
 local answer, ttl, prefix, budget = ARGV[6], tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
@@ -232,7 +235,7 @@ if refund then redis.call('DEL', KEYS[1]) end
 return 1
 """
 
-RENEW = """
+RENEW = """#!lua
 local now, lease, prefix = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local renewed = 0
 for i = 4, #ARGV do
@@ -253,7 +256,7 @@ return renewed
 # difference, if any, goes to each policy's spend of the day (the caller's clock, as RESERVE).
 # ARGV: now (ms), total, remember_ms, prefix, day (ms), n, then per policy: scope, cost limit,
 # soft.
-CHARGE = """
+CHARGE = """#!lua
 local now, total, remember = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local prefix, DAY, n = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local day = math.floor(now / DAY)

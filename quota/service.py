@@ -10,7 +10,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 
 from ferryman_server.kernel.logs import Throttled
 from ferryman_server.kernel.quota import (
@@ -60,6 +60,14 @@ class QuotaBackend(Protocol):
     async def charge(
         self, charge_id: str, policies: Sequence[Limits], total_cost: float
     ) -> tuple[float, bool]: ...
+
+
+def unavailable(exc: Exception) -> QuotaUnavailable:
+    """What a tenant is told when the backend fails: whether it is full or out of reach, and
+    nothing of it (its address, its error text) beyond that; the log line has the rest."""
+    if isinstance(exc, OutOfMemoryError):
+        return QuotaUnavailable("the quota store is full: requests are refused until it has room")
+    return QuotaUnavailable("the quota store cannot be reached")
 
 
 def make_backend(settings: QuotaSettings) -> QuotaBackend:
@@ -130,9 +138,10 @@ class QuotaService:
                 return await self._backend.reserve(call, limits, self._settings.lease_s, budget)
         except (RedisError, OSError, TimeoutError) as exc:
             if self._settings.fail_mode == "open":
-                self._log.warning("fail-open", "quota backend down, admitting (fail open): %s", exc)
+                self._log.warning("fail-open", "quota backend down, admitting (fail open): %r", exc)
                 return Verdict(Decision.ADMIT, held=False)
-            raise QuotaUnavailable(f"quota backend unavailable: {exc}") from exc
+            self._log.warning("fail-closed", "quota backend down, refusing (fail closed): %r", exc)
+            raise unavailable(exc) from exc
 
     async def renew(self, request_ids: Sequence[str]) -> int:
         """Extend the leases of reservations still running; those already settled are skipped."""
@@ -186,7 +195,8 @@ class QuotaService:
             async with asyncio.timeout(self._settings.backend_timeout_s):
                 return await self._backend.charge(charge_id, self.limits(tenant, model), total_cost)
         except (RedisError, OSError, TimeoutError) as exc:
-            raise QuotaUnavailable(f"quota backend unavailable: {exc}") from exc
+            self._log.warning("charge", "quota charge failed (the caller tries again): %r", exc)
+            raise unavailable(exc) from exc
 
     async def usage(self, tenant: str) -> tuple[list[tuple[str, float, float, str]], int]:
         limits = [to_limits(p) for p in self._snapshot().policies.get(tenant, [])]

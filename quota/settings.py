@@ -47,10 +47,11 @@ class QuotaSettings(BaseSettings):
     kept_answer_bytes: int = Field(default=256 * 1024, ge=0, le=MAX_ANSWER_BYTES)
     """The largest answer kept for repeats of a request id the caller chose; a repeat of a
     request whose answer was larger is refused (ALREADY_EXISTS), never run again."""
-    kept_answers_per_tenant_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
-    """The memory backend keeps at most this many bytes of one tenant's answers at once
-    (past it, new answers are not kept and their repeats refused); Redis keeps each for
-    its id's lifetime (``2 x reservation_ttl_s``) and is bounded by its own maxmemory."""
+    kept_answers_per_tenant_bytes: int = Field(default=16 * 1024 * 1024, ge=0)
+    """Bytes of one tenant's kept answers at once, in either backend (past it, new answers
+    are not kept and their repeats refused ANSWER_NOT_KEPT); an answer is kept for its id's
+    lifetime (Redis: ``2 x reservation_ttl_s``). Only ids the application chose keep one.
+    Size Redis's maxmemory above tenants x this."""
     max_message_bytes: MessageBytes = 4 * 1024 * 1024
 
     @model_validator(mode="after")

@@ -20,9 +20,12 @@ from ferryman_server.registry.db import normalize_url
 SERVICE_START_TIMEOUT_S = 10.0
 
 
-def start_redis(port: int, workdir: Path, *, aof: bool = False) -> subprocess.Popen[bytes]:
+def start_redis(
+    port: int, workdir: Path, *, aof: bool = False, maxmemory: str = ""
+) -> subprocess.Popen[bytes]:
     """A private redis-server on 127.0.0.1:port; with ``aof`` it keeps an append-only file
-    in ``workdir`` (fsync every write), otherwise nothing on disk."""
+    in ``workdir`` (fsync every write), otherwise nothing on disk; with ``maxmemory`` it
+    holds at most that and refuses writes past it (``noeviction``, as the chart's)."""
     binary = shutil.which("redis-server") or "redis-server"
     return subprocess.Popen(
         [
@@ -38,6 +41,7 @@ def start_redis(port: int, workdir: Path, *, aof: bool = False) -> subprocess.Po
             *(["--appendfsync", "always"] if aof else []),
             "--dir",
             str(workdir),
+            *(["--maxmemory", maxmemory, "--maxmemory-policy", "noeviction"] if maxmemory else []),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

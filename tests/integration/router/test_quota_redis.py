@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+import redis
 import redis.asyncio as aioredis
 from router_platform import E2E
 from services import start_redis, wait_for_redis
@@ -182,4 +183,30 @@ async def test_redis_outage_follows_fail_mode_and_recovers(tmp_path: Path) -> No
         assert verdict.decision == Decision.ADMIT
     finally:
         proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.abuse
+async def test_a_full_store_refuses_clearly_and_says_nothing_of_redis(tmp_path: Path) -> None:
+    """Redis at its maxmemory (noeviction, as the chart runs it) refuses every write: a
+    Reserve is refused with a message saying the store is full, not Redis's own text."""
+    port = free_port()
+    proc = start_redis(port, tmp_path, maxmemory="4mb")
+    try:
+        assert wait_for_redis(port)
+        url = f"redis://127.0.0.1:{port}/0"
+        filler = aioredis.Redis.from_url(url)
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            for i in range(100_000):  # until even a small write is refused: past maxmemory
+                await filler.set(f"junk:{i}", b"x" * 64)
+        await filler.aclose()
+        service = quota_service(url, policy_snapshot("full", rpm=100_000))
+        # Redis compares its memory with maxmemory before each script: a closed connection's
+        # buffers may leave room for a few more reservations before the refusals.
+        with pytest.raises(QuotaUnavailable) as refused:
+            for i in range(1000):
+                await service.reserve(ReserveCall(f"full/{i}", "full", "m", Ask(1, 0.0), "fp"))
+        assert str(refused.value) == "the quota store is full: requests are refused until it has room"
+    finally:
+        proc.kill()
         proc.wait(10)

@@ -335,6 +335,9 @@ def test_the_bundled_redis_has_a_password_its_url_carries() -> None:
     (redis,) = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "fm-ferryman-redis"]
     (container,) = containers(redis)
     assert "--requirepass" in container["command"][-1] and "$REDIS_PASSWORD" in container["command"][-1]
+    # Bounded below its container's limit, refusing writes when full (never evicting).
+    assert "--maxmemory 384mb --maxmemory-policy noeviction" in container["command"][-1]
+    assert container["resources"]["limits"]["memory"] == "512Mi"
     secrets = {d["metadata"]["name"]: d for d in by_kind(docs, "Secret")}
     password = secrets["fm-ferryman-redis"]["stringData"]["password"]
     assert len(password) >= 32
