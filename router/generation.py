@@ -198,6 +198,11 @@ class Generator:
             min_tokens=bound + 1,
             cost_per_token=version.price_per_1k_tokens_usd / 1000,
         )
+        # As Predict's: a repeat waits for a running first call, runs one whose router died,
+        # and is answered (the whole generation in one message) from a finished one whose
+        # id the application chose; sampling makes a generation another answer each time,
+        # so it is never run again for free.
+        keep = bool(request.request_id) and not request.generated_request_id
         verdict = await self._reservations.reserve(
             quota_id,
             tenant.name,
@@ -206,16 +211,11 @@ class Generator:
             lambda: fingerprint(request),
             deadline,
             replayable=bool(request.request_id),
-            replays=False,
+            replays=True,
         )
         if verdict.repeat:
-            # Sampling and streaming make a generation another answer each time: its id
-            # buys one, and a repeat is refused, never run again for free.
-            raise fail(
-                grpc.StatusCode.ALREADY_EXISTS,
-                f"request_id {clip(request_id)!r} was already used: a generation is not repeated",
-                Reason.REQUEST_ID_REUSED,
-            )
+            yield inference_pb2.GenerateResponse.FromString(verdict.answer)
+            return
         priority = request.priority or tenant.priority
         if verdict.decision == Decision.DEGRADE:
             # Over a soft limit: the route's fallback if it generates too, else low priority.
@@ -243,6 +243,11 @@ class Generator:
         )
         prompt = completion = 0
         first_at = 0.0
+        # What the generation said, kept in one message for the repeats of an id the
+        # application chose, once it has finished (its last message: usage, finish reason).
+        texts: list[str] = []
+        token_ids: list[int] = []
+        last: inference_pb2.GenerateResponse | None = None
         events = self._batchers.generate(item, deadline)
         try:
             try:
@@ -257,6 +262,10 @@ class Generator:
                         self._finish(
                             answer, event.finish_reason, prompt, completion, version, started, first_at
                         )
+                    if keep:
+                        texts.append(answer.text)
+                        token_ids.extend(answer.token_ids)
+                        last = answer if answer.finish_reason else None
                     yield answer
             except CallFailed as failed:
                 if not prompt:  # nothing started: the call fails as a Predict would
@@ -275,7 +284,9 @@ class Generator:
                 )
                 self._metrics.served(tenant.name, model, usage, fallback_of=request.model if fallback else "")
                 if verdict.held:
-                    self._reservations.commit_later(quota_id, prompt + completion, cost)
+                    self._reservations.commit_later(
+                        quota_id, prompt + completion, cost, _whole(last, texts, token_ids)
+                    )
             elif verdict.held:
                 self._reservations.release_later(quota_id)
 
@@ -304,3 +315,14 @@ class Generator:
         set_seconds(answer.timing.compute, now - (first_at or now))
         set_seconds(answer.timing.total, now - started)
         answer.timing.batch_size = 1
+
+
+def _whole(last: inference_pb2.GenerateResponse | None, texts: list[str], token_ids: list[int]) -> bytes:
+    """A finished generation as one message (its last one, with all the text and tokens), to
+    keep for repeats; nothing for one that did not finish (cut by its caller leaving)."""
+    if last is None:
+        return b""
+    whole = inference_pb2.GenerateResponse()
+    whole.CopyFrom(last)
+    whole.text, whole.token_ids[:] = "".join(texts), token_ids
+    return whole.SerializeToString()

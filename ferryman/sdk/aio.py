@@ -152,7 +152,7 @@ class AsyncClient(Endpoint):
                         self._throttle.answered(error.code, error.reason)
                 else:
                     error = tagged(throttled(), rid)
-                if renamed(request, error):
+                if attempt < self._retries and renamed(request, error):
                     rid = request.request_id
                     continue
                 await asyncio.sleep(retry_or_raise(error, attempt, self._retries, loop.time(), deadline))

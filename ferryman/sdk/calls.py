@@ -8,7 +8,7 @@ import random
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, TypeVar
 
 import grpc
 
@@ -129,9 +129,10 @@ def retry_or_raise(error: FerrymanError, attempt: int, retries: int, now: float,
     return delay
 
 
-def renamed(
-    request: inference_pb2.PredictRequest | None, error: FerrymanError
-) -> TypeGuard[inference_pb2.PredictRequest]:
+Renameable = TypeVar("Renameable", inference_pb2.PredictRequest, inference_pb2.GenerateRequest)
+
+
+def renamed(request: Renameable | None, error: FerrymanError) -> TypeGuard[Renameable]:
     """Whether ``error`` says an earlier attempt of this call, under the client's own id, was
     answered and the answer lost on its way back (it was not kept): the request then takes a
     new id, to be sent again at once (run and charged again: a call with an id of the

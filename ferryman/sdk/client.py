@@ -172,7 +172,7 @@ class Client(Endpoint):
                         self._throttle.answered(error.code, error.reason)
                 else:
                     error = tagged(throttled(), rid)
-                if renamed(request, error):
+                if attempt < self._retries and renamed(request, error):
                     rid = request.request_id
                     continue
                 time.sleep(retry_or_raise(error, attempt, self._retries, time.monotonic(), deadline))

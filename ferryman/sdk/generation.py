@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from ferryman.sdk.calls import out_of_time, priority_level, retry_or_raise, tagged
+from ferryman.sdk.calls import out_of_time, priority_level, renamed, retry_or_raise, tagged
 from ferryman.sdk.errors import from_rpc_error
 from ferryman.sdk.prediction import Timing, Usage
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
@@ -100,6 +100,7 @@ def build_generate(
         sampling.json_schema = json_schema if isinstance(json_schema, str) else json.dumps(json_schema)
     return inference_pb2.GenerateRequest(
         request_id=request_id or uuid.uuid4().hex,
+        generated_request_id=not request_id,
         model=model,
         version=version or "",
         prompt=prompt or "",
@@ -135,7 +136,8 @@ def stream(
             error = tagged(from_rpc_error(exc), request.request_id)
             if started:
                 raise error from None  # chunks were already handed out: not repeated
-            time.sleep(retry_or_raise(error, attempt, retries, time.monotonic(), deadline))
+            if not (attempt < retries and renamed(request, error)):
+                time.sleep(retry_or_raise(error, attempt, retries, time.monotonic(), deadline))
         finally:
             call.cancel()
 
@@ -164,6 +166,7 @@ async def stream_async(
             error = tagged(from_rpc_error(exc), request.request_id)
             if started:
                 raise error from None  # chunks were already handed out: not repeated
-            await asyncio.sleep(retry_or_raise(error, attempt, retries, loop.time(), deadline))
+            if not (attempt < retries and renamed(request, error)):
+                await asyncio.sleep(retry_or_raise(error, attempt, retries, loop.time(), deadline))
         finally:
             call.cancel()

@@ -198,13 +198,30 @@ def test_predict_on_a_generative_model_says_to_call_generate(gen: GenPlatform, k
 
 
 def test_a_request_id_buys_one_generation(gen: GenPlatform) -> None:
+    """A repeat of a finished generation under an id the application chose is answered with
+    it, whole, in one message (never run again); under a client library's own id, which
+    keeps no answer, it is refused ANSWER_NOT_KEPT; another request under a used id is
+    REQUEST_ID_REUSED."""
     key = gen.tenant(QuotaLimits(tpm=100_000))
     request = chat(FRANCE, request_id=f"once-{uuid.uuid4().hex[:6]}", max_tokens=4)
-    assert generate(gen.router, key, request)[-1].usage.output_tokens >= 1
-    with pytest.raises(grpc.RpcError) as again:
-        generate(gen.router, key, request)
-    assert again.value.code() == grpc.StatusCode.ALREADY_EXISTS
-    assert reason(again.value) == Reason.REQUEST_ID_REUSED
+    first = generate(gen.router, key, request)
+    assert first[-1].usage.output_tokens >= 1
+    (again,) = generate(gen.router, key, request)
+    assert again.text == "".join(m.text for m in first)
+    assert list(again.token_ids) == [t for m in first for t in m.token_ids]
+    assert again.usage == first[-1].usage and again.finish_reason == first[-1].finish_reason
+    other = chat(FRANCE, request_id=request.request_id, max_tokens=5)
+    with pytest.raises(grpc.RpcError) as reused:
+        generate(gen.router, key, other)
+    assert reused.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert reason(reused.value) == Reason.REQUEST_ID_REUSED
+    own = chat(FRANCE, request_id=f"own-{uuid.uuid4().hex[:6]}", max_tokens=4)
+    own.generated_request_id = True
+    generate(gen.router, key, own)
+    with pytest.raises(grpc.RpcError) as lost:
+        generate(gen.router, key, own)
+    assert lost.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert reason(lost.value) == Reason.ANSWER_NOT_KEPT
 
 
 def test_a_token_limit_holds_exactly_across_two_routers_on_redis(gen: GenPlatform, redis_url: str) -> None:

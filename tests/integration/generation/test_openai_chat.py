@@ -5,6 +5,7 @@ stop strings, token limits cut as a length finish, and refusals in OpenAI's shap
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 from generation_platform import MODEL, GenPlatform, curl
@@ -89,3 +90,27 @@ def test_bad_chat_requests_are_400_naming_the_field(gen: GenPlatform) -> None:
     assert status == 400 and "role" in json.loads(text)["error"]["message"]
     status, _ = curl(gen, key, "/v1/completions", {"model": MODEL, "prompt": "hi", "n": 3})
     assert status == 400
+
+
+RETRIED = """
+import openai
+client = openai.OpenAI(api_key=ARGS["key"], base_url=ARGS["http"] + "/v1", max_retries=0)
+messages = [{"role": "user", "content": "Tell me a story about a ferryman."}]
+key = {"Idempotency-Key": ARGS["id"]}
+answers = [
+    client.chat.completions.create(
+        model=ARGS["model"], messages=messages, max_tokens=12, temperature=1.0, extra_headers=key
+    )
+    for _ in range(2)
+]
+print(json.dumps([[a.choices[0].message.content, a.usage.model_dump()] for a in answers]))
+"""
+
+
+@pytest.mark.abuse
+def test_a_chat_retried_under_its_idempotency_key_gets_the_same_answer(gen: GenPlatform) -> None:
+    """A sampled chat retried with the same Idempotency-Key is answered with the first
+    answer (not a 409, not a new sample: the repeat is never run again)."""
+    key = gen.tenant(QuotaLimits(tpm=100_000))
+    first, again = run_client(RETRIED, key=key, http=gen.http, model=MODEL, id=f"chat-{uuid.uuid4().hex}")
+    assert first == again
