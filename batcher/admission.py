@@ -86,7 +86,7 @@ def check_queue(
         # helps, so this is its deadline's fault, not load (and no retry is suggested).
         return Refusal(
             grpc.StatusCode.DEADLINE_EXCEEDED,
-            Reason.DEADLINE_UNMEETABLE,
+            Reason.DEADLINE_TOO_SHORT,
             f"{version_key} needs {expected_s * 1000:.0f} ms when idle, more than this request's deadline",
         )
     if expected_s > deadline - now:

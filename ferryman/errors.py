@@ -83,7 +83,10 @@ class Reason(StrEnum):
     CANCELLED = "CANCELLED"
     """The caller went away (an HTTP client that hung up) before its answer."""
     DEADLINE_UNMEETABLE = "DEADLINE_UNMEETABLE"
-    """Failed in the queue, before running: no batch could finish in time."""
+    """Failed in the queue, before running: no batch could finish in time (load: it waited)."""
+    DEADLINE_TOO_SHORT = "DEADLINE_TOO_SHORT"
+    """The version needs longer than this request's deadline even when idle: no retry helps,
+    only a longer deadline (the request's own fault, no sign of load)."""
     DRAINING = "DRAINING"
     NO_REPLICA = "NO_REPLICA"
     NO_ROOM = "NO_ROOM"

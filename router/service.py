@@ -253,7 +253,7 @@ class RouterService:
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                     f"{admitted.choice.key} has never answered within {budget * 1000:.1f} ms, this "
                     "request's deadline",
-                    Reason.DEADLINE_UNMEETABLE,
+                    Reason.DEADLINE_TOO_SHORT,
                 )
             raise fail(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,

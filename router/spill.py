@@ -31,7 +31,14 @@ from ferryman_server.router.metrics import RouterMetrics
 from ferryman_server.router.settings import RouterSettings
 
 LOAD = frozenset(
-    {Reason.OVERLOADED, Reason.QUEUE_FULL, Reason.DEADLINE_UNMEETABLE, Reason.DEADLINE, Reason.NO_ROOM}
+    {
+        Reason.OVERLOADED,
+        Reason.QUEUE_FULL,
+        Reason.DEADLINE_UNMEETABLE,
+        Reason.DEADLINE_TOO_SHORT,
+        Reason.DEADLINE,
+        Reason.NO_ROOM,
+    }
 )
 """Refusals that say the platform could not answer in time (no node had room to load the
 version, too): worth queueing for later."""

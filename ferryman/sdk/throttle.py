@@ -39,10 +39,11 @@ most requests past its capacity. UNAVAILABLE is not one: a router that is down i
 and reported as down, not hidden behind local refusals."""
 
 
-NOT_OVERLOAD = frozenset({Reason.ACCEPTED_AS_JOB, Reason.QUOTA_EXCEEDED})
+NOT_OVERLOAD = frozenset({Reason.ACCEPTED_AS_JOB, Reason.QUOTA_EXCEEDED, Reason.DEADLINE_TOO_SHORT})
 """Refusals that are no sign of an overloaded platform: one accepted as a job (refusing it
-locally would lose it), and the tenant's own quota (answered with when to retry; counting
-it would throttle a tenant at its limit as if the platform were failing)."""
+locally would lose it), the tenant's own quota (answered with when to retry; counting
+it would throttle a tenant at its limit as if the platform were failing), and a deadline
+shorter than the version needs even when idle (the caller's, which no load changes)."""
 
 
 def throttled() -> Overloaded:

@@ -250,7 +250,10 @@ def test_router_sheds_what_cannot_make_its_deadline(e2e: E2E) -> None:
     # The version never answered within this budget, idle or not: no wait would help, so the
     # refusal is DEADLINE_EXCEEDED (retrying is futile), not an overload's RESOURCE_EXHAUSTED.
     assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert details["ErrorInfo"].reason == "DEADLINE_UNMEETABLE"  # type: ignore[attr-defined]
+    # DEADLINE_TOO_SHORT from the shedder (slower than this budget even when idle), or
+    # DEADLINE_UNMEETABLE from the door (slower than any answer yet: it may have waited).
+    reason = details["ErrorInfo"].reason  # type: ignore[attr-defined]
+    assert reason in ("DEADLINE_TOO_SHORT", "DEADLINE_UNMEETABLE"), error.details()
     assert "RetryInfo" not in details
     assert shed_by_router() >= router_before + 1, "the router answered without the batcher"
     assert refused_by_batcher() <= batcher_before + 1

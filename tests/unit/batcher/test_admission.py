@@ -69,7 +69,7 @@ def test_an_item_that_would_be_late_is_refused_with_the_expected_wait() -> None:
 def test_a_deadline_even_an_idle_batcher_cannot_meet_is_its_own_fault() -> None:
     refusal = check_queue(NOW, NOW + 0.001, "m:1", 1, 0.004, 0, 0, 10.0, LIMITS)
     assert refusal is not None and refusal.code == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert refusal.reason == Reason.DEADLINE_UNMEETABLE and refusal.retry_after_s is None
+    assert refusal.reason == Reason.DEADLINE_TOO_SHORT and refusal.retry_after_s is None
 
 
 def test_full_queues_retry_after_their_drain_time_within_bounds() -> None:

@@ -122,6 +122,21 @@ def test_the_tenants_own_quota_refusals_are_no_sign_of_overload() -> None:
     assert t.rejection_probability() > 0.9
 
 
+def test_the_callers_own_too_short_deadline_is_no_sign_of_overload() -> None:
+    # A deadline the version never meets even idle is the caller's; a deadline missed in the
+    # queue (DEADLINE_UNMEETABLE) is load, and still counts.
+    t = throttle(Clock())
+    for _ in range(2000):
+        assert t.admit()
+        t.answered(grpc.StatusCode.DEADLINE_EXCEEDED, Reason.DEADLINE_TOO_SHORT)
+    assert t.rejection_probability() == 0.0
+    t = throttle(Clock())
+    for _ in range(2000):
+        if t.admit():
+            t.answered(grpc.StatusCode.DEADLINE_EXCEEDED, Reason.DEADLINE_UNMEETABLE)
+    assert t.rejection_probability() > 0.9
+
+
 def test_a_burst_in_flight_is_not_taken_for_refusals() -> None:
     # A fresh client with 200 requests in flight and no answer yet: nothing was refused.
     t = throttle(Clock())

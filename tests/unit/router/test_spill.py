@@ -34,7 +34,14 @@ def quota_refusal(*limits: str) -> object:
 
 
 def test_load_and_rate_refusals_spill_and_nothing_else_does() -> None:
-    load = (Reason.OVERLOADED, Reason.QUEUE_FULL, Reason.DEADLINE_UNMEETABLE, Reason.DEADLINE, Reason.NO_ROOM)
+    load = (
+        Reason.OVERLOADED,
+        Reason.QUEUE_FULL,
+        Reason.DEADLINE_UNMEETABLE,
+        Reason.DEADLINE_TOO_SHORT,
+        Reason.DEADLINE,
+        Reason.NO_ROOM,
+    )
     for reason in load:
         assert spillable(make_status(EXHAUSTED, "busy", reason=reason)), reason
     assert spillable(quota_refusal("rpm"))
