@@ -13,6 +13,7 @@ from typing import Annotated, Protocol
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ferryman.sdk.calls import MIN_KEEPALIVE_S
 from ferryman_server.kernel.security import Security, load_security
 
 
@@ -121,6 +122,11 @@ class CommonSettings(BaseSettings):
             ("grpc.http2.ping_timeout_ms", int(self.keepalive_timeout_s * MS_PER_S)),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.max_pings_without_data", 0),
+            # Clients' keepalive pings (the SDK's, every 30 s while a call is open) are
+            # accepted as often as every MIN_KEEPALIVE_S, however long the call sends
+            # nothing: gRPC's default (5 min without data, then GOAWAY) cut a quiet watch.
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", int(MIN_KEEPALIVE_S * MS_PER_S)),
+            ("grpc.http2.max_ping_strikes", 2),
             ("grpc.max_connection_idle_ms", int(self.max_connection_idle_s * MS_PER_S)),
             # Covers the client's HTTP/2 preface and SETTINGS too (measured: 200 connections
             # holding part of the preface all closed within the bound).

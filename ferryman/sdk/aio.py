@@ -20,7 +20,6 @@ from ferryman.sdk.calls import (
     build_request,
     call_metadata,
     call_timeout,
-    channel_options,
     needs_schema,
     out_of_time,
     renamed,
@@ -45,9 +44,9 @@ class AsyncClient(Endpoint):
 
     def _open_channel(self) -> grpc.aio.Channel:
         self._channel = (
-            grpc.aio.secure_channel(self._target, self._credentials, channel_options())
+            grpc.aio.secure_channel(self._target, self._credentials, self._options)
             if self._credentials
-            else grpc.aio.insecure_channel(self._target, channel_options())
+            else grpc.aio.insecure_channel(self._target, self._options)
         )
         return self._channel
 
@@ -118,6 +117,7 @@ class AsyncClient(Endpoint):
         # The id is chosen first: every error, the schema lookup's included, carries it.
         rid = request_id or uuid.uuid4().hex
         request: inference_pb2.PredictRequest | None = None
+        refreshed = False
         call = call_metadata(self._metadata, metadata)
         try:
             for attempt in range(self._retries + 1):
@@ -154,6 +154,9 @@ class AsyncClient(Endpoint):
                     error = tagged(throttled(), rid)
                 if attempt < self._retries and renamed(request, error):
                     rid = request.request_id
+                    continue
+                if not refreshed and attempt < self._retries and self._forget_schema(model, inputs, error):
+                    request, refreshed = None, True  # built again from the model's schema now
                     continue
                 await asyncio.sleep(retry_or_raise(error, attempt, self._retries, loop.time(), deadline))
         except DeadlineExceeded as late:

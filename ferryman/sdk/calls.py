@@ -41,6 +41,13 @@ MAX_BACKOFF_S = 4.0
 RECONNECT_BACKOFF_MS = (100, 2000)
 """gRPC's reconnect backoff, first and longest (its defaults, 1 s and 120 s, keep a channel
 failing fast for seconds after its server is back: retries would find it still down)."""
+KEEPALIVE_S = 30.0
+"""While a call is open the channel pings the router this often, and drops a connection
+whose ping goes unanswered for KEEPALIVE_TIMEOUT_S: a call on a dead connection (a router's
+machine gone, a NAT that forgot it) fails UNAVAILABLE and is retried, instead of hanging."""
+KEEPALIVE_TIMEOUT_S = 10.0
+MIN_KEEPALIVE_S = 5.0
+"""The fastest pings Ferryman's servers accept (more often, they close the connection)."""
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 JITTER = 0.5
 """Backoff sleeps a random 50-100% of the step, so clients refused together do not retry together."""
@@ -69,7 +76,7 @@ def build_request(
         generated_request_id=generated_id or not request_id,
         model=model,
         version=version or "",
-        inputs=to_inputs(inputs, info),
+        inputs=to_inputs(inputs, info, version or ""),
         parameters=dict(parameters or {}),
         user=user or "",
         priority=level,  # type: ignore[arg-type]
@@ -154,8 +161,18 @@ def channel_credentials(
     return grpc.ssl_channel_credentials(roots)
 
 
-def channel_options() -> list[tuple[str, int]]:
+def channel_options(keepalive_s: float = KEEPALIVE_S) -> list[tuple[str, int]]:
+    timeout_ms = int(min(KEEPALIVE_TIMEOUT_S, keepalive_s) * 1000)
     return [
+        ("grpc.keepalive_time_ms", int(keepalive_s * 1000)),
+        ("grpc.keepalive_timeout_ms", timeout_ms),
+        # What the transport waits for a ping's ack before closing (its default, 60 s, is
+        # what a dead connection took to be found with keepalive_timeout alone: measured).
+        ("grpc.http2.ping_timeout_ms", timeout_ms),
+        # Pings only while calls are open (an idle channel costs the router nothing), and
+        # however long a call waits for its next message (a job's watch).
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.http2.max_pings_without_data", 0),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
         ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),

@@ -28,7 +28,6 @@ from ferryman.sdk.calls import (
     build_request,
     call_metadata,
     call_timeout,
-    channel_options,
     endpoint,
     missing_answer,
     needs_schema,
@@ -56,9 +55,9 @@ class Client(Endpoint):
 
     def _open_channel(self) -> grpc.Channel:
         self._channel = (
-            grpc.secure_channel(self._target, self._credentials, channel_options())
+            grpc.secure_channel(self._target, self._credentials, self._options)
             if self._credentials
-            else grpc.insecure_channel(self._target, channel_options())
+            else grpc.insecure_channel(self._target, self._options)
         )
         return self._channel
 
@@ -66,7 +65,7 @@ class Client(Endpoint):
     def jobs(self) -> Jobs:
         """Durable jobs on this client's channel (``ferryman.sdk.jobs``)."""
         self._check_open()
-        return Jobs(self._channel, self._metadata, self._timeout, self.get_model)
+        return Jobs(self._channel, self._metadata, self._timeout, self.get_model, self._retries)
 
     def get_model(self, model: str, *, metadata: Metadata | None = None) -> inference_pb2.ModelInfo:
         self._check_open()
@@ -138,6 +137,7 @@ class Client(Endpoint):
         # The id is chosen first: every error, the schema lookup's included, carries it.
         rid = request_id or uuid.uuid4().hex
         request: inference_pb2.PredictRequest | None = None
+        refreshed = False
         call = call_metadata(self._metadata, metadata)
         try:
             for attempt in range(self._retries + 1):
@@ -174,6 +174,9 @@ class Client(Endpoint):
                     error = tagged(throttled(), rid)
                 if attempt < self._retries and renamed(request, error):
                     rid = request.request_id
+                    continue
+                if not refreshed and attempt < self._retries and self._forget_schema(model, inputs, error):
+                    request, refreshed = None, True  # built again from the model's schema now
                     continue
                 time.sleep(retry_or_raise(error, attempt, self._retries, time.monotonic(), deadline))
         except DeadlineExceeded as late:

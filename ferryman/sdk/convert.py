@@ -13,19 +13,23 @@ from ferryman.v1 import common_pb2, inference_pb2
 Output = np.ndarray | list[str]
 
 
-def _spec_for(schema: inference_pb2.ModelInfo | None, name: str) -> common_pb2.TensorSpec | None:
-    if schema is None or not schema.versions:
-        return None
-    for spec in schema.versions[0].schema.inputs:
-        if spec.name == name:
-            return spec
-    return None
-
-
-def input_names(info: inference_pb2.ModelInfo | None) -> list[str]:
+def _schema(info: inference_pb2.ModelInfo | None, version: str) -> common_pb2.IOSchema | None:
+    """The schema of the version a call will run: the pinned one, else the one the route
+    weighs most (a new version's schema is not the old one's)."""
     if info is None or not info.versions:
-        return []
-    return [spec.name for spec in info.versions[0].schema.inputs]
+        return None
+    if version:
+        return next((v.schema for v in info.versions if v.version == version), None)
+    return max(info.versions, key=lambda v: v.weight).schema
+
+
+def _spec_for(schema: common_pb2.IOSchema | None, name: str) -> common_pb2.TensorSpec | None:
+    return next((spec for spec in schema.inputs if spec.name == name), None) if schema else None
+
+
+def input_names(info: inference_pb2.ModelInfo | None, version: str = "") -> list[str]:
+    schema = _schema(info, version)
+    return [spec.name for spec in schema.inputs] if schema else []
 
 
 def to_named(name: str, value: Any, spec: common_pb2.TensorSpec | None) -> common_pb2.NamedTensor:
@@ -48,14 +52,18 @@ def to_named(name: str, value: Any, spec: common_pb2.TensorSpec | None) -> commo
     return common_pb2.NamedTensor(name=name, tensor=encode(array))
 
 
-def to_inputs(inputs: Any, info: inference_pb2.ModelInfo | None) -> list[common_pb2.NamedTensor]:
-    """A mapping name -> value, or a single value for a single-input model."""
+def to_inputs(
+    inputs: Any, info: inference_pb2.ModelInfo | None, version: str = ""
+) -> list[common_pb2.NamedTensor]:
+    """A mapping name -> value, or a single value for a single-input model, encoded by the
+    schema of ``version`` (else of the version the route weighs most)."""
+    schema = _schema(info, version)
     if isinstance(inputs, Mapping):
-        return [to_named(str(n), v, _spec_for(info, str(n))) for n, v in inputs.items()]
-    names = input_names(info)
+        return [to_named(str(n), v, _spec_for(schema, str(n))) for n, v in inputs.items()]
+    names = input_names(info, version)
     if len(names) != 1:
         raise ValueError(f"model takes inputs {names}: pass a mapping of name -> value")
-    return [to_named(names[0], inputs, _spec_for(info, names[0]))]
+    return [to_named(names[0], inputs, _spec_for(schema, names[0]))]
 
 
 def from_outputs(outputs: Sequence[common_pb2.NamedTensor]) -> dict[str, Output]:

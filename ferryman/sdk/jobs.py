@@ -3,6 +3,8 @@ the capacity real-time traffic leaves, at the job price."""
 
 from __future__ import annotations
 
+import math
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -10,6 +12,7 @@ from typing import Any
 import grpc
 
 from ferryman.durations import set_seconds
+from ferryman.sdk.calls import DEFAULT_RETRIES, out_of_time, retry_or_raise
 from ferryman.sdk.convert import to_inputs
 from ferryman.sdk.errors import from_rpc_error
 from ferryman.v1 import inference_pb2, jobs_pb2, jobs_pb2_grpc
@@ -18,23 +21,32 @@ PAGE = 1000
 
 
 class Jobs:
+    """Every call is safe to repeat (a job is named by its id; the rest read or cancel), so
+    each is retried like ``predict``, within the client's timeout."""
+
     def __init__(
         self,
         channel: grpc.Channel,
         metadata: tuple[tuple[str, str], ...],
         timeout: float,
         model_info: Callable[[str], inference_pb2.ModelInfo],
+        retries: int = DEFAULT_RETRIES,
     ) -> None:
         self._stub = jobs_pb2_grpc.JobsStub(channel)
         self._metadata = metadata
         self._timeout = timeout
         self._model_info = model_info
+        self._retries = retries
 
     def _call(self, method: Callable[..., Any], request: Any) -> Any:
-        try:
-            return method(request, metadata=self._metadata, timeout=self._timeout)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+        deadline = time.monotonic() + self._timeout
+        for attempt in range(self._retries + 1):
+            try:
+                return method(request, metadata=self._metadata, timeout=max(0.0, deadline - time.monotonic()))
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc)
+            time.sleep(retry_or_raise(error, attempt, self._retries, time.monotonic(), deadline))
+        raise AssertionError("unreachable")
 
     def submit(
         self,
@@ -54,7 +66,9 @@ class Jobs:
         )
         for i, item in enumerate(items):
             custom_id, inputs = item if isinstance(item, tuple) else (str(i), item)
-            request.items.append(jobs_pb2.JobItem(custom_id=custom_id, inputs=to_inputs(inputs, info)))
+            request.items.append(
+                jobs_pb2.JobItem(custom_id=custom_id, inputs=to_inputs(inputs, info, version or ""))
+            )
         if completion_window_s:
             set_seconds(request.completion_window, completion_window_s)
         job: jobs_pb2.Job = self._call(self._stub.SubmitJob, request)
@@ -83,9 +97,32 @@ class Jobs:
             page: jobs_pb2.GetJobResultsResponse = self._call(self._stub.GetJobResults, request)
             yield from page.results
 
-    def watch(self, job_id: str) -> Iterator[jobs_pb2.JobEvent]:
-        """Progress and results as they land, until the job ends (no call timeout)."""
-        try:
-            yield from self._stub.WatchJob(jobs_pb2.WatchJobRequest(job_id=job_id), metadata=self._metadata)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
+    def watch(self, job_id: str, *, timeout: float | None = None) -> Iterator[jobs_pb2.JobEvent]:
+        """Progress and results as they land, until the job ends, or for ``timeout`` seconds
+        (None: as long as the job runs; past it, DeadlineExceeded). A watch whose connection
+        dies (found by the channel's keepalive) or whose router stops is watched again, and
+        results already yielded are left out of later events."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        seen: set[int] = set()
+        attempt = 0
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise out_of_time()
+            request = jobs_pb2.WatchJobRequest(job_id=job_id)
+            try:
+                for event in self._stub.WatchJob(request, metadata=self._metadata, timeout=left):
+                    attempt = 0  # the retries count failures in a row
+                    fresh = [r for r in event.results if r.index not in seen]
+                    seen.update(r.index for r in fresh)
+                    del event.results[:]
+                    event.results.extend(fresh)
+                    yield event
+                return
+            except grpc.RpcError as exc:
+                error = from_rpc_error(exc)
+            now = time.monotonic()
+            time.sleep(
+                retry_or_raise(error, attempt, self._retries, now, math.inf if deadline is None else deadline)
+            )
+            attempt += 1
