@@ -31,6 +31,7 @@ from ferryman.sdk.calls import (
 from ferryman.sdk.endpoint import Endpoint
 from ferryman.sdk.errors import DeadlineExceeded, FerrymanError, from_rpc_error
 from ferryman.sdk.generation import Chunk, Message, build_generate, stream_async
+from ferryman.sdk.jobs import AsyncJobs
 from ferryman.sdk.prediction import Prediction
 from ferryman.sdk.spill import spilled_late_async
 from ferryman.sdk.throttle import throttled
@@ -49,6 +50,12 @@ class AsyncClient(Endpoint):
             else grpc.aio.insecure_channel(self._target, self._options)
         )
         return self._channel
+
+    @property
+    def jobs(self) -> AsyncJobs:
+        """Durable jobs on this client's channel (``ferryman.sdk.jobs``), awaited."""
+        self._check_open()
+        return AsyncJobs(self._channel, self._metadata, self._timeout, self.get_model, self._retries)
 
     async def get_model(self, model: str, *, metadata: Metadata | None = None) -> inference_pb2.ModelInfo:
         self._check_open()
