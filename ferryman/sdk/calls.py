@@ -21,6 +21,7 @@ from ferryman.sdk.errors import (
     InvalidOption,
     QuotaExceeded,
     RetryableError,
+    Unavailable,
     from_status,
 )
 from ferryman.sdk.prediction import Prediction
@@ -38,9 +39,11 @@ they span 11-22 s, inside the default 30 s deadline: enough to ride out a router
 and the channel's reconnect backoff after it."""
 BACKOFF_S = 0.1
 MAX_BACKOFF_S = 4.0
-RECONNECT_BACKOFF_MS = (100, 2000)
+RECONNECT_BACKOFF_MS = (100, 1000)
 """gRPC's reconnect backoff, first and longest (its defaults, 1 s and 120 s, keep a channel
-failing fast for seconds after its server is back: retries would find it still down)."""
+failing fast for seconds after its server is back: retries would find it still down). A
+call's retry after its router was unreachable waits for the channel to connect (see
+``unreachable``), so it is sent within this longest backoff of the router listening again."""
 KEEPALIVE_S = 30.0
 """While a call is open the channel pings the router this often, and drops a connection
 whose ping goes unanswered for KEEPALIVE_TIMEOUT_S: a call on a dead connection (a router's
@@ -137,6 +140,13 @@ def retry_or_raise(error: FerrymanError, attempt: int, retries: int, now: float,
 
 
 Renameable = TypeVar("Renameable", inference_pb2.PredictRequest, inference_pb2.GenerateRequest)
+
+
+def unreachable(error: FerrymanError) -> bool:
+    """Whether ``error`` is gRPC's own UNAVAILABLE: no router answered (a router's refusals
+    carry a reason). The next attempt then waits for the channel to connect (gRPC's
+    ``wait_for_ready``) instead of sleeping a backoff that may outlast the outage."""
+    return isinstance(error, Unavailable) and not error.reason and error.code == grpc.StatusCode.UNAVAILABLE
 
 
 def renamed(request: Renameable | None, error: FerrymanError) -> TypeGuard[Renameable]:

@@ -37,6 +37,7 @@ from ferryman.sdk.calls import (
     stream_answer,
     stream_options,
     tagged,
+    unreachable,
 )
 from ferryman.sdk.endpoint import Endpoint
 from ferryman.sdk.errors import DeadlineExceeded, FerrymanError, from_rpc_error
@@ -74,13 +75,17 @@ class Client(Endpoint):
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
 
-    def _model_info(self, model: str, metadata: Metadata | None, timeout_s: float) -> inference_pb2.ModelInfo:
-        """The model's schema, asked once per client (gRPC's own errors come out as they are)."""
+    def _model_info(
+        self, model: str, metadata: Metadata | None, timeout_s: float, ready: bool = False
+    ) -> inference_pb2.ModelInfo:
+        """The model's schema, asked once per client (gRPC's own errors come out as they are);
+        ``ready``: wait for the channel to connect (gRPC's wait_for_ready)."""
         if model not in self._models:
             self._models[model] = self._stub.GetModel(
                 inference_pb2.GetModelRequest(model=model),
                 metadata=call_metadata(self._metadata, metadata),
                 timeout=timeout_s,
+                wait_for_ready=ready,
             )
         return self._models[model]
 
@@ -138,6 +143,8 @@ class Client(Endpoint):
         rid = request_id or uuid.uuid4().hex
         request: inference_pb2.PredictRequest | None = None
         refreshed = False
+        down: FerrymanError | None = None
+        """The router was unreachable: attempts wait for the channel to connect."""
         call = call_metadata(self._metadata, metadata)
         try:
             for attempt in range(self._retries + 1):
@@ -151,7 +158,11 @@ class Client(Endpoint):
                             # The schema lookup is the call's first step, within its budget and
                             # retries (numpy inputs need it; an unreachable router is retried).
                             needed = needs_schema(inputs)
-                            info = self._model_info(model, metadata, remaining) if needed else None
+                            info = (
+                                self._model_info(model, metadata, remaining, down is not None)
+                                if needed
+                                else None
+                            )
                             request = build_request(
                                 model,
                                 inputs,
@@ -164,14 +175,25 @@ class Client(Endpoint):
                                 spill_to_job=spill_to_job,
                                 generated_id=not request_id,
                             )
-                        response = self._stub.Predict(request, metadata=call, timeout=remaining)
+                        response = self._stub.Predict(
+                            request, metadata=call, timeout=remaining, wait_for_ready=down is not None
+                        )
                         self._throttle.answered(grpc.StatusCode.OK)
                         return Prediction.from_proto(response)
                     except grpc.RpcError as exc:
                         error = tagged(from_rpc_error(exc), rid)
                         self._throttle.answered(error.code, error.reason)
+                        if (
+                            down is not None
+                            and exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                            and not error.reason
+                        ):
+                            raise down from None  # no router came back within the call's time
                 else:
                     error = tagged(throttled(), rid)
+                if down is None and unreachable(error) and attempt < self._retries:
+                    down = error
+                    continue
                 if attempt < self._retries and renamed(request, error):
                     rid = request.request_id
                     continue

@@ -90,3 +90,26 @@ def test_the_schema_lookup_is_retried_within_the_call_and_carries_its_id(e2e: E2
     finally:
         starter.join()
     assert answer.request_id == "lookup-2" and answer.outputs
+
+
+def test_a_call_retried_while_its_router_is_down_is_sent_as_it_listens_again(e2e: E2E) -> None:
+    """A call whose router is unreachable waits for its channel to connect rather than
+    sleeping backoffs: answered once the router is back (the figure: how soon after it
+    listened; gRPC's reconnect backoff is at most 1 s, the SDK's own backoff grows to 4 s)."""
+    listen = f"127.0.0.1:{free_port()}"
+    x = np.full((1, echo.WIDTH), 1.0, np.float32)
+    answered_at: list[float] = []
+
+    def call() -> None:
+        with ferryman.Client(listen, e2e.keys["acme"]) as sdk:  # default timeout and retries
+            sdk.predict("echo", x)
+            answered_at.append(time.monotonic())
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    time.sleep(OUTAGE_S)  # the call has failed to connect and is retrying
+    e2e.start_router(QuotaSettings(), listen=listen)  # returns once it listens
+    listening_at = time.monotonic()
+    caller.join(STARTING_ROUTER_BUDGET_S)
+    assert answered_at, "the call was answered once its router was back"
+    report("sdk call, router back", answered_after_listening_s=round(answered_at[0] - listening_at, 2))
