@@ -17,7 +17,9 @@ from ferryman_server.quota.policy import (
     add_spend,
     charge,
     check,
+    check_rate,
     combine,
+    count_rate,
     grant,
     over_cost,
     prune_log,
@@ -64,6 +66,8 @@ class MemoryQuota:
         reservation, expiry + TTL to forget a settled one. Scanning every reservation on
         every call would cost O(requests in the last TTL) per request."""
         self.expired = 0
+        self._replays = 0
+        """Repeats counted against rate limits so far (each a key of its own in the rpm log)."""
         self._charged: dict[str, tuple[float, float]] = {}
         """charge id -> (total charged, when it is forgotten)."""
         self._charged_pruned = clock()
@@ -99,6 +103,15 @@ class MemoryQuota:
                 return Verdict(Decision.CONFLICT, held=False)
             if known.expired:
                 return self._take_over(request_id, known, now + lease_s)
+            if known.settled:
+                # A repeat answered from here is a request as far as the rate limits go:
+                # replays are not free (one waiting for a running first call is not one).
+                rate = combine([(p, check_rate(p, self._state(p.scope), now)) for p in policies])
+                if rate.decision == Decision.REJECT:
+                    return replace(rate, held=False)
+                self._replays += 1
+                for p in policies:
+                    count_rate(p, self._state(p.scope), now, f"{request_id}#{self._replays}")
             # A retry is answered as the first call was; only that first call settles.
             return replace(
                 known.verdict, held=False, repeat=True, running=not known.settled, answer=known.answer

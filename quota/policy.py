@@ -109,10 +109,9 @@ def grant(policies: list[tuple[Limits, Counters]], now: float, ask: Ask) -> Ask:
     return ask.cut(max(most, ask.min_tokens))
 
 
-def check(
-    limits: Limits, state: Counters, now: float, tokens: int, cost: float
-) -> list[tuple[Violation, float]]:
-    """Limits this request would break, each with when it may succeed (seconds from now)."""
+def check_rate(limits: Limits, state: Counters, now: float) -> list[tuple[Violation, float]]:
+    """The request-rate limits (rpm, burst) one more request would break, each with when it
+    may succeed (seconds from now)."""
     broken: list[tuple[Violation, float]] = []
     if limits.rpm is not None:
         prune_log(state, now)
@@ -125,6 +124,14 @@ def check(
         level = refill(state.burst_tokens, state.burst_at, limits.burst, rate, now)
         if level < 1:
             broken.append((Violation("burst", limits.burst - level, limits.burst), (1 - level) / rate))
+    return broken
+
+
+def check(
+    limits: Limits, state: Counters, now: float, tokens: int, cost: float
+) -> list[tuple[Violation, float]]:
+    """Limits this request would break, each with when it may succeed (seconds from now)."""
+    broken = check_rate(limits, state, now)
     if limits.tpm is not None:
         rate = limits.tpm / WINDOW_S
         level = refill(state.tpm_tokens, state.tpm_at, limits.tpm, rate, now)
@@ -149,13 +156,7 @@ def charge(
     limits: Limits, state: Counters, now: float, request_id: str, tokens: int, cost: float, expiry: float
 ) -> None:
     """Take the request's share of every limit (after ``check`` allowed it)."""
-    prune_log(state, now)
-    state.admitted[request_id] = now
-    state.admission_order.append((now, request_id))
-    if limits.burst is not None:
-        rate = (limits.rpm or limits.burst) / WINDOW_S
-        state.burst_tokens = refill(state.burst_tokens, state.burst_at, limits.burst, rate, now) - 1
-        state.burst_at = now
+    count_rate(limits, state, now, request_id)
     if limits.tpm is not None:
         state.tpm_tokens = (
             refill(state.tpm_tokens, state.tpm_at, limits.tpm, limits.tpm / WINDOW_S, now) - tokens
@@ -163,6 +164,17 @@ def charge(
         state.tpm_at = now
     add_spend(state, now, cost)
     state.inflight[request_id] = expiry
+
+
+def count_rate(limits: Limits, state: Counters, now: float, key: str) -> None:
+    """Count one request (``key`` in the rpm log) against the request-rate limits."""
+    prune_log(state, now)
+    state.admitted[key] = now
+    state.admission_order.append((now, key))
+    if limits.burst is not None:
+        rate = (limits.rpm or limits.burst) / WINDOW_S
+        state.burst_tokens = refill(state.burst_tokens, state.burst_at, limits.burst, rate, now) - 1
+        state.burst_at = now
 
 
 def settle(

@@ -52,6 +52,54 @@ if known[1] then
     redis.call('PEXPIRE', KEYS[1], 2 * ttl)
     return {known[1]}
   end
+  if not running then
+    -- A repeat answered from here is a request as far as the rate limits go (rpm, burst:
+    -- policy.check_rate, count_rate): replays are not free.
+    local broken, wait, over = {}, 0, false
+    for i = 0, n - 1 do
+      local o = P + i * 7
+      local scope, rpm, burst, soft = ARGV[o], tonumber(ARGV[o+1]), tonumber(ARGV[o+2]), ARGV[o+6] == '1'
+      local base = prefix .. '{' .. string.match(scope, '^[^/]+') .. '}:' .. scope
+      if rpm >= 0 then
+        redis.call('ZREMRANGEBYSCORE', base .. ':log', '-inf', now - WINDOW)
+        local count = redis.call('ZCARD', base .. ':log')
+        if count + 1 > rpm then
+          local oldest = redis.call('ZRANGE', base .. ':log', 0, 0, 'WITHSCORES')
+          local w = WINDOW
+          if oldest[2] then w = tonumber(oldest[2]) + WINDOW - now end
+          table.insert(broken, {'rpm', count, rpm})
+          if not soft then over = true; wait = math.max(wait, w) end
+        end
+      end
+      if burst >= 0 then
+        local rate = (rpm >= 0 and rpm or burst) / WINDOW
+        local b = redis.call('HMGET', base .. ':burst', 't', 'at')
+        local level = burst
+        if b[1] then level = math.min(burst, tonumber(b[1]) + (now - tonumber(b[2])) * rate) end
+        if level < 1 then
+          table.insert(broken, {'burst', burst - level, burst})
+          if not soft then over = true; wait = math.max(wait, (1 - level) / rate) end
+        end
+      end
+    end
+    if over then return {cjson.encode({'reject', wait, broken, 0})} end
+    local key = rid .. '#' .. redis.call('INCR', prefix .. 'replays')
+    for i = 0, n - 1 do
+      local o = P + i * 7
+      local scope, rpm, burst = ARGV[o], tonumber(ARGV[o+1]), tonumber(ARGV[o+2])
+      local base = prefix .. '{' .. string.match(scope, '^[^/]+') .. '}:' .. scope
+      redis.call('ZADD', base .. ':log', now, key)
+      redis.call('PEXPIRE', base .. ':log', WINDOW)
+      if burst >= 0 then
+        local rate = (rpm >= 0 and rpm or burst) / WINDOW
+        local b = redis.call('HMGET', base .. ':burst', 't', 'at')
+        local level = burst
+        if b[1] then level = math.min(burst, tonumber(b[1]) + (now - tonumber(b[2])) * rate) end
+        redis.call('HSET', base .. ':burst', 't', level - 1, 'at', now)
+        redis.call('PEXPIRE', base .. ':burst', DAY)
+      end
+    end
+  end
   -- A retry is answered as the first call was (with its kept answer, binary, beside the
   -- verdict); only that first call settles.
   local verdict = cjson.decode(known[1])

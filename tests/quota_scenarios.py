@@ -261,7 +261,8 @@ async def a_repeat_waits_for_the_first_then_gets_its_answer(q: Harness) -> None:
             assert again.repeat and not again.running and not again.held and again.answer == ANSWER
         other = await q.reserve(rid, limits, fingerprint="B", replayable=True)
         assert other.decision == Decision.CONFLICT and not other.held
-    assert (await q.usage([Limits(scope="t", rpm=5)]))["t:rpm"] == 1
+    # One request and its three answered repeats (the waiting one is not counted).
+    assert (await q.usage([Limits(scope="t", rpm=5)]))["t:rpm"] == 4
 
 
 async def a_repeat_of_a_lost_first_call_takes_it_over(q: Harness) -> None:
@@ -311,6 +312,26 @@ async def a_tenants_kept_answers_are_bounded_and_freed_when_forgotten(q: Harness
     assert (await q.reserve("a/4", [], lease_s=10, replayable=True)).answer == b"y" * (KEPT - 1)
 
 
+async def replays_count_against_the_request_rate(q: Harness) -> None:
+    """A repeat answered from the store counts as a request against rpm (a waiting one does
+    not): past the limit it is refused with when to retry, as a new request would be."""
+    limits = [Limits(scope="t", rpm=4)]
+    assert (await q.reserve("t/r", limits, fingerprint="A", replayable=True)).held
+    waiting = await q.reserve("t/r", limits, fingerprint="A", replayable=True)
+    assert waiting.running and (await q.usage(limits))["t:rpm"] == 1
+    assert await q.backend.commit("t/r", 0, 0, ANSWER)
+    for _ in range(3):
+        again = await q.reserve("t/r", limits, fingerprint="A", replayable=True)
+        assert again.repeat and again.answer == ANSWER
+    assert (await q.usage(limits))["t:rpm"] == 4
+    refused = await q.reserve("t/r", limits, fingerprint="A", replayable=True)
+    assert refused.decision == Decision.REJECT and not refused.held and not refused.answer
+    assert refused.violations[0].limit == "rpm" and 59 < refused.retry_after_s <= 60
+    assert (await q.reserve("t/new", limits)).decision == Decision.REJECT
+    q.clock.now += 60.5
+    assert (await q.reserve("t/r", limits, fingerprint="A", replayable=True)).answer == ANSWER
+
+
 async def a_committed_answer_outlives_its_lease(q: Harness) -> None:
     rid = "t/kept"
     assert (await q.reserve(rid, [], fingerprint="A", lease_s=10, replayable=True)).held
@@ -339,4 +360,5 @@ SCENARIOS: list[Callable[[Harness], Awaitable[None]]] = [
     a_repeat_of_a_lost_first_call_takes_it_over,
     a_tenants_kept_answers_are_bounded_and_freed_when_forgotten,
     a_committed_answer_outlives_its_lease,
+    replays_count_against_the_request_rate,
 ]
