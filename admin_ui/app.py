@@ -10,6 +10,7 @@ from ferryman_server.admin_ui import session
 from ferryman_server.admin_ui.auth import MAX_NAME_CHARS, MAX_PASSWORD_CHARS, LoginThrottle, log_in
 from ferryman_server.admin_ui.context import Console, NotAllowed, Person, build_console
 from ferryman_server.admin_ui.views import PAGES
+from ferryman_server.kernel.proxies import client_address
 
 
 @st.cache_resource
@@ -18,6 +19,12 @@ def console() -> Console:
 
 
 @st.cache_resource
+def client(ctx: Console) -> str:
+    """The address of this session's browser: behind a trusted proxy, the one it forwarded
+    (empty when Streamlit reports none, as on loopback)."""
+    return client_address(st.context.ip_address or "", st.context.headers.items(), ctx.common.proxies())
+
+
 def throttle() -> LoginThrottle:
     return LoginThrottle()
 
@@ -41,7 +48,7 @@ def login(ctx: Console) -> None:
         password = st.text_input("Password", type="password", key="password", max_chars=MAX_PASSWORD_CHARS)
         if st.form_submit_button("Log in", key="login_submit"):
             try:
-                outcome = log_in(throttle(), ctx.reader, name.strip(), password, st.context.ip_address or "")
+                outcome = log_in(throttle(), ctx.reader, name.strip(), password, client(ctx))
             except Exception:  # nothing of the registry's error reaches an unauthenticated user
                 st.error("The registry cannot be reached; try again shortly.")
                 return

@@ -99,10 +99,13 @@ class _Record:
 
 @dataclass(frozen=True)
 class Attempt:
-    """A password check the throttle let through; ``wait_s`` > 0: refused, retry after it."""
+    """A password check the throttle let through; ``wait_s`` > 0: refused, retry after it,
+    unless ``probe``: the account is locked but this address never failed, so its password
+    is checked all the same (right, it logs in; wrong, the wait is the answer)."""
 
     keys: tuple[str, ...] = ()
     wait_s: float = 0.0
+    probe: bool = False
 
 
 class LoginThrottle:
@@ -113,10 +116,15 @@ class LoginThrottle:
     in between: of any burst, FREE_ATTEMPTS checks go through for an account or an address,
     and each attempt after them locks that key for twice as long as the last (2 s, 4 s, ...
     up to 15 min). A success clears its account and address. One attacker can slow down
-    the accounts it names and its own address, not another operator's login.
+    the accounts it names and its own address, not another operator's login: an address
+    that never failed has its password checked even while the account is locked (a probe,
+    counted against that address only), so a right password from it always logs in, and
+    an attacker who keeps an account locked does not lock its operator out. Spread over
+    many addresses, guessing gets one check per new address.
 
     One per console process, across sessions: a new browser session must not reset it.
-    Behind a proxy every client has the proxy's address: the account keys still hold."""
+    The address is the client's behind trusted proxies (``FERRYMAN_TRUSTED_PROXIES``); one
+    the console cannot tell (Streamlit gives none on loopback) is the key ``unknown``."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -125,13 +133,18 @@ class LoginThrottle:
 
     def begin(self, account: str, address: str) -> Attempt:
         """Count an attempt for ``account`` from ``address`` and say whether it may go on."""
-        keys = (f"account:{account[:MAX_NAME_CHARS]}", f"address:{address}")
+        keys = (f"account:{account[:MAX_NAME_CHARS]}", f"address:{address or 'unknown'}")
         now = self._clock()
         with self._lock:
             records = [self._record(key) for key in keys]
-            wait = max(r.locked_until - now for r in records)
-            if wait > 0:
-                return Attempt(wait_s=wait)
+            account_wait, address_wait = (r.locked_until - now for r in records)
+            if address_wait > 0:
+                return Attempt(wait_s=address_wait)
+            if account_wait > 0:
+                if records[1].failures:
+                    return Attempt(wait_s=account_wait)
+                records[1].failures += 1  # a probe: its address is no longer one that never failed
+                return Attempt(keys=keys, wait_s=account_wait, probe=True)
             for record in records:
                 record.failures += 1
                 if record.failures >= FREE_ATTEMPTS:
@@ -159,10 +172,10 @@ def log_in(
     """The person these credentials name, or the seconds to wait before trying again
     (0.0: wrong name or password). The throttle counts the attempt before the check."""
     attempt = throttle.begin(name, address)
-    if attempt.wait_s > 0:
+    if attempt.wait_s > 0 and not attempt.probe:
         return attempt.wait_s
     person = authenticate(reader, name, password)
     if person is None:
-        return 0.0
+        return attempt.wait_s
     throttle.succeeded(attempt)
     return person

@@ -14,6 +14,7 @@ from streamlit.web import cli
 from streamlit.web.server.starlette import starlette_server
 
 from ferryman_server.admin_ui.context import ConsoleSettings
+from ferryman_server.kernel.config import CommonSettings
 from ferryman_server.kernel.connections import ConnectionGuard, GuardLimits
 from ferryman_server.kernel.http_guard import guarded
 
@@ -36,7 +37,7 @@ def guard(settings: ConsoleSettings) -> None:
     )
 
     def guarded_kwargs() -> dict[str, Any]:
-        return {**made(), "http": guarded(ConnectionGuard(limits))}
+        return {**made(), "http": guarded(ConnectionGuard(limits), CommonSettings().proxies())}
 
     setattr(starlette_server, CONFIG_HOOK, guarded_kwargs)
 

@@ -14,6 +14,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ferryman.sdk.calls import MIN_KEEPALIVE_S
+from ferryman_server.kernel.proxies import Network, networks
 from ferryman_server.kernel.security import Security, load_security
 
 
@@ -71,6 +72,12 @@ class CommonSettings(BaseSettings):
     tls_server_name: str = ""
     """Name checked in servers' certificates when it differs from the dialled host."""
 
+    trusted_proxies: str = ""
+    """Reverse proxies (CIDRs or addresses, comma-separated: an ingress's pod network) whose
+    forwarded client address (``Forwarded``, else ``X-Forwarded-For``) is believed: the HTTP
+    doors' and the console's per-client bounds and the console's login throttle key on it.
+    From anyone else the TCP peer is the client, whatever headers it sends."""
+
     jobs_redis_url: str = ""
     """Redis holding durable jobs (the router queues them, batchers run them)."""
     jobs_in_registry: bool = False
@@ -97,8 +104,16 @@ class CommonSettings(BaseSettings):
     HTTP/2 preface (gRPC) or its request headers (metrics) within this, or it is closed: a
     client that connects and goes silent holds nothing for long (gRPC's own default: 120 s)."""
 
+    def proxies(self) -> tuple[Network, ...]:
+        """``trusted_proxies`` as networks."""
+        return networks(self.trusted_proxies)
+
     @model_validator(mode="after")
     def _agree(self) -> CommonSettings:
+        try:
+            self.proxies()
+        except ValueError as exc:
+            raise ValueError(f"FERRYMAN_TRUSTED_PROXIES: {exc}") from None
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("FERRYMAN_TLS_CERT and FERRYMAN_TLS_KEY go together: set both or neither")
         if self.tls_client_auth and not self.tls_ca:

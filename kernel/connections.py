@@ -85,25 +85,51 @@ class ConnectionGuard(Generic[C]):
     def __len__(self) -> int:
         return len(self._peer)
 
-    def opened(self, conn: C, peer: str) -> Admission:
-        """A new connection from ``peer``: it waits for its first request."""
+    def opened(self, conn: C, peer: str, *, bounded: bool = True) -> Admission:
+        """A new connection from ``peer``: it waits for its first request. ``bounded``
+        False: ``peer`` is a trusted proxy, which carries many clients' connections: only
+        the port's bound applies until a request says whose it is (``reassign``)."""
         self._peer[conn] = peer
         self._phase[conn] = Phase.WAITING
         self._unserved[Phase.WAITING][conn] = None
         self._per_peer[peer] += 1
         shed: list[C] = []
-        while self._per_peer[peer] > self.limits.max_per_peer:
-            victim = self._shed_one(lambda other: self._peer[other] == peer, conn)
-            if victim is None:
+        if bounded:
+            refused = self._bound_peer(conn, peer, shed)
+            if refused:
                 self.closed(conn)
                 return Admission(shed, refused=True)
-            shed.append(victim)
         while len(self._peer) > self.limits.max_connections:
             victim = self._shed_one(lambda _: True, conn)
             if victim is None:
                 break  # every other connection is being served: the new one gets a 503
             shed.append(victim)
         return Admission(shed)
+
+    def reassign(self, conn: C, peer: str) -> Admission:
+        """``conn``'s request is ``peer``'s (a trusted proxy said so): it counts against that
+        peer's bound from now on, and past it that peer's own unserved connections are shed,
+        or, all of them being served, ``conn`` is refused (it stays known until closed)."""
+        before = self._peer.get(conn)
+        if before is None or before == peer:
+            return Admission()
+        self._per_peer[before] -= 1
+        if not self._per_peer[before]:
+            del self._per_peer[before]
+        self._peer[conn] = peer
+        self._per_peer[peer] += 1
+        shed: list[C] = []
+        return Admission(shed, refused=self._bound_peer(conn, peer, shed))
+
+    def _bound_peer(self, conn: C, peer: str, shed: list[C]) -> bool:
+        """Shed ``peer``'s unserved connections (not ``conn``) past its bound into ``shed``;
+        True when that is not enough (every other one of its connections is being served)."""
+        while self._per_peer[peer] > self.limits.max_per_peer:
+            victim = self._shed_one(lambda other: self._peer[other] == peer, conn)
+            if victim is None:
+                return True
+            shed.append(victim)
+        return False
 
     def entered(self, conn: C, phase: Phase) -> float | None:
         """``conn`` moved to ``phase``; the seconds it may stay there (None: no bound here)."""

@@ -6,11 +6,13 @@ a WebSocket (the console's sessions) leaves the guard with its HTTP request."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ferryman_server.kernel.connections import ConnectionGuard, Phase
+from ferryman_server.kernel.proxies import Network, client_address, trusted
 
 TIMEOUT_RESPONSE = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 BUSY_BODY = b'{"error": "too many connections from this address are being served: retry later"}'
@@ -23,9 +25,11 @@ TOO_LARGE_RESPONSE = (
 )
 
 
-def guarded(guard: ConnectionGuard[Any]) -> type[HttpToolsProtocol]:
+def guarded(guard: ConnectionGuard[Any], proxies: Sequence[Network] = ()) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol, telling ``guard`` of every connection and phase and
-    closing what it sheds or what misses its phase's deadline."""
+    closing what it sheds or what misses its phase's deadline. A connection from one of
+    ``proxies`` (trusted reverse proxies) is its request's client's, as the proxy forwarded
+    it: for the guard's per-client bound and for the application (the ASGI ``client``)."""
 
     class GuardedProtocol(HttpToolsProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -37,11 +41,15 @@ def guarded(guard: ConnectionGuard[Any]) -> type[HttpToolsProtocol]:
             """Some of a request has come since the last answer (a timeout then says 408)."""
             self._refused = False
             """Its peer had its bound of connections being served: its request gets a 503."""
+            self._peer = ""
+            self._proxy = False
+            """The peer is a trusted proxy: each request says whose the connection is."""
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            peer = self.client[0] if self.client else ""
-            admission = guard.opened(self, peer)
+            self._peer = self.client[0] if self.client else ""
+            self._proxy = trusted(self._peer, proxies)
+            admission = guard.opened(self, self._peer, bounded=not self._proxy)
             for victim in admission.shed:
                 victim._close(TIMEOUT_RESPONSE if victim._begun else b"")
             # A refused connection is answered once its headers are in (a client reads a 503
@@ -69,6 +77,8 @@ def guarded(guard: ConnectionGuard[Any]) -> type[HttpToolsProtocol]:
         def on_headers_complete(self) -> None:
             if self._request_bytes > guard.limits.max_header_bytes:
                 return  # refused in data_received, before any of the app runs
+            if self._proxy:
+                self._forwarded()
             if self._refused:
                 self._close(BUSY_RESPONSE)
                 return
@@ -102,6 +112,17 @@ def guarded(guard: ConnectionGuard[Any]) -> type[HttpToolsProtocol]:
             super().data_received(data)
             if self._request_bytes > guard.limits.max_header_bytes and not self.transport.is_closing():
                 self._close(TOO_LARGE_RESPONSE)
+
+        def _forwarded(self) -> None:
+            """This request's client, as the trusted proxy forwarded it, holds the connection."""
+            headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in self.headers]
+            client = client_address(self._peer, headers, proxies)
+            admission = guard.reassign(self, client)
+            for victim in admission.shed:
+                victim._close(TIMEOUT_RESPONSE if victim._begun else b"")
+            self._refused = self._refused or admission.refused
+            self.client = (client, 0)
+            self.scope["client"] = self.client
 
         def _count(self, n: int) -> None:
             self._request_bytes += n

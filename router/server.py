@@ -186,6 +186,7 @@ async def serve_router(
                 common.tls_key,
                 reuse_port=settings.reuse_port,
                 jobs=desk,
+                proxies=common.proxies(),
             )
             await http.start()
             gateway.listening(http.address, http=True)

@@ -82,10 +82,11 @@ class E2E:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         listen: str = "127.0.0.1:0",
         http_max_connections: int = DEFAULT_HTTP_MAX_CONNECTIONS,
+        common: CommonSettings | None = None,
         **extra: Any,
     ) -> tuple[str, ServiceThread]:
         """Another router on the same platform (for multi-router quota tests); ``extra``:
-        more of its settings."""
+        more of its settings; ``common``: the platform's, changed."""
         settings = RouterSettings(
             **extra,
             quota_timeout_s=quota_timeout_s,
@@ -98,7 +99,9 @@ class E2E:
             internal_listen=internal_listen,
         )
         thread = ServiceThread(
-            lambda stop, ready: serve_router(settings, CoHostedQuota(quota), self.common, stop, ready),
+            lambda stop, ready: serve_router(
+                settings, CoHostedQuota(quota), common or self.common, stop, ready
+            ),
             "router",
         )
         address = thread.start()

@@ -170,7 +170,9 @@ http {{
 keep-alive upstream connections, the client's address in X-Forwarded-For."""
 
 
-def _start_nginx(stack: ExitStack, topology: Topology, root: Path, listen: str, upstreams: list[str]) -> None:
+def start_nginx(stack: ExitStack, root: Path, listen: str, upstreams: list[str]) -> subprocess.Popen[bytes]:
+    """nginx (Debian's) on ``listen`` in front of ``upstreams`` (HTTP ``host:port``s), its
+    files under ``root``; stop it by PID."""
     binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
     if binary is None:
         unavailable("nginx is not installed (Debian's nginx package; .ci/run installs it)")
@@ -178,7 +180,7 @@ def _start_nginx(stack: ExitStack, topology: Topology, root: Path, listen: str, 
     config = root / "nginx.conf"
     config.write_text(NGINX.format(root=root, servers=servers, listen=listen))
     log = stack.enter_context((root / "nginx.log").open("wb"))
-    topology.procs["ingress"] = subprocess.Popen(
+    return subprocess.Popen(
         [binary, "-c", str(config), "-p", str(root)], stdout=log, stderr=subprocess.STDOUT
     )
 
@@ -251,7 +253,7 @@ def run_topology(root: Path, registry_url: str, redis_url: str) -> Iterator[Topo
             **{f"batcher-{i}": a for i, a in enumerate(batchers)},
             **{f"router-{i}": a for i, a in enumerate(routers)},
         }
-        _start_nginx(stack, topology, root, ingress, router_http)
+        topology.procs["ingress"] = start_nginx(stack, root, ingress, router_http)
         _wait_serving(topology, every)
         _wait_http(topology, f"http://{ingress}/v2/health/live")
         reader = RegistryReader(engine)

@@ -31,6 +31,10 @@ app.kubernetes.io/component: {{ .component }}
   value: /tmp/ferryman
 - name: FERRYMAN_LOG_LEVEL
   value: {{ .Values.logLevel | quote }}
+{{- if .Values.trustedProxies }}
+- name: FERRYMAN_TRUSTED_PROXIES
+  value: {{ join "," .Values.trustedProxies | quote }}
+{{- end }}
 - name: FERRYMAN_DATABASE_URL
   valueFrom:
     secretKeyRef:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import uvicorn
@@ -18,6 +18,7 @@ from fastapi.openapi.utils import get_openapi
 from ferryman_server.kernel.connections import ConnectionGuard, GuardLimits
 from ferryman_server.kernel.http_guard import guarded
 from ferryman_server.kernel.net import cannot_listen
+from ferryman_server.kernel.proxies import Network
 from ferryman_server.router.doors.http import errors
 from ferryman_server.router.doors.http.caller import JSON, OPENAI_PREFIX, invalid_request
 from ferryman_server.router.doors.oip.rest import protocol as oip_rest
@@ -126,6 +127,7 @@ class HttpDoor:
         keyfile: str = "",
         reuse_port: bool = False,
         jobs: JobDesk | None = None,
+        proxies: Sequence[Network] = (),
     ) -> None:
         host, _, port = listen.rpartition(":")
         self._socket = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET)
@@ -149,7 +151,7 @@ class HttpDoor:
             log_level="error",
             # The guard sheds idle and half-open connections past its bound and closes slow
             # ones; uvicorn's own bound (503) then counts only connections inside a request.
-            http=guarded(ConnectionGuard(limits)),
+            http=guarded(ConnectionGuard(limits), proxies),
             limit_concurrency=limits.max_connections + 1,
             ssl_certfile=certfile or None,
             ssl_keyfile=keyfile or None,

@@ -461,3 +461,14 @@ def test_nodes_fetch_artifacts_into_a_cache_volume_with_the_stores_credentials()
     assert container["envFrom"] == [{"secretRef": {"name": "minio-keys"}}]
     volumes = {v["name"]: v for v in node["spec"]["template"]["spec"]["volumes"]}
     assert volumes["artifacts"]["persistentVolumeClaim"] == {"claimName": "models"}
+
+
+def test_trusted_proxies_reach_every_container() -> None:
+    docs = render({"trustedProxies": ["10.42.0.0/16", "10.43.0.10"]})
+    router = next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "fm-ferryman-router")
+    (container,) = containers(router)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["FERRYMAN_TRUSTED_PROXIES"] == "10.42.0.0/16,10.43.0.10"
+    assert "FERRYMAN_TRUSTED_PROXIES" not in {
+        e["name"] for e in containers(by_kind(render({}), "Deployment")[0])[0]["env"]
+    }
