@@ -57,6 +57,12 @@ class GuardLimits:
     header_timeout_s: float
     body_timeout_s: float
     max_header_bytes: int
+    write_timeout_s: float = 30.0
+    """An answer being sent to a client that reads none of it (its socket's buffers full)
+    for this long is cut: a reader that never reads holds nothing for long."""
+    refused_timeout_s: float = 1.0
+    """A connection refused for its peer's bound is answered 503 if its headers come within
+    this, and closed either way (not held until the header deadline)."""
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ a WebSocket (the console's sessions) leaves the guard with its HTTP request."""
 
 from __future__ import annotations
 
+import socket
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +16,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from ferryman_server.kernel.connections import ConnectionGuard, Phase
 from ferryman_server.kernel.proxies import Network, client_address, trusted
 
+LINGER_RESET = struct.pack("ii", 1, 0)
+"""SO_LINGER on, for 0 s: closing resets the connection and drops what is unsent."""
 TIMEOUT_RESPONSE = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 BUSY_BODY = b'{"error": "too many connections from this address are being served: retry later"}'
 BUSY_RESPONSE = (
@@ -44,6 +48,8 @@ def guarded(guard: ConnectionGuard[Any], proxies: Sequence[Network] = ()) -> typ
             self._peer = ""
             self._proxy = False
             """The peer is a trusted proxy: each request says whose the connection is."""
+            self._stalled: Any = None
+            """The write deadline, while the client reads nothing of an answer being sent."""
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -53,14 +59,45 @@ def guarded(guard: ConnectionGuard[Any], proxies: Sequence[Network] = ()) -> typ
             for victim in admission.shed:
                 victim._close(TIMEOUT_RESPONSE if victim._begun else b"")
             # A refused connection is answered once its headers are in (a client reads a 503
-            # it asked for; one sent before its request is often lost to a reset).
+            # it asked for; one sent before its request is often lost to a reset), and given
+            # only a moment to send them.
             self._refused = admission.refused
-            self._arm(guard.limits.header_timeout_s)
+            limits = guard.limits
+            self._arm(limits.refused_timeout_s if self._refused else limits.header_timeout_s)
 
         def connection_lost(self, exc: Exception | None) -> None:
             guard.closed(self)
             self._arm(None)
+            self._unstall()
             super().connection_lost(exc)
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if self._stalled is None:
+                self._stalled = self.loop.call_later(guard.limits.write_timeout_s, self._cut)
+
+        def resume_writing(self) -> None:
+            self._unstall()
+            super().resume_writing()
+
+        def _unstall(self) -> None:
+            if self._stalled is not None:
+                self._stalled.cancel()
+                self._stalled = None
+
+        def _cut(self) -> None:
+            """The client read nothing of its answer for the write deadline: drop it with a
+            reset (a close, even an abort, would leave the kernel sending what is in its
+            buffer to a client that never reads it)."""
+            self._stalled = None
+            guard.closed(self)
+            self._arm(None)
+            if self.transport is None or self.transport.is_closing():
+                return
+            sock = self.transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_RESET)
+            self.transport.abort()
 
         def on_message_begin(self) -> None:
             self._request_bytes = 0

@@ -181,6 +181,7 @@ async def serve_router(
                     header_timeout_s=settings.http_header_timeout_s,
                     body_timeout_s=settings.http_body_timeout_s,
                     max_header_bytes=settings.http_max_header_bytes,
+                    write_timeout_s=settings.http_write_timeout_s,
                 ),
                 common.tls_cert,
                 common.tls_key,

@@ -31,6 +31,9 @@ class RouterSettings(BaseSettings):
     its last answer); else it is closed (408 when it had sent part of them)."""
     http_body_timeout_s: float = Field(default=60.0, gt=0)
     """A request's body must arrive whole within this of its headers; else it is closed."""
+    http_write_timeout_s: float = Field(default=30.0, gt=0)
+    """An answer (a streamed batch output, embeddings, an SSE stream) whose client reads
+    none of it for this long (its socket's buffers full) is cut, and its connection closed."""
     http_max_header_bytes: int = Field(default=64 * 1024, ge=1024)
     """Most bytes of a request line and headers; more is refused 431 before any work."""
     batchers: str = "127.0.0.1:7003"

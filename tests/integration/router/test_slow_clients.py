@@ -7,19 +7,23 @@ preface and metrics headers). Part of the abuse suite."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import socket
+import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import numpy as np
 import pytest
+from batcher_platform import register
 from half_open import all_closed, half_open
 from harness import ServiceThread
-from router_platform import E2E
+from router_platform import E2E, ECHO_HANDLER
 
 import ferryman
 from ferryman.tensors import encode
@@ -214,3 +218,68 @@ def test_a_connection_may_have_only_so_many_calls_in_progress(
     ):
         answers = list(pool.map(lambda x: client.predict("echo", x).outputs["output"], rows))
     assert [float(np.asarray(a).ravel()[0]) for a in answers] == [2.0 * i for i in range(calls)]
+
+
+STALLED_READERS = 4
+ROWS, WIDTH = 64, 16_384
+"""A wide echo of 4 MiB (the model's input bound) answers about 19 MB of JSON (each float in
+full): more than the sockets' buffers hold (4 MB each way here)."""
+WRITE_BOUND_S = 2.0
+
+
+def wide_status(http: str, request: bytes) -> int:
+    """The status of one request (its answer's first bytes)."""
+    host, port = http.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=CLOSED_WITHIN_S) as sock:
+        sock.sendall(request)
+        status = sock.recv(64).split(b" ")[1]
+    return int(status)
+
+
+def test_readers_that_never_read_are_cut_at_the_write_deadline(e2e: E2E) -> None:
+    """Clients that ask for a large answer and read none of it are cut once the write
+    deadline passes (their connections free), while a client that reads is served."""
+    http = f"127.0.0.1:{free_port()}"
+    e2e.start_router(QuotaSettings(), http_listen=http, http_write_timeout_s=WRITE_BOUND_S)
+    model = f"wide-{uuid.uuid4().hex[:6]}"
+    schema = {
+        "inputs": [{"name": "input", "dtype": "FP32", "shape": [WIDTH]}],
+        "outputs": [{"name": "output", "dtype": "FP32", "shape": [WIDTH]}],
+    }
+    artifact = echo.write_config(e2e.common.data_dir / f"{model}.json")
+    register(e2e.writer, model, "1", artifact, "python", schema, handler=ECHO_HANDLER, max_batch=ROWS)
+    e2e.writer.set_route(model, {"1": 100})
+    tensor = {
+        "name": "input",
+        "datatype": "FP32",
+        "shape": [ROWS, WIDTH],
+        "data": [1.2345678] * (ROWS * WIDTH),
+    }
+    body = json.dumps({"inputs": [tensor]}).encode()
+    request = (
+        f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {e2e.keys['acme']}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    deadline = time.monotonic() + CLOSED_WITHIN_S
+    while wide_status(http, request) != 200:  # the doors are up, the model placed
+        assert time.monotonic() < deadline, f"the wide model never answered: {wide_status(http, request)}"
+        time.sleep(0.2)
+    host, port = http.rsplit(":", 1)
+    readers: list[socket.socket] = []
+    try:
+        for _ in range(STALLED_READERS):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # and it reads nothing
+            sock.connect((host, int(port)))
+            sock.sendall(request)
+            readers.append(sock)
+        assert infer_over_http(http, e2e.keys["acme"], 2.0) == 200, "a reader is served meanwhile"
+        for sock in readers:
+            # Cut: the router reset the connection (what it had not sent is dropped).
+            deadline = time.monotonic() + CLOSED_WITHIN_S * 3
+            while sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != errno.ECONNRESET:
+                assert time.monotonic() < deadline, "a reader that reads nothing was never cut"
+                time.sleep(0.1)
+    finally:
+        for sock in readers:
+            sock.close()
