@@ -219,6 +219,9 @@ class MemoryQuota:
                 add_spend(self._state(p.scope), now, delta)
         return delta, any(over_cost(p, self._state(p.scope), now) for p in policies)
 
+    async def warm(self) -> None:
+        """Nothing to ready in memory."""
+
     async def expired_count(self) -> int:
         self._expire(self._clock())
         return self.expired

@@ -36,6 +36,7 @@ async def serve_quota(
         refresher = asyncio.create_task(cache.run(refresher_stop))
         await asyncio.wait_for(cache.loaded.wait(), timeout=CACHE_LOAD_TIMEOUT_S)
         service = QuotaService(settings, make_backend(settings), lambda: cache.snapshot)
+        await service.warm()
         quota_pb2_grpc.add_QuotaServicer_to_server(QuotaServicer(service), rt.server)
         await rt.serve(on_ready)
         await rt.stop_serving()

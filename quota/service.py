@@ -57,6 +57,10 @@ class QuotaBackend(Protocol):
     async def release(self, request_id: str) -> bool: ...
     async def usage(self, policies: Sequence[Limits]) -> list[tuple[str, float, float, str]]: ...
     async def expired_count(self) -> int: ...
+    async def warm(self) -> None:
+        """Make ready what a first call would otherwise pay for (scripts, a connection)."""
+        ...
+
     async def charge(
         self, charge_id: str, policies: Sequence[Limits], total_cost: float
     ) -> tuple[float, bool]: ...
@@ -197,6 +201,15 @@ class QuotaService:
         except (RedisError, OSError, TimeoutError) as exc:
             self._log.warning("charge", "quota charge failed (the caller tries again): %r", exc)
             raise unavailable(exc) from exc
+
+    async def warm(self) -> None:
+        """Ready the backend before the first burst; a backend down now is not fatal (each
+        call then fails by the fail mode, as it would later)."""
+        try:
+            async with asyncio.timeout(self._settings.backend_timeout_s * 4):
+                await self._backend.warm()
+        except (RedisError, OSError, TimeoutError) as exc:
+            log.warning("quota backend not ready at start: %r", exc)
 
     async def usage(self, tenant: str) -> tuple[list[tuple[str, float, float, str]], int]:
         limits = [to_limits(p) for p in self._snapshot().policies.get(tenant, [])]

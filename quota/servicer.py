@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 
 from ferryman.durations import set_seconds
+from ferryman.errors import make_status
 from ferryman.v1 import quota_pb2, quota_pb2_grpc
-from ferryman_server.kernel.quota import Ask, Decision, QuotaUnavailable, ReserveCall, Verdict
+from ferryman_server.kernel.quota import (
+    MAX_RESERVE_MANY,
+    Ask,
+    Decision,
+    QuotaUnavailable,
+    ReserveCall,
+    Verdict,
+)
 from ferryman_server.kernel.serving import ServicerContext
 from ferryman_server.quota.service import InvalidQuotaCall, QuotaService
 
@@ -42,33 +52,48 @@ class QuotaServicer(quota_pb2_grpc.QuotaServicer):
     def __init__(self, service: QuotaService) -> None:
         self._service = service
 
+    async def _reserve(self, request: quota_pb2.ReserveRequest) -> quota_pb2.ReserveResponse:
+        ask = Ask(
+            request.estimated_tokens,
+            request.estimated_cost_usd,
+            request.min_tokens,
+            request.cost_per_token_usd,
+        )
+        call = ReserveCall(
+            request.request_id, request.tenant, request.model, ask, request.fingerprint, request.replayable
+        )
+        return verdict_to_proto(await self._service.reserve(call))
+
     async def Reserve(
         self, request: quota_pb2.ReserveRequest, context: ServicerContext
     ) -> quota_pb2.ReserveResponse:
         try:
-            ask = Ask(
-                request.estimated_tokens,
-                request.estimated_cost_usd,
-                request.min_tokens,
-                request.cost_per_token_usd,
-            )
-            verdict = await self._service.reserve(
-                ReserveCall(
-                    request.request_id,
-                    request.tenant,
-                    request.model,
-                    ask,
-                    request.fingerprint,
-                    request.replayable,
-                )
-            )
+            return await self._reserve(request)
         except InvalidQuotaCall as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise
         except QuotaUnavailable as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
             raise
-        return verdict_to_proto(verdict)
+
+    async def ReserveMany(
+        self, request: quota_pb2.ReserveManyRequest, context: ServicerContext
+    ) -> quota_pb2.ReserveManyResponse:
+        if len(request.calls) > MAX_RESERVE_MANY:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"at most {MAX_RESERVE_MANY} reservations a call"
+            )
+        results = await asyncio.gather(*(self._result(call) for call in request.calls))
+        return quota_pb2.ReserveManyResponse(results=results)
+
+    async def _result(self, request: quota_pb2.ReserveRequest) -> quota_pb2.ReserveResult:
+        """One call of a ReserveMany: its verdict, or what it alone would have failed with."""
+        try:
+            return quota_pb2.ReserveResult(verdict=await self._reserve(request))
+        except InvalidQuotaCall as exc:
+            return quota_pb2.ReserveResult(error=make_status(grpc.StatusCode.INVALID_ARGUMENT, str(exc)))
+        except QuotaUnavailable as exc:
+            return quota_pb2.ReserveResult(error=make_status(grpc.StatusCode.UNAVAILABLE, str(exc)))
 
     async def Renew(
         self, request: quota_pb2.RenewRequest, context: ServicerContext

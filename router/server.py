@@ -126,6 +126,8 @@ async def serve_router(
             quota_channel = aio_channel(settings.quota_address, rt.security)
             rt.on_close(lambda: quota_channel.close(grace=None))
             quota = RemoteQuota(quota_channel, rt.security.metadata())
+            # Connect now, not on the first request: a burst's first Reserves would pay for it.
+            quota_channel.get_state(try_to_connect=True)
         discovery: asyncio.Task[None] | None = None
         batchers: BatcherPort
         if batcher is not None:

@@ -1,11 +1,7 @@
-"""The platform as the Helm chart runs it, started from the CLI: 2 routers (quotas on
-Redis), 2 batchers (each model owned by one, by rendezvous), 3 nodes, a PostgreSQL
-registry, and nginx (Debian's) in front of the routers' HTTP doors as the ingress. Every
-service is its own process, stopped by PID.
-
-Not yet the chart's quota service in its own process: with it, a stream of 2,000 requests
-at once (the canary split test) had Reserve calls miss the routers' 0.5 s quota budget on
-a loaded 2-core machine (DEADLINE_EXCEEDED), which the tenant-boundary work is to settle."""
+"""The platform as the Helm chart runs it, started from the CLI: the quota service on
+Redis, 2 routers calling it, 2 batchers (each model owned by one, by rendezvous), 3 nodes,
+a PostgreSQL registry, and nginx (Debian's) in front of the routers' HTTP doors as the
+ingress. Every service is its own process, stopped by PID."""
 
 from __future__ import annotations
 
@@ -214,6 +210,7 @@ def run_topology(root: Path, registry_url: str, redis_url: str) -> Iterator[Topo
         routers, router_metrics, router_http = ports(ROUTERS), ports(ROUTERS), ports(ROUTERS)
         ingress = f"127.0.0.1:{free_port()}"
         node_listen, node_metrics = ports(len(NODES)), ports(len(NODES))
+        (quota,), (quota_metrics,) = ports(1), ports(1)
         topology = Topology(
             e2e=E2E(
                 router=routers[0],
@@ -244,11 +241,14 @@ def run_topology(root: Path, registry_url: str, redis_url: str) -> Iterator[Topo
         for i, (listen, metrics) in enumerate(zip(batchers, batcher_metrics, strict=True)):
             args = ["batcher", "--listen", listen, "--metrics-listen", metrics]
             _start(stack, topology, f"batcher-{i}", args, env, root / f"batcher-{i}.log")
+        args = ["quota", "--listen", quota, "--redis-url", redis_url, "--metrics-listen", quota_metrics]
+        _start(stack, topology, "quota", args, env, root / "quota.log")
         for i, (listen, metrics, http) in enumerate(zip(routers, router_metrics, router_http, strict=True)):
             args = ["router", "--listen", listen, "--batchers", ",".join(batchers)]
-            args += ["--redis-url", redis_url, "--metrics-listen", metrics, "--http-listen", http]
+            args += ["--quota-address", quota, "--metrics-listen", metrics, "--http-listen", http]
             _start(stack, topology, f"router-{i}", args, env, root / f"router-{i}.log")
         every = {
+            "quota": quota,
             **dict(zip(NODES, node_listen, strict=True)),
             **{f"batcher-{i}": a for i, a in enumerate(batchers)},
             **{f"router-{i}": a for i, a in enumerate(routers)},

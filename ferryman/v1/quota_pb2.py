@@ -23,9 +23,10 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
+from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x66\x65rryman/v1/quota.proto\x12\x0b\x66\x65rryman.v1\x1a\x1egoogle/protobuf/duration.proto\"\xd2\x01\n\x0eReserveRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x18\n\x10\x65stimated_tokens\x18\x04 \x01(\x03\x12\x1a\n\x12\x65stimated_cost_usd\x18\x05 \x01(\x01\x12\x13\n\x0b\x66ingerprint\x18\x06 \x01(\t\x12\x12\n\nmin_tokens\x18\x07 \x01(\x03\x12\x1a\n\x12\x63ost_per_token_usd\x18\x08 \x01(\x01\x12\x12\n\nreplayable\x18\t \x01(\x08\"A\n\x0eQuotaViolation\x12\r\n\x05limit\x18\x01 \x01(\t\x12\x0f\n\x07\x63urrent\x18\x02 \x01(\x01\x12\x0f\n\x07maximum\x18\x03 \x01(\x01\"\xf7\x01\n\x0fReserveResponse\x12,\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32\x1a.ferryman.v1.QuotaDecision\x12/\n\nviolations\x18\x02 \x03(\x0b\x32\x1b.ferryman.v1.QuotaViolation\x12.\n\x0bretry_after\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04held\x18\x04 \x01(\x08\x12\x16\n\x0egranted_tokens\x18\x05 \x01(\x03\x12\x0e\n\x06repeat\x18\x06 \x01(\x08\x12\x0f\n\x07running\x18\x07 \x01(\x08\x12\x0e\n\x06\x61nswer\x18\x08 \x01(\x0c\"c\n\rCommitRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x15\n\ractual_tokens\x18\x02 \x01(\x03\x12\x17\n\x0f\x61\x63tual_cost_usd\x18\x03 \x01(\x01\x12\x0e\n\x06\x61nswer\x18\x04 \x01(\x0c\"$\n\x0eReleaseRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"Y\n\rChargeRequest\x12\x11\n\tcharge_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x16\n\x0etotal_cost_usd\x18\x04 \x01(\x01\"9\n\x0e\x43hargeResponse\x12\x13\n\x0b\x63harged_usd\x18\x01 \x01(\x01\x12\x12\n\nover_limit\x18\x02 \x01(\x08\"#\n\x0cRenewRequest\x12\x13\n\x0brequest_ids\x18\x01 \x03(\t\" \n\rRenewResponse\x12\x0f\n\x07renewed\x18\x01 \x01(\x03\"!\n\x0eSettleResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\"!\n\x0fGetUsageRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"K\n\nLimitUsage\x12\r\n\x05limit\x18\x01 \x01(\t\x12\x0f\n\x07\x63urrent\x18\x02 \x01(\x01\x12\x0f\n\x07maximum\x18\x03 \x01(\x01\x12\x0c\n\x04mode\x18\x04 \x01(\t\"i\n\x10GetUsageResponse\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\'\n\x06limits\x18\x02 \x03(\x0b\x32\x17.ferryman.v1.LimitUsage\x12\x1c\n\x14\x65xpired_reservations\x18\x03 \x01(\x03*\xa4\x01\n\rQuotaDecision\x12\x1e\n\x1aQUOTA_DECISION_UNSPECIFIED\x10\x00\x12\x18\n\x14QUOTA_DECISION_ADMIT\x10\x01\x12!\n\x1dQUOTA_DECISION_ADMIT_DEGRADED\x10\x02\x12\x19\n\x15QUOTA_DECISION_REJECT\x10\x03\x12\x1b\n\x17QUOTA_DECISION_CONFLICT\x10\x04\x32\xa1\x03\n\x05Quota\x12\x44\n\x07Reserve\x12\x1b.ferryman.v1.ReserveRequest\x1a\x1c.ferryman.v1.ReserveResponse\x12\x41\n\x06\x43ommit\x12\x1a.ferryman.v1.CommitRequest\x1a\x1b.ferryman.v1.SettleResponse\x12\x43\n\x07Release\x12\x1b.ferryman.v1.ReleaseRequest\x1a\x1b.ferryman.v1.SettleResponse\x12G\n\x08GetUsage\x12\x1c.ferryman.v1.GetUsageRequest\x1a\x1d.ferryman.v1.GetUsageResponse\x12>\n\x05Renew\x12\x19.ferryman.v1.RenewRequest\x1a\x1a.ferryman.v1.RenewResponse\x12\x41\n\x06\x43harge\x12\x1a.ferryman.v1.ChargeRequest\x1a\x1b.ferryman.v1.ChargeResponseBM\n\x0f\x64\x65v.ferryman.v1P\x01Z*ferryman.dev/gen/go/ferryman/v1;ferrymanv1\xaa\x02\x0b\x46\x65rryman.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x66\x65rryman/v1/quota.proto\x12\x0b\x66\x65rryman.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x17google/rpc/status.proto\"\xd2\x01\n\x0eReserveRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x18\n\x10\x65stimated_tokens\x18\x04 \x01(\x03\x12\x1a\n\x12\x65stimated_cost_usd\x18\x05 \x01(\x01\x12\x13\n\x0b\x66ingerprint\x18\x06 \x01(\t\x12\x12\n\nmin_tokens\x18\x07 \x01(\x03\x12\x1a\n\x12\x63ost_per_token_usd\x18\x08 \x01(\x01\x12\x12\n\nreplayable\x18\t \x01(\x08\"@\n\x12ReserveManyRequest\x12*\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x1b.ferryman.v1.ReserveRequest\"B\n\x13ReserveManyResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.ferryman.v1.ReserveResult\"o\n\rReserveResult\x12/\n\x07verdict\x18\x01 \x01(\x0b\x32\x1c.ferryman.v1.ReserveResponseH\x00\x12#\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x42\x08\n\x06result\"A\n\x0eQuotaViolation\x12\r\n\x05limit\x18\x01 \x01(\t\x12\x0f\n\x07\x63urrent\x18\x02 \x01(\x01\x12\x0f\n\x07maximum\x18\x03 \x01(\x01\"\xf7\x01\n\x0fReserveResponse\x12,\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32\x1a.ferryman.v1.QuotaDecision\x12/\n\nviolations\x18\x02 \x03(\x0b\x32\x1b.ferryman.v1.QuotaViolation\x12.\n\x0bretry_after\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04held\x18\x04 \x01(\x08\x12\x16\n\x0egranted_tokens\x18\x05 \x01(\x03\x12\x0e\n\x06repeat\x18\x06 \x01(\x08\x12\x0f\n\x07running\x18\x07 \x01(\x08\x12\x0e\n\x06\x61nswer\x18\x08 \x01(\x0c\"c\n\rCommitRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x15\n\ractual_tokens\x18\x02 \x01(\x03\x12\x17\n\x0f\x61\x63tual_cost_usd\x18\x03 \x01(\x01\x12\x0e\n\x06\x61nswer\x18\x04 \x01(\x0c\"$\n\x0eReleaseRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"Y\n\rChargeRequest\x12\x11\n\tcharge_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x16\n\x0etotal_cost_usd\x18\x04 \x01(\x01\"9\n\x0e\x43hargeResponse\x12\x13\n\x0b\x63harged_usd\x18\x01 \x01(\x01\x12\x12\n\nover_limit\x18\x02 \x01(\x08\"#\n\x0cRenewRequest\x12\x13\n\x0brequest_ids\x18\x01 \x03(\t\" \n\rRenewResponse\x12\x0f\n\x07renewed\x18\x01 \x01(\x03\"!\n\x0eSettleResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\"!\n\x0fGetUsageRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"K\n\nLimitUsage\x12\r\n\x05limit\x18\x01 \x01(\t\x12\x0f\n\x07\x63urrent\x18\x02 \x01(\x01\x12\x0f\n\x07maximum\x18\x03 \x01(\x01\x12\x0c\n\x04mode\x18\x04 \x01(\t\"i\n\x10GetUsageResponse\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\'\n\x06limits\x18\x02 \x03(\x0b\x32\x17.ferryman.v1.LimitUsage\x12\x1c\n\x14\x65xpired_reservations\x18\x03 \x01(\x03*\xa4\x01\n\rQuotaDecision\x12\x1e\n\x1aQUOTA_DECISION_UNSPECIFIED\x10\x00\x12\x18\n\x14QUOTA_DECISION_ADMIT\x10\x01\x12!\n\x1dQUOTA_DECISION_ADMIT_DEGRADED\x10\x02\x12\x19\n\x15QUOTA_DECISION_REJECT\x10\x03\x12\x1b\n\x17QUOTA_DECISION_CONFLICT\x10\x04\x32\xf3\x03\n\x05Quota\x12\x44\n\x07Reserve\x12\x1b.ferryman.v1.ReserveRequest\x1a\x1c.ferryman.v1.ReserveResponse\x12P\n\x0bReserveMany\x12\x1f.ferryman.v1.ReserveManyRequest\x1a .ferryman.v1.ReserveManyResponse\x12\x41\n\x06\x43ommit\x12\x1a.ferryman.v1.CommitRequest\x1a\x1b.ferryman.v1.SettleResponse\x12\x43\n\x07Release\x12\x1b.ferryman.v1.ReleaseRequest\x1a\x1b.ferryman.v1.SettleResponse\x12G\n\x08GetUsage\x12\x1c.ferryman.v1.GetUsageRequest\x1a\x1d.ferryman.v1.GetUsageResponse\x12>\n\x05Renew\x12\x19.ferryman.v1.RenewRequest\x1a\x1a.ferryman.v1.RenewResponse\x12\x41\n\x06\x43harge\x12\x1a.ferryman.v1.ChargeRequest\x1a\x1b.ferryman.v1.ChargeResponseBM\n\x0f\x64\x65v.ferryman.v1P\x01Z*ferryman.dev/gen/go/ferryman/v1;ferrymanv1\xaa\x02\x0b\x46\x65rryman.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,34 +34,40 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ferryman.v1.quota_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017dev.ferryman.v1P\001Z*ferryman.dev/gen/go/ferryman/v1;ferrymanv1\252\002\013Ferryman.V1'
-  _globals['_QUOTADECISION']._serialized_start=1217
-  _globals['_QUOTADECISION']._serialized_end=1381
-  _globals['_RESERVEREQUEST']._serialized_start=73
-  _globals['_RESERVEREQUEST']._serialized_end=283
-  _globals['_QUOTAVIOLATION']._serialized_start=285
-  _globals['_QUOTAVIOLATION']._serialized_end=350
-  _globals['_RESERVERESPONSE']._serialized_start=353
-  _globals['_RESERVERESPONSE']._serialized_end=600
-  _globals['_COMMITREQUEST']._serialized_start=602
-  _globals['_COMMITREQUEST']._serialized_end=701
-  _globals['_RELEASEREQUEST']._serialized_start=703
-  _globals['_RELEASEREQUEST']._serialized_end=739
-  _globals['_CHARGEREQUEST']._serialized_start=741
-  _globals['_CHARGEREQUEST']._serialized_end=830
-  _globals['_CHARGERESPONSE']._serialized_start=832
-  _globals['_CHARGERESPONSE']._serialized_end=889
-  _globals['_RENEWREQUEST']._serialized_start=891
-  _globals['_RENEWREQUEST']._serialized_end=926
-  _globals['_RENEWRESPONSE']._serialized_start=928
-  _globals['_RENEWRESPONSE']._serialized_end=960
-  _globals['_SETTLERESPONSE']._serialized_start=962
-  _globals['_SETTLERESPONSE']._serialized_end=995
-  _globals['_GETUSAGEREQUEST']._serialized_start=997
-  _globals['_GETUSAGEREQUEST']._serialized_end=1030
-  _globals['_LIMITUSAGE']._serialized_start=1032
-  _globals['_LIMITUSAGE']._serialized_end=1107
-  _globals['_GETUSAGERESPONSE']._serialized_start=1109
-  _globals['_GETUSAGERESPONSE']._serialized_end=1214
-  _globals['_QUOTA']._serialized_start=1384
-  _globals['_QUOTA']._serialized_end=1801
+  _globals['_QUOTADECISION']._serialized_start=1489
+  _globals['_QUOTADECISION']._serialized_end=1653
+  _globals['_RESERVEREQUEST']._serialized_start=98
+  _globals['_RESERVEREQUEST']._serialized_end=308
+  _globals['_RESERVEMANYREQUEST']._serialized_start=310
+  _globals['_RESERVEMANYREQUEST']._serialized_end=374
+  _globals['_RESERVEMANYRESPONSE']._serialized_start=376
+  _globals['_RESERVEMANYRESPONSE']._serialized_end=442
+  _globals['_RESERVERESULT']._serialized_start=444
+  _globals['_RESERVERESULT']._serialized_end=555
+  _globals['_QUOTAVIOLATION']._serialized_start=557
+  _globals['_QUOTAVIOLATION']._serialized_end=622
+  _globals['_RESERVERESPONSE']._serialized_start=625
+  _globals['_RESERVERESPONSE']._serialized_end=872
+  _globals['_COMMITREQUEST']._serialized_start=874
+  _globals['_COMMITREQUEST']._serialized_end=973
+  _globals['_RELEASEREQUEST']._serialized_start=975
+  _globals['_RELEASEREQUEST']._serialized_end=1011
+  _globals['_CHARGEREQUEST']._serialized_start=1013
+  _globals['_CHARGEREQUEST']._serialized_end=1102
+  _globals['_CHARGERESPONSE']._serialized_start=1104
+  _globals['_CHARGERESPONSE']._serialized_end=1161
+  _globals['_RENEWREQUEST']._serialized_start=1163
+  _globals['_RENEWREQUEST']._serialized_end=1198
+  _globals['_RENEWRESPONSE']._serialized_start=1200
+  _globals['_RENEWRESPONSE']._serialized_end=1232
+  _globals['_SETTLERESPONSE']._serialized_start=1234
+  _globals['_SETTLERESPONSE']._serialized_end=1267
+  _globals['_GETUSAGEREQUEST']._serialized_start=1269
+  _globals['_GETUSAGEREQUEST']._serialized_end=1302
+  _globals['_LIMITUSAGE']._serialized_start=1304
+  _globals['_LIMITUSAGE']._serialized_end=1379
+  _globals['_GETUSAGERESPONSE']._serialized_start=1381
+  _globals['_GETUSAGERESPONSE']._serialized_end=1486
+  _globals['_QUOTA']._serialized_start=1656
+  _globals['_QUOTA']._serialized_end=2155
 # @@protoc_insertion_point(module_scope)

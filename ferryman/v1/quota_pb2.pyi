@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
+from google.rpc import status_pb2 as _status_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -44,6 +45,26 @@ class ReserveRequest(_message.Message):
     cost_per_token_usd: float
     replayable: bool
     def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., model: _Optional[str] = ..., estimated_tokens: _Optional[int] = ..., estimated_cost_usd: _Optional[float] = ..., fingerprint: _Optional[str] = ..., min_tokens: _Optional[int] = ..., cost_per_token_usd: _Optional[float] = ..., replayable: bool = ...) -> None: ...
+
+class ReserveManyRequest(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[ReserveRequest]
+    def __init__(self, calls: _Optional[_Iterable[_Union[ReserveRequest, _Mapping]]] = ...) -> None: ...
+
+class ReserveManyResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ReserveResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ReserveResult, _Mapping]]] = ...) -> None: ...
+
+class ReserveResult(_message.Message):
+    __slots__ = ("verdict", "error")
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    verdict: ReserveResponse
+    error: _status_pb2.Status
+    def __init__(self, verdict: _Optional[_Union[ReserveResponse, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ...) -> None: ...
 
 class QuotaViolation(_message.Message):
     __slots__ = ("limit", "current", "maximum")

@@ -39,6 +39,11 @@ class QuotaStub(object):
                 request_serializer=ferryman_dot_v1_dot_quota__pb2.ReserveRequest.SerializeToString,
                 response_deserializer=ferryman_dot_v1_dot_quota__pb2.ReserveResponse.FromString,
                 _registered_method=True)
+        self.ReserveMany = channel.unary_unary(
+                '/ferryman.v1.Quota/ReserveMany',
+                request_serializer=ferryman_dot_v1_dot_quota__pb2.ReserveManyRequest.SerializeToString,
+                response_deserializer=ferryman_dot_v1_dot_quota__pb2.ReserveManyResponse.FromString,
+                _registered_method=True)
         self.Commit = channel.unary_unary(
                 '/ferryman.v1.Quota/Commit',
                 request_serializer=ferryman_dot_v1_dot_quota__pb2.CommitRequest.SerializeToString,
@@ -71,6 +76,14 @@ class QuotaServicer(object):
 
     def Reserve(self, request, context):
         """Check every limit of the tenant and reserve the estimate, all or nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReserveMany(self, request, context):
+        """Several Reserves in one call (a router sends together those that arrive together, at
+        most 1,000): each is judged as its own Reserve, and answered in order.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -119,6 +132,11 @@ def add_QuotaServicer_to_server(servicer, server):
                     servicer.Reserve,
                     request_deserializer=ferryman_dot_v1_dot_quota__pb2.ReserveRequest.FromString,
                     response_serializer=ferryman_dot_v1_dot_quota__pb2.ReserveResponse.SerializeToString,
+            ),
+            'ReserveMany': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReserveMany,
+                    request_deserializer=ferryman_dot_v1_dot_quota__pb2.ReserveManyRequest.FromString,
+                    response_serializer=ferryman_dot_v1_dot_quota__pb2.ReserveManyResponse.SerializeToString,
             ),
             'Commit': grpc.unary_unary_rpc_method_handler(
                     servicer.Commit,
@@ -173,6 +191,33 @@ class Quota(object):
             '/ferryman.v1.Quota/Reserve',
             ferryman_dot_v1_dot_quota__pb2.ReserveRequest.SerializeToString,
             ferryman_dot_v1_dot_quota__pb2.ReserveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReserveMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ferryman.v1.Quota/ReserveMany',
+            ferryman_dot_v1_dot_quota__pb2.ReserveManyRequest.SerializeToString,
+            ferryman_dot_v1_dot_quota__pb2.ReserveManyResponse.FromString,
             options,
             channel_credentials,
             insecure,
