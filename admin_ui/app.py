@@ -18,13 +18,16 @@ def console() -> Console:
     return build_console()
 
 
-@st.cache_resource
-def client(ctx: Console) -> str:
+def browser_address(ctx: Console) -> str:
     """The address of this session's browser: behind a trusted proxy, the one it forwarded
     (empty when Streamlit reports none, as on loopback)."""
-    return client_address(st.context.ip_address or "", st.context.headers.items(), ctx.common.proxies())
+    peer = st.context.ip_address
+    return client_address(
+        peer if isinstance(peer, str) else "", st.context.headers.items(), ctx.common.proxies()
+    )
 
 
+@st.cache_resource
 def throttle() -> LoginThrottle:
     return LoginThrottle()
 
@@ -48,7 +51,7 @@ def login(ctx: Console) -> None:
         password = st.text_input("Password", type="password", key="password", max_chars=MAX_PASSWORD_CHARS)
         if st.form_submit_button("Log in", key="login_submit"):
             try:
-                outcome = log_in(throttle(), ctx.reader, name.strip(), password, client(ctx))
+                outcome = log_in(throttle(), ctx.reader, name.strip(), password, browser_address(ctx))
             except Exception:  # nothing of the registry's error reaches an unauthenticated user
                 st.error("The registry cannot be reached; try again shortly.")
                 return
