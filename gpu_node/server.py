@@ -148,6 +148,7 @@ async def serve_node(
             settings.artifact_cache_bytes,
             settings.artifact_fetch_timeout_s,
             link.reader if link is not None else None,
+            deadline_s=settings.artifact_fetch_deadline_s,
         )
         node = Node(settings, device, rt.health, metrics, artifacts, link.audit if link is not None else None)
         rt.on_close(node.close)

@@ -64,6 +64,9 @@ class NodeSettings(BaseSettings):
     under ``<data dir>/artifact-cache``; past it the least recently used are evicted."""
     artifact_fetch_timeout_s: float = Field(default=60.0, gt=0)
     """How long a remote artifact's connection may stay silent before the fetch fails."""
+    artifact_fetch_deadline_s: float = Field(default=3600.0, gt=0)
+    """How long a whole fetch may take (a server that trickles bytes fails it as a silent
+    one does): the version then FAILS with the reason, and the node's load lane is free."""
     max_message_bytes: MessageBytes = 64 * 1024 * 1024
     metrics_listen: MetricsListen = ""
     generation_slots: int = Field(default=8, ge=1)

@@ -108,3 +108,29 @@ def test_what_cannot_be_fetched_says_why(tmp_path: Path) -> None:
         cache.local("ftp://host/m.pt2", "a" * 64)
     with pytest.raises(FetchError, match="reads no registry"):
         cache.local(pushed_uri("b" * 64), "b" * 64)
+
+
+class LosingPushed(FakePushed):
+    """A registry that lost one of an artifact's chunks (the reader raises LookupError)."""
+
+    def artifact_chunks(self, sha256: str) -> Iterator[bytes]:
+        chunks = super().artifact_chunks(sha256)
+        yield next(chunks)
+        raise LookupError(f"artifact {sha256[:12]}… lost its chunk 1")
+
+
+def test_a_lost_chunk_or_a_bad_archive_fails_the_fetch_with_its_reason(tmp_path: Path) -> None:
+    """Whatever goes wrong while fetching or unpacking is a FetchError (the version FAILS
+    with it), never another exception that would leave its load stuck."""
+    pushed = LosingPushed()
+    digest = pushed.push(file_of(tmp_path / "w.bin", 4000))
+    cache = ArtifactCache(tmp_path / "cache", max_bytes=10**9, timeout_s=5, pushed=pushed)
+    with pytest.raises(FetchError, match="lost its chunk 1"):
+        cache.local(pushed_uri(digest), digest)
+    broken = FakePushed()
+    digest = broken.push(file_of(tmp_path / "d" / "config.json", 10))
+    broken.blobs[digest] = ("dir", b"not a tar archive" * 100)
+    cache = ArtifactCache(tmp_path / "cache2", max_bytes=10**9, timeout_s=5, pushed=broken)
+    with pytest.raises(FetchError, match="ReadError"):
+        cache.local(pushed_uri(digest), digest)
+    assert list((tmp_path / "cache2").iterdir()) == []
