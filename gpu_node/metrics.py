@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ferryman_server.kernel.metrics_catalog import TPOT_BUCKETS, TTFT_BUCKETS
+
 COMPUTE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
-TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-TPOT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
 class NodeMetrics:
@@ -63,7 +63,8 @@ class NodeMetrics:
         )
         self.ttft = Histogram(
             "ferryman_generation_ttft_seconds",
-            "Time from a generation's arrival at the node to its first token.",
+            "Time from a generation's arrival at the node to its first token (the node's part of "
+            "ferryman_router_ttft_seconds, which the SLOs use).",
             labels,
             buckets=TTFT_BUCKETS,
             registry=self.registry,

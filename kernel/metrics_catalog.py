@@ -3,6 +3,11 @@ tests check that services export exactly these and that dashboards and alerts us
 
 from __future__ import annotations
 
+TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+"""Time to a generation's first token, at the router and at the node alike."""
+TPOT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+"""Time per output token after the first."""
+
 CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
     # router
     "ferryman_requests": ("counter", ("tenant", "model", "version", "code", "protocol")),
@@ -11,6 +16,8 @@ CATALOG: dict[str, tuple[str, tuple[str, ...]]] = {
         ("tenant", "model", "version", "code", "protocol", "kind"),
     ),
     "ferryman_request_service_seconds": ("histogram", ("model", "version")),
+    "ferryman_router_ttft_seconds": ("histogram", ("model", "version")),
+    "ferryman_router_tpot_seconds": ("histogram", ("model", "version")),
     "ferryman_quota_decisions": ("counter", ("tenant", "decision")),
     "ferryman_fallbacks": ("counter", ("tenant", "model")),
     "ferryman_tokens": ("counter", ("tenant", "model", "direction")),

@@ -235,24 +235,39 @@ class Gateway:
         with self._root(door, parent, tenant.name, request.model, **attributes) as span:
             answers = self._generator.generate(request, tenant, deadline)
             last: inference_pb2.GenerateResponse | None = None
+            first_at = 0.0
             try:
                 async for answer in answers:
                     last = answer
+                    if not first_at and answer.token_ids:
+                        first_at = time.perf_counter()
+                        ttft = self._metrics.child(self._metrics.ttft, answer.model, answer.version)
+                        ttft.observe(first_at - started, exemplar(span))
                     yield answer
             except RequestFailed as failed:
                 self._refused(span, door, tenant.name, request, failed.status, started)
                 raise
             finally:
                 await answers.aclose()
-            self._generated(span, door, tenant.name, last, started)
+            self._generated(span, door, tenant.name, last, started, first_at)
 
     def _generated(
-        self, span: Any, door: Door, tenant: str, last: inference_pb2.GenerateResponse | None, started: float
+        self,
+        span: Any,
+        door: Door,
+        tenant: str,
+        last: inference_pb2.GenerateResponse | None,
+        started: float,
+        first_at: float,
     ) -> None:
         """Metrics, span attributes and log line of a generation that streamed to its end."""
         if last is None or not last.finish_reason:
             return
-        elapsed = time.perf_counter() - started
+        now = time.perf_counter()
+        elapsed = now - started
+        if first_at and last.usage.output_tokens > 1:
+            tpot = self._metrics.child(self._metrics.tpot, last.model, last.version)
+            tpot.observe((now - first_at) / (last.usage.output_tokens - 1), exemplar(span))
         finish = common_pb2.FinishReason.Name(last.finish_reason).removeprefix("FINISH_REASON_").lower()
         span.set_attributes(
             {

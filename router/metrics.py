@@ -7,6 +7,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ferryman.v1 import common_pb2
+from ferryman_server.kernel.metrics_catalog import TPOT_BUCKETS, TTFT_BUCKETS
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 OTHER_TENANTS = "other"
@@ -44,6 +45,22 @@ class RouterMetrics:
             "(a canary with a small share waits longer for its batches to fill).",
             ["model", "version"],
             buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.ttft = Histogram(
+            "ferryman_router_ttft_seconds",
+            "Time from a generation's arrival at the router to its first token leaving it: what "
+            "the tenant waits (quota, batcher and node queues included); the generation SLOs.",
+            ["model", "version"],
+            buckets=TTFT_BUCKETS,
+            registry=self.registry,
+        )
+        self.tpot = Histogram(
+            "ferryman_router_tpot_seconds",
+            "Mean time per output token after the first, as the router sent them, one sample per "
+            "generation that finished.",
+            ["model", "version"],
+            buckets=TPOT_BUCKETS,
             registry=self.registry,
         )
         self.quota_decisions = Counter(

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import grpc
 import pytest
 from generation_platform import MODEL, PRICE_PER_1K_TOKENS, GenPlatform
-from metrics_scrape import sample
+from metrics_scrape import exemplars, sample
 
 from ferryman.errors import Reason, unpack_details
 from ferryman.v1 import common_pb2, inference_pb2, inference_pb2_grpc
@@ -257,3 +257,21 @@ def test_a_token_limit_holds_exactly_across_two_routers_on_redis(gen: GenPlatfor
     assert 0 < served <= SHARED, outcomes
     cut = [f for _, f in outcomes if f in (-1, common_pb2.FINISH_REASON_QUOTA)]
     assert cut, f"six stories of up to ~66 tokens cannot all fit {SHARED}: {outcomes}"
+
+
+def test_the_router_times_the_first_token_from_arrival_with_exemplars(gen: GenPlatform, key: str) -> None:
+    """TTFT as the tenant waits it: from the request's arrival at the router (quota, batcher
+    and node queues included), never less than the node's own part; TTFT and TPOT points
+    carry the trace they were recorded in."""
+    url = gen.router_metrics
+    before = sample(url, "ferryman_router_ttft_seconds_count", model=MODEL, version="1")
+    answers = generate(gen.router, key, chat(FRANCE, max_tokens=8))
+    assert answers[-1].usage.output_tokens > 1
+    assert sample(url, "ferryman_router_ttft_seconds_count", model=MODEL, version="1") == before + 1
+    node = gen.node_metrics
+    router_sum = sample(url, "ferryman_router_ttft_seconds_sum", model=MODEL, version="1")
+    assert router_sum >= sample(node, "ferryman_generation_ttft_seconds_sum", model=MODEL, version="1")
+    found = exemplars(url)
+    assert found.get("ferryman_router_ttft_seconds_bucket") and found.get(
+        "ferryman_router_tpot_seconds_bucket"
+    )

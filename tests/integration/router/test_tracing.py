@@ -3,15 +3,14 @@ and the node's batch span linked to every request span in the batch."""
 
 from __future__ import annotations
 
-import re
 import time
-import urllib.request
 import uuid
 
 import grpc
 import numpy as np
 import pytest
 from batcher_client import item, submit_all
+from metrics_scrape import exemplars
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -166,25 +165,6 @@ def test_a_callers_mistake_is_no_server_error_in_its_span(e2e: E2E, spans: InMem
         time.sleep(0.02)
     assert found, "the refused request's span"
     assert found[-1].status.status_code != StatusCode.ERROR, "INVALID_ARGUMENT is the caller's, not an error"
-
-
-OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
-EXEMPLAR = re.compile(r"^(\w+)\{[^}]*\} \S+ # \{([^}]*)\}")
-
-
-def exemplars(url: str) -> dict[str, set[str]]:
-    """Trace ids of the exemplars each metric family carries, scraped as OpenMetrics (the
-    format Prometheus asks for when exemplar storage is on)."""
-    request = urllib.request.Request(url, headers={"Accept": OPENMETRICS})
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        assert answer.headers["Content-Type"].startswith("application/openmetrics-text")
-        text = answer.read().decode()
-    found: dict[str, set[str]] = {}
-    for line in text.splitlines():
-        if match := EXEMPLAR.match(line):
-            labels = dict(part.split("=", 1) for part in match.group(2).split(","))
-            found.setdefault(match.group(1), set()).add(labels["trace_id"].strip('"'))
-    return found
 
 
 def test_latency_queue_and_batch_histograms_carry_exemplars_of_exported_traces(
