@@ -11,6 +11,7 @@ import helm_python as helm
 import kubernetes_validate
 import pytest
 import yaml
+from promtool import promtool
 
 from ferryman_server.rollouts.settings import RolloutSettings
 
@@ -472,3 +473,24 @@ def test_trusted_proxies_reach_every_container() -> None:
     assert "FERRYMAN_TRUSTED_PROXIES" not in {
         e["name"] for e in containers(by_kind(render({}), "Deployment")[0])[0]["env"]
     }
+
+
+def keda_queries(docs: list[dict[str, Any]]) -> list[str]:
+    return [t["metadata"]["query"] for d in by_kind(docs, "ScaledObject") for t in d["spec"]["triggers"]]
+
+
+def test_every_rendered_keda_query_is_promql_promtool_accepts(tmp_path: Path) -> None:
+    """Every ci/ value set, and each with its pools loading on demand (versions: []), which
+    rendered ``sum()``: the queries KEDA would run, checked as recording rules by promtool."""
+    on_demand = {**ALL_ON, "nodePools": [{**pool, "versions": []} for pool in ALL_ON["nodePools"]]}
+    queries = [q for name in VALUE_SETS for q in keda_queries(render(value_set(name)))]
+    queries += keda_queries(render(on_demand))
+    assert len(queries) >= 4 and any(q.startswith("sum(ferryman_queue_depth)") for q in queries), queries
+    rules = {
+        "groups": [
+            {"name": "keda", "rules": [{"record": f"keda:q{i}", "expr": q} for i, q in enumerate(queries)]}
+        ]
+    }
+    (tmp_path / "keda.yaml").write_text(yaml.safe_dump(rules))
+    done = promtool("check", "rules", "keda.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
