@@ -30,6 +30,16 @@ class LoadError(RuntimeError):
     """Why a version could not be loaded; the node reports it and marks the version FAILED."""
 
 
+class BaseNotServing(LoadError):
+    """A LoRA adapter whose base version does not serve here (yet): its placement is tried
+    again once the base serves (a remote adapter cannot be told from a model before it is
+    fetched, so it may come first)."""
+
+    def __init__(self, message: str, base: str) -> None:
+        super().__init__(message)
+        self.base = base
+
+
 def resolve_device(name: str) -> torch.device:
     """``auto`` is the first CUDA device when there is one, else the CPU."""
     if name == "auto":

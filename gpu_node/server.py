@@ -72,7 +72,8 @@ class RegistryLink:
         # LoRA adapters after the models: an adapter loads into its base's engine.
         for key, spec in sorted(wanted.items(), key=lambda item: local_adapter(item[1])):
             held = versions.slots.get(key)
-            if held is None or held.no_room:  # not loaded, or not yet for want of room
+            if held is None or held.no_room or (held.awaits_base and versions.serves(held.awaits_base)):
+                # Not loaded, or not yet: for want of room, or an adapter whose base serves now.
                 slot = (await versions.load(spec, pinned=True)).slot
                 if held is None or slot.state != held.state:
                     log.info("version %s: %s %s", slot.key, slot.state, slot.reason)
@@ -90,7 +91,10 @@ class RegistryLink:
             except Exception as exc:  # a registry outage: serve on, try again later
                 problems.warning("placements", "could not read placements (serving on): %s", exc)
                 continue
-            await self.follow(versions, placed)
+            try:
+                await self.follow(versions, placed)
+            except Exception:  # one placement's bug must not end the watcher: the next pass tries again
+                log.exception("following the placements failed")
 
     async def audit(self, action: str, key: str, detail: dict[str, object]) -> None:
         """Record a load or eviction this node decided in the audit log (best effort: the

@@ -94,6 +94,9 @@ class ModelSlot:
     """Loaded for a placement in the registry: never evicted to make room."""
     no_room: bool = False
     """FAILED only for want of memory: its placement is tried again as room frees."""
+    awaits_base: str = ""
+    """FAILED only because this adapter's base version (this key) was not serving: its
+    placement is tried again once the base serves."""
     last_used: float = field(default_factory=time.monotonic)
     """When it last began a batch or a generation (or was created): eviction goes by it."""
     in_flight: int = 0

@@ -21,7 +21,7 @@ from grpc_health.v1._async import HealthServicer
 from ferryman.v1 import node_pb2
 from ferryman_server.gpu_node.fetch import ArtifactCache
 from ferryman_server.gpu_node.generation import lora
-from ferryman_server.gpu_node.loader import LoadError, load_version, locate, parse_schema
+from ferryman_server.gpu_node.loader import BaseNotServing, LoadError, load_version, locate, parse_schema
 from ferryman_server.gpu_node.memory import MIB, NodeMemory
 from ferryman_server.gpu_node.metrics import NodeMetrics
 from ferryman_server.gpu_node.runtimes.factory import prepare_format
@@ -91,6 +91,11 @@ class Versions:
         """Versions that failed here (fetch, checksum, load, warm-up), with why."""
         return {key: slot.reason for key, slot in self.slots.items() if slot.state == SlotState.FAILED}
 
+    def serves(self, key: str) -> bool:
+        """Whether the version ``key`` is SERVING here."""
+        slot = self.slots.get(key)
+        return slot is not None and slot.state == SlotState.SERVING
+
     def serving_keys(self) -> list[str]:
         return sorted(key for key, slot in self.slots.items() if slot.state == SlotState.SERVING)
 
@@ -137,8 +142,14 @@ class Versions:
             before = self.memory.held()
             try:
                 await self._load_into(slot)
-            except LoadError as exc:
-                slot.move(SlotState.FAILED, str(exc))
+            except Exception as exc:  # whatever failed: the version FAILS with why, never stays LOADING
+                if not isinstance(exc, LoadError):
+                    log.exception("loading %s failed", key)
+                slot.move(
+                    SlotState.FAILED,
+                    str(exc) if isinstance(exc, LoadError) else f"{type(exc).__name__}: {exc}",
+                )
+                slot.awaits_base = exc.base if isinstance(exc, BaseNotServing) else ""
                 slot.memory_bytes = 0
                 if not pinned:  # a load on demand's caller has the reason, and may try again later
                     del self.slots[key]
@@ -210,7 +221,9 @@ class Versions:
         base_key = lora.base_of(path)
         base = self.slots.get(base_key)
         if base is None or base.state != SlotState.SERVING or base.lm is None or base.adapter:
-            raise LoadError(f"adapter over {base_key[:200]!r}: that base version is not serving on this node")
+            raise BaseNotServing(
+                f"adapter over {base_key[:200]!r}: that base version is not serving on this node", base_key
+            )
         lm = base.lm
         try:
             adapter = await asyncio.get_running_loop().run_in_executor(self._load_pool, lm.add_adapter, path)
