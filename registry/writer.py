@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from pydantic import ValidationError
-from sqlalchemy import func, insert
+from sqlalchemy import delete, func, insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
@@ -266,21 +266,30 @@ class RegistryWriter(RouteWrites, RolloutWrites, AccountWrites, WriterBase):
             known = session.get(PushedArtifact, digest)
         if known is not None:
             return known
-        with self._change("artifact.push", "artifact", digest) as c:
-            kind, size, seq = ("dir" if path.is_dir() else "file"), 0, 0
-            with tempfile.TemporaryFile() as packed:
-                if kind == "dir":
-                    with tarfile.open(fileobj=packed, mode="w") as tar:
-                        tar.add(path, arcname=".")
-                    packed.seek(0)
-                    source: BinaryIO = packed
-                else:
-                    source = path.open("rb")
-                with source:
-                    while chunk := source.read(chunk_bytes):
+        # Each chunk in a transaction of its own: one transaction for the whole upload held
+        # SQLite's write lock for minutes (every heartbeat and write waited on it). Chunks no
+        # record names are invisible: what an interrupted push left is written over.
+        with Session(self._engine) as session:
+            session.execute(delete(ArtifactChunk).where(ArtifactChunk.sha256 == digest))  # type: ignore[arg-type]
+            session.commit()
+        kind, size, seq = ("dir" if path.is_dir() else "file"), 0, 0
+        with tempfile.TemporaryFile() as packed:
+            if kind == "dir":
+                with tarfile.open(fileobj=packed, mode="w") as tar:
+                    tar.add(path, arcname=".")
+                packed.seek(0)
+                source: BinaryIO = packed
+            else:
+                source = path.open("rb")
+            with source:
+                while chunk := source.read(chunk_bytes):
+                    with Session(self._engine) as session:
                         # Core inserts: the session keeps no object per chunk (a model is GBs).
-                        c.session.execute(insert(ArtifactChunk).values(sha256=digest, seq=seq, data=chunk))
-                        size, seq = size + len(chunk), seq + 1
+                        session.execute(insert(ArtifactChunk).values(sha256=digest, seq=seq, data=chunk))
+                        session.commit()
+                    size, seq = size + len(chunk), seq + 1
+        # The record, last and in the audited change: the artifact exists once it is whole.
+        with self._change("artifact.push", "artifact", digest) as c:
             row = PushedArtifact(sha256=digest, kind=kind, size=size, chunks=seq)
             c.session.add(row)
             c.detail.update(sha256=digest, kind=kind, size=size)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from keys import tenant_of
-from sqlalchemy import Engine, inspect, text
+from sqlalchemy import Engine, event, inspect, text
 from sqlmodel import SQLModel
 
 from ferryman_server.registry.db import make_engine
@@ -246,3 +247,46 @@ def test_a_second_engine_on_a_sqlite_file_keeps_the_first_ones_locks(tmp_path: P
         assert database.with_name("registry.db-wal").exists()
         assert live.execute(text("SELECT count(*) FROM t")).scalar() == 2
     assert stat.S_IMODE(database.stat().st_mode) == 0o600
+
+
+def test_a_push_writes_chunk_by_chunk_and_an_interrupted_one_is_written_over(
+    registry_engine: Engine, tmp_path: Path
+) -> None:
+    """Each chunk commits on its own (one transaction for the whole upload held SQLite's
+    write lock, and every heartbeat waited, for as long as it took), so another writer
+    gets in between; chunks an interrupted push left, with no record naming them, are
+    written over by the next push."""
+    weights = tmp_path / "big.bin"
+    weights.write_bytes(bytes(range(256)) * 40)  # 10 chunks of 1,024 bytes
+    writer, reader = RegistryWriter(registry_engine, actor="test"), RegistryReader(registry_engine)
+    transactions = 0
+    others: list[str] = []
+
+    def between(conn: Any) -> None:
+        nonlocal transactions
+        transactions += 1
+        if transactions == 5:  # mid-push, between two chunks: another writer goes through
+
+            def write() -> None:
+                try:
+                    others.append(writer.create_tenant("between").prefix)
+                except Exception as exc:  # said in the assertion, not lost in a thread
+                    others.append(repr(exc)[:300])
+
+            writing = threading.Thread(target=write)
+            writing.start()
+            writing.join(10)
+
+    event.listen(registry_engine, "begin", between)
+    try:
+        stored = writer.push_artifact(weights, chunk_bytes=1024)
+    finally:
+        event.remove(registry_engine, "begin", between)
+    assert stored.chunks == 10 and transactions >= 10, transactions
+    assert len(others) == 1 and len(others[0]) == 8, others
+    assert b"".join(reader.artifact_chunks(stored.sha256)) == weights.read_bytes()
+    with registry_engine.begin() as conn:  # as if the push had died before its record
+        conn.execute(text("DELETE FROM artifacts"))
+    again = writer.push_artifact(weights, chunk_bytes=2048)
+    assert again.chunks == 5
+    assert b"".join(reader.artifact_chunks(again.sha256)) == weights.read_bytes()
