@@ -14,13 +14,12 @@ Output = np.ndarray | list[str]
 
 
 def _schema(info: inference_pb2.ModelInfo | None, version: str) -> common_pb2.IOSchema | None:
-    """The schema of the version a call will run: the pinned one, else the one the route
-    weighs most (a new version's schema is not the old one's)."""
+    """The schema of the version a call will run: the pinned one when the model lists it,
+    else the one the route weighs most (a new version's schema is not the old one's)."""
     if info is None or not info.versions:
         return None
-    if version:
-        return next((v.schema for v in info.versions if v.version == version), None)
-    return max(info.versions, key=lambda v: v.weight).schema
+    pinned = next((v.schema for v in info.versions if version and v.version == version), None)
+    return pinned or max(info.versions, key=lambda v: v.weight).schema
 
 
 def _spec_for(schema: common_pb2.IOSchema | None, name: str) -> common_pb2.TensorSpec | None:
