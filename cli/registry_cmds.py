@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,7 +14,7 @@ from ferryman.priorities import PRIORITIES
 from ferryman.v1 import node_pb2
 from ferryman_server.cli.context import engine, migrated_engine, settings
 from ferryman_server.cli.output import JsonFlag, console, emit, fail, refusals, table
-from ferryman_server.kernel.artifacts import artifact_path, pushed_uri
+from ferryman_server.kernel.artifacts import artifact_path, pushed_sha256, pushed_uri
 from ferryman_server.kernel.schema import IOSchema
 from ferryman_server.registry.migrate import upgrade
 from ferryman_server.registry.reader import RegistryReader
@@ -286,8 +287,9 @@ def model_register(
 
     Before it is registered, a version is loaded here and called at a batch of 1 and of 2,
     as a node will: a program exported with a static batch of 1, a missing handler or a
-    schema the model does not take is refused with the node's own reason (skipped for
-    artifacts that are not on this machine and for causal LMs, whose nodes check them)."""
+    schema the model does not take is refused with the node's own reason. A remote artifact
+    (pushed, s3, http(s)) is fetched and checked as a node would (its digest, its bytes);
+    causal LMs are left to their nodes' warm-up."""
     spec = VersionSpec(
         model=name,
         version=version,
@@ -323,17 +325,20 @@ def model_register(
 def _check_before_registering(spec: VersionSpec) -> str:
     """Load and call ``spec`` as a node would (refusing it with the node's reason), or say
     why that cannot be done here."""
+    from ferryman_server.gpu_node.fetch import ArtifactCache
     from ferryman_server.gpu_node.loader import CHECKED_SIZES, LoadError, check_version
+    from ferryman_server.gpu_node.settings import NodeSettings
 
     if spec.format not in ModelFormat.__members__.values():
         return "not checked: an unknown format (the registry says which it takes)"
     if ModelFormat(spec.format) == ModelFormat.CAUSAL_LM:
         return "not checked here: a causal LM is checked by its node's warm-up"
     path = artifact_path(spec.artifact)
-    if path is None:
-        return "not checked here: the artifact is not on this machine"
-    if not path.exists():
+    if path is not None and not path.exists():
         return "not checked: no such artifact (the registry says so)"
+    pushed = pushed_sha256(spec.artifact)
+    if pushed is not None and reader().pushed_artifact(pushed) is None:
+        return "not checked: no such pushed artifact (the registry says so)"
     try:
         schema = IOSchema.model_validate(spec.io_schema)
     except ValidationError:
@@ -348,16 +353,28 @@ def _check_before_registering(spec: VersionSpec) -> str:
         schema=schema.to_proto(),
         max_batch_size=spec.max_batch_size,
     )
-    try:
-        check_version(node_spec)
-    except LoadError as exc:
-        hint = ""
-        if "batch 2" in str(exc) and ModelFormat(spec.format) == ModelFormat.TORCH_EXPORT:
-            hint = (
-                " (export it with a dynamic batch dimension and an example batch of 2 or more: "
-                'torch.export.export(model, (x,), dynamic_shapes={"x": {0: torch.export.Dim("batch")}}))'
-            )
-        fail(f"{spec.model}:{spec.version} would not serve: {exc}{hint}")
+    node_spec.sha256 = node_spec.sha256 or pushed or ""
+    defaults = NodeSettings.model_fields
+    # A remote artifact is fetched as a node fetches it (into a cache of this run's own),
+    # and checked: a wrong digest, a missing object or a lost chunk is refused now.
+    with tempfile.TemporaryDirectory(prefix="ferryman-check-") as scratch:
+        cache = ArtifactCache(
+            Path(scratch),
+            defaults["artifact_cache_bytes"].default,
+            defaults["artifact_fetch_timeout_s"].default,
+            reader(),
+            deadline_s=defaults["artifact_fetch_deadline_s"].default,
+        )
+        try:
+            check_version(node_spec, cache)
+        except LoadError as exc:
+            hint = ""
+            if "batch 2" in str(exc) and ModelFormat(spec.format) == ModelFormat.TORCH_EXPORT:
+                hint = (
+                    " (export it with a dynamic batch dimension and an example batch of 2 or more: "
+                    'torch.export.export(model, (x,), dynamic_shapes={"x": {0: torch.export.Dim("batch")}}))'
+                )
+            fail(f"{spec.model}:{spec.version} would not serve: {exc}{hint}")
     return f"loaded and called at batch {' and '.join(map(str, CHECKED_SIZES))}"
 
 

@@ -144,12 +144,13 @@ CHECKED_SIZES = (1, 2)
 program exported with torch's default static batch of 1 fails only there)."""
 
 
-def check_version(spec: node_pb2.ModelVersionSpec) -> None:
+def check_version(spec: node_pb2.ModelVersionSpec, cache: ArtifactCache | None = None) -> None:
     """What a node would do with ``spec``, done before it is registered: find and check the
-    artifact, load it on the CPU and call it at a batch of 1 and of 2 (within its largest
-    batch). Raises LoadError with the reason a node would give."""
+    artifact (a remote one fetched through ``cache``, as a node fetches it), load it on the
+    CPU and call it at a batch of 1 and of 2 (within its largest batch). Raises LoadError
+    with the reason a node would give."""
     schema = parse_schema(spec)
-    path = locate(spec)
+    path = locate(spec, cache)
     device = torch.device("cpu")
     try:
         runtime = load_runtime(spec.format, path, schema, spec.handler, device)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -348,6 +351,25 @@ def test_an_artifact_pushed_to_the_registry_is_registered_by_its_uri(cli: CliRun
     args = ["model", "register", "tiny", "--format", "torch_export", "--schema", SCHEMA]
     registered = run_json(cli, *args, "--version", "1", "--artifact", pushed["uri"])
     assert registered["sha256"] == pushed["sha256"]
-    assert registered["checked"].startswith("not checked here"), "nodes fetch and check it"
+    assert registered["checked"] == "loaded and called at batch 1 and 2", (
+        "fetched and checked as a node would"
+    )
     bad = run(cli, *args, "--version", "2", "--artifact", "ferryman://artifacts/" + "0" * 64, ok=False)
     assert "was pushed" in bad.output
+    # Over http(s), too: fetched, its digest checked, loaded and called before it is registered.
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "tiny.pt2").write_bytes(artifact.read_bytes())
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(served))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/tiny.pt2"
+        good = run_json(cli, *args, "--version", "3", "--artifact", url, "--sha256", pushed["sha256"])
+        assert good["checked"] == "loaded and called at batch 1 and 2"
+        wrong = run(cli, *args, "--version", "4", "--artifact", url, "--sha256", "1" * 64, ok=False)
+        assert "would not serve" in wrong.output and "sha256" in wrong.output
+        assert [v["version"] for v in run_json(cli, "model", "list")[0]["versions"]] == ["1", "3"]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
