@@ -347,6 +347,12 @@ class RegistryWriter(RouteWrites, RolloutWrites, AccountWrites, WriterBase):
         with self._placement("placement.remove", model, version, node_name) as (c, _, exists):
             if exists is not None:
                 c.session.delete(exists)
+                # Its failures go with it (a node still asked to load it says so again).
+                key = f"{model}:{version}"
+                for node in c.session.exec(select(Node)):
+                    if key in (node.failed_versions or {}):
+                        node.failed_versions = {k: r for k, r in node.failed_versions.items() if k != key}
+                        c.session.add(node)
             c.detail["removed"] = exists is not None
         return exists is not None
 
@@ -394,14 +400,19 @@ class RegistryWriter(RouteWrites, RolloutWrites, AccountWrites, WriterBase):
         self, name: str, loaded_versions: Sequence[str], failed: Mapping[str, str] | None = None
     ) -> None:
         """Record that a node is alive, what it serves and what failed there, with why (no
-        revision, no audit)."""
+        revision, no audit). A failure stays until the version serves on that node or its
+        placement is taken back, so a node's restart does not make a broken version look fine
+        (its heartbeats say nothing of it until it fails again)."""
         with Session(self._engine) as session:
             node = session.exec(select(Node).where(Node.name == name)).first()
             if node is None:
                 raise v.NotFound(f"no node {name!r}")
             node.last_heartbeat = utcnow()
             node.loaded_versions = sorted(loaded_versions)
-            node.failed_versions = {k: r[:MAX_FAILURE_CHARS] for k, r in sorted((failed or {}).items())}
+            serving = set(loaded_versions)
+            kept = {k: r for k, r in (node.failed_versions or {}).items() if k not in serving}
+            now = {k: r[:MAX_FAILURE_CHARS] for k, r in (failed or {}).items()}
+            node.failed_versions = dict(sorted({**kept, **now}.items()))
             session.add(node)
             session.commit()
 

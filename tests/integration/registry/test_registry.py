@@ -290,3 +290,29 @@ def test_a_push_writes_chunk_by_chunk_and_an_interrupted_one_is_written_over(
     again = writer.push_artifact(weights, chunk_bytes=2048)
     assert again.chunks == 5
     assert b"".join(reader.artifact_chunks(again.sha256)) == weights.read_bytes()
+
+
+def test_a_versions_failure_outlives_its_nodes_restart(registry_engine: Engine, artifact: Path) -> None:
+    """A node's heartbeats name what failed there; after a restart they say nothing of it
+    until it fails again, and the version looked fine: the reason now stays until the
+    version serves on that node or its placement is taken back."""
+    writer = RegistryWriter(registry_engine, actor="test")
+    writer.register_version(spec(artifact))
+    writer.place("mlp", "1", "n1")
+    writer.register_node("n1", "127.0.0.1:1", device="cpu", capacity=1)
+
+    reader = RegistryReader(registry_engine)
+
+    def failed() -> dict[str, list[tuple[str, str]]]:
+        return reader.node_versions(heartbeat_timeout_s=60.0).failed
+
+    writer.heartbeat("n1", [], {"mlp:1": "artifact lost its chunk 3"})
+    assert failed() == {"mlp:1": [("n1", "artifact lost its chunk 3")]}
+    writer.register_node("n1", "127.0.0.1:1", device="cpu", capacity=1)  # restarted
+    writer.heartbeat("n1", [], {})
+    assert failed() == {"mlp:1": [("n1", "artifact lost its chunk 3")]}, "the reason survives"
+    writer.heartbeat("n1", ["mlp:1"], {})
+    assert failed() == {}, "serving there clears it"
+    writer.heartbeat("n1", [], {"mlp:1": "again"})
+    assert writer.unplace("mlp", "1", "n1")
+    assert failed() == {}, "its placement taken back, its failures go"
