@@ -8,7 +8,8 @@ once into ``<cache>/<sha256>`` and shared by every version that names the same d
 archive (a ``.tar``, ``.tar.gz`` or ``.tgz`` object, or a pushed directory) is unpacked
 into a directory. What arrives is checked against the version's sha256 before it is used:
 a corrupted or substituted download is deleted and the version FAILS with both digests in
-its reason. Past ``max_bytes`` the least recently used entries are evicted.
+its reason. Past ``max_bytes`` the least recently used entries are evicted, never one a
+version this node holds was loaded from.
 
 A fetch cannot wedge the node: an artifact larger than the cache, or than the disk has
 free, is refused before it is downloaded (by its declared size) and while it arrives; the
@@ -28,7 +29,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 from urllib.parse import urlparse
@@ -74,6 +75,9 @@ class ArtifactCache:
         """How long the connection may stay silent."""
         self.deadline_s = deadline_s
         """How long a whole fetch may take."""
+        self.in_use: Callable[[], set[str]] = set
+        """The digests of the versions this node holds: never evicted, however long ago they
+        were fetched (the node that holds them sets it)."""
         self._pushed = pushed
         self._lock = threading.Lock()
         """One download at a time: the same digest is never fetched twice at once."""
@@ -165,10 +169,11 @@ class ArtifactCache:
         entries = [p for p in self.root.iterdir() if not p.name.startswith(".")]
         sizes = {p: size_of(p) for p in entries}
         total = sum(sizes.values())
+        held = self.in_use()
         for entry in sorted(entries, key=lambda p: p.stat().st_mtime):
             if total <= self.max_bytes:
                 break
-            if entry == keep:
+            if entry == keep or entry.name in held:
                 continue
             log.info("evicting artifact %s (%d bytes) from the cache", entry.name[:12], sizes[entry])
             remove(entry)

@@ -82,10 +82,17 @@ class Versions:
         self.metrics = metrics
         self.artifacts = artifacts
         """Where remote artifacts are fetched to (None: local paths only)."""
+        if artifacts is not None:
+            artifacts.in_use = self.held_digests
         self._audit = audit
         # One load at a time: loads compete for memory and would skew warm-up timings.
         self._load_pool = ThreadPoolExecutor(1, thread_name_prefix="node-load")
         self._load_lock = asyncio.Lock()
+
+    def held_digests(self) -> set[str]:
+        """The artifacts of the versions held here (read from the load thread: one copy of
+        the slots, taken at once under the GIL)."""
+        return {slot.spec.sha256 for slot in list(self.slots.values()) if slot.spec.sha256}
 
     def failures(self) -> dict[str, str]:
         """Versions that failed here (fetch, checksum, load, warm-up), with why."""

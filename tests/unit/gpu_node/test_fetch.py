@@ -134,3 +134,17 @@ def test_a_lost_chunk_or_a_bad_archive_fails_the_fetch_with_its_reason(tmp_path:
     with pytest.raises(FetchError, match="ReadError"):
         cache.local(pushed_uri(digest), digest)
     assert list((tmp_path / "cache2").iterdir()) == []
+
+
+def test_an_artifact_a_held_version_was_loaded_from_is_never_evicted(tmp_path: Path) -> None:
+    """Least recently fetched is not least recently used: a version serving for days was
+    fetched once. What the node holds stays, whatever its age."""
+    pushed = FakePushed()
+    digests = [pushed.push(file_of(tmp_path / f"{i}.bin", 4000, bytes([65 + i]))) for i in range(3)]
+    cache = ArtifactCache(tmp_path / "cache", max_bytes=9000, timeout_s=5, pushed=pushed)
+    cache.in_use = lambda: {digests[0]}
+    for i, digest in enumerate(digests[:2]):
+        cache.local(pushed_uri(digest), digest)
+        os.utime(tmp_path / "cache" / digest, (1000 + i, 1000 + i))  # the held one is the oldest
+    cache.local(pushed_uri(digests[2]), digests[2])
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted([digests[0], digests[2]])
