@@ -212,7 +212,15 @@ class RemoteQuota:
             self._flush = loop.call_later(RESERVE_WINDOW_S, self._send_pending)
         elif len(self._pending) == MAX_RESERVE_MANY:
             self._send_pending()
-        return await answer
+        # Each caller waits its own budget: the batch's call runs for the longest of them,
+        # so one caller with little time left does not fail the others.
+        try:
+            async with asyncio.timeout(budget_s):
+                return await answer
+        except TimeoutError:
+            raise QuotaUnavailable(
+                "quota service: DEADLINE_EXCEEDED no answer within the quota budget"
+            ) from None
 
     def _send_pending(self) -> None:
         if self._flush is not None:
@@ -227,7 +235,7 @@ class RemoteQuota:
         live = [(request, until, answer) for request, until, answer in batch if not answer.done()]
         if not live:
             return  # every caller left (cancelled) before its turn came
-        budget = max(0.0, min(until for _, until, _ in live) - asyncio.get_running_loop().time())
+        budget = max(0.0, max(until for _, until, _ in live) - asyncio.get_running_loop().time())
         many = quota_pb2.ReserveManyRequest(calls=[request for request, _, _ in live])
         try:
             response: quota_pb2.ReserveManyResponse = await self._stub.ReserveMany(
