@@ -112,10 +112,11 @@ class ConnectionGuard(Generic[C]):
             shed.append(victim)
         return Admission(shed)
 
-    def reassign(self, conn: C, peer: str) -> Admission:
+    def reassign(self, conn: C, peer: str, *, bounded: bool = True) -> Admission:
         """``conn``'s request is ``peer``'s (a trusted proxy said so): it counts against that
         peer's bound from now on, and past it that peer's own unserved connections are shed,
-        or, all of them being served, ``conn`` is refused (it stays known until closed)."""
+        or, all of them being served, ``conn`` is refused (it stays known until closed).
+        ``bounded`` False: back to its proxy between requests, counted against no client."""
         before = self._peer.get(conn)
         if before is None or before == peer:
             return Admission()
@@ -125,7 +126,7 @@ class ConnectionGuard(Generic[C]):
         self._peer[conn] = peer
         self._per_peer[peer] += 1
         shed: list[C] = []
-        return Admission(shed, refused=self._bound_peer(conn, peer, shed))
+        return Admission(shed, refused=bounded and self._bound_peer(conn, peer, shed))
 
     def _bound_peer(self, conn: C, peer: str, shed: list[C]) -> bool:
         """Shed ``peer``'s unserved connections (not ``conn``) past its bound into ``shed``;

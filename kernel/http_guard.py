@@ -134,6 +134,11 @@ def guarded(guard: ConnectionGuard[Any], proxies: Sequence[Network] = ()) -> typ
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
+            if self._proxy:
+                # Between requests a proxy's pooled connection is the proxy's, not its last
+                # client's: it counts against no client, and no client's bound sheds it (a
+                # connection the proxy was about to reuse, shed, failed that request).
+                guard.reassign(self, self._peer, bounded=False)
             if not self.transport.is_closing():
                 self._request_bytes = 0
                 self._begun = False

@@ -231,7 +231,7 @@ def test_scrape_targets_serve_metrics_and_pools_scale_on_their_own_queues() -> N
     queue = scaled["spec"]["triggers"][0]
     assert queue["metadata"]["query"] == (
         'sum(ferryman_queue_depth{model="mlp",version="1"}'
-        ' or ferryman_queue_depth{model="minilm",version="1"})'
+        ' or ferryman_queue_depth{model="minilm",version="1"}) or vector(0)'
     )
 
 
