@@ -211,7 +211,6 @@ class Generator:
             lambda: fingerprint(request),
             deadline,
             replayable=bool(request.request_id),
-            replays=True,
         )
         if verdict.repeat:
             yield inference_pb2.GenerateResponse.FromString(verdict.answer)

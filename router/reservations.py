@@ -71,21 +71,20 @@ class Reservations:
         deadline: float,
         *,
         replayable: bool,
-        replays: bool,
     ) -> Verdict:
         """Reserve ``ask`` for a request (within its deadline); a held reservation is renewed
         until ``commit_later`` or ``release_later``. Refusals raise RequestFailed.
         ``digest`` fingerprints the request, only when a quota service needs it.
 
         ``replayable``: the caller chose the id, so it is bound to this request for every
-        tenant. ``replays``: a repeat is answered with the first call's kept answer
-        (``Verdict.answer``), waiting while that call runs; one whose answer was not kept
-        is refused. Without it a repeat comes back as it is (``Verdict.repeat``)."""
+        tenant. A repeat waits while the first call runs, then comes back with its kept
+        answer (``Verdict.repeat``, ``Verdict.answer``); one whose answer was not kept is
+        refused ANSWER_NOT_KEPT."""
         if not replayable and self._quota.unlimited(tenant, model):
             verdict = Verdict(Decision.ADMIT, held=False)  # no call, no fingerprint
         else:
             verdict = await self._settled_verdict(
-                ReserveCall(quota_id, tenant, model, ask, digest(), replayable), deadline, replays
+                ReserveCall(quota_id, tenant, model, ask, digest(), replayable), deadline
             )
         self._metrics.child(
             self._metrics.quota_decisions, self._metrics.tenant(tenant), verdict.decision.value
@@ -108,7 +107,7 @@ class Reservations:
                 ],
                 retry_after=timedelta(seconds=max(verdict.retry_after_s, 0.001)),
             )
-        if replays and verdict.repeat and not verdict.answer:
+        if verdict.repeat and not verdict.answer:
             raise fail(
                 grpc.StatusCode.ALREADY_EXISTS,
                 f"request_id {clip(request_id_of(quota_id))!r} was already answered and its answer "
@@ -120,14 +119,14 @@ class Reservations:
             self._held.add(quota_id)
         return verdict
 
-    async def _settled_verdict(self, call: ReserveCall, deadline: float, replays: bool) -> Verdict:
-        """The quota store's verdict; with ``replays``, a repeat whose first call still runs
-        asks again (backing off) until that call has answered or the deadline comes."""
+    async def _settled_verdict(self, call: ReserveCall, deadline: float) -> Verdict:
+        """The quota store's verdict; a repeat whose first call still runs asks again
+        (backing off) until that call has answered or the deadline comes."""
         loop = asyncio.get_running_loop()
         pause = self._settings.repeat_poll_s
         while True:
             verdict = await self._call(call, deadline)
-            if not (replays and verdict.repeat and verdict.running):
+            if not (verdict.repeat and verdict.running):
                 return verdict
             # The first call under this id still runs: its answer is this one's.
             if loop.time() + pause >= deadline:

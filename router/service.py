@@ -161,7 +161,6 @@ class RouterService:
             lambda: fingerprint(request),
             deadline,
             replayable=replayable,
-            replays=True,
         )
         if verdict.repeat:
             return inference_pb2.PredictResponse.FromString(verdict.answer)

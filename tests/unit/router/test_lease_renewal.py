@@ -54,9 +54,7 @@ async def test_renewals_are_chunked_and_survive_a_failure() -> None:
     reservations = Reservations(RouterSettings(lease_renew_s=0.01), quota, RouterMetrics(1))
     held = {f"t/{i}" for i in range(2 * MAX_RENEW_IDS + 5)}
     for quota_id in held:
-        await reservations.reserve(
-            quota_id, "t", "m", Ask(0, 0.0), lambda: "fp", FAR, replayable=True, replays=True
-        )
+        await reservations.reserve(quota_id, "t", "m", Ask(0, 0.0), lambda: "fp", FAR, replayable=True)
     assert reservations.held == len(held)
     stop = asyncio.Event()
     renewer = asyncio.create_task(reservations.renew_leases(stop))
@@ -72,9 +70,7 @@ async def test_a_settled_reservation_is_renewed_no_more() -> None:
     quota = FlakyQuota()
     reservations = Reservations(RouterSettings(), quota, RouterMetrics(1))
     for quota_id in ("t/a", "t/b", "t/c"):
-        await reservations.reserve(
-            quota_id, "t", "m", Ask(0, 0.0), lambda: "fp", FAR, replayable=True, replays=True
-        )
+        await reservations.reserve(quota_id, "t", "m", Ask(0, 0.0), lambda: "fp", FAR, replayable=True)
     reservations.commit_later("t/a", 1, 0.0)
     reservations.release_later("t/b")
     await reservations.close()
