@@ -38,6 +38,37 @@ local min_tokens, cpt = tonumber(ARGV[12]), tonumber(ARGV[13])
 -- The windows of policy.py (WINDOW_S, DAY_S), passed in so the two never disagree.
 local WINDOW, DAY = tonumber(ARGV[14]), tonumber(ARGV[15])
 local P = 16
+local function base_of(scope) return prefix .. '{' .. string.match(scope, '^[^/]+') .. '}:' .. scope end
+-- policy.check_rate: the request-rate limits one more request would break, told to brk;
+-- returns the burst bucket's level now (nil without a burst limit).
+local function check_rate(base, rpm, burst, soft, brk)
+  if rpm >= 0 then
+    redis.call('ZREMRANGEBYSCORE', base .. ':log', '-inf', now - WINDOW)
+    local count = redis.call('ZCARD', base .. ':log')
+    if count + 1 > rpm then
+      local oldest = redis.call('ZRANGE', base .. ':log', 0, 0, 'WITHSCORES')
+      local wait = WINDOW
+      if oldest[2] then wait = tonumber(oldest[2]) + WINDOW - now end
+      brk('rpm', count, rpm, wait, soft)
+    end
+  end
+  if burst < 0 then return nil end
+  local rate = (rpm >= 0 and rpm or burst) / WINDOW
+  local b = redis.call('HMGET', base .. ':burst', 't', 'at')
+  local level = burst
+  if b[1] then level = math.min(burst, tonumber(b[1]) + (now - tonumber(b[2])) * rate) end
+  if level < 1 then brk('burst', burst - level, burst, (1 - level) / rate, soft) end
+  return level
+end
+-- policy.count_rate: one more request (``key`` in the rpm log), out of the burst bucket.
+local function count_rate(base, key, burst, level)
+  redis.call('ZADD', base .. ':log', now, key)
+  redis.call('PEXPIRE', base .. ':log', WINDOW)
+  if burst >= 0 then
+    redis.call('HSET', base .. ':burst', 't', level - 1, 'at', now)
+    redis.call('PEXPIRE', base .. ':burst', DAY)
+  end
+end
 local known = redis.call('HMGET', KEYS[1], 'verdict', 'fp', 'state', 'expired', 'until', 'answer', 'scopes')
 if known[1] then
   if known[2] ~= fp then return {cjson.encode({'conflict', 0, {}, 0})} end
@@ -57,49 +88,21 @@ if known[1] then
   if not running then
     -- A repeat answered from here is a request as far as the rate limits go (rpm, burst:
     -- policy.check_rate, count_rate): replays are not free.
-    local broken, wait, over = {}, 0, false
+    local broken, wait, over, levels = {}, 0, false, {}
+    local function brk(limit, current, maximum, w, soft)
+      table.insert(broken, {limit, current, maximum})
+      if not soft then over = true; wait = math.max(wait, w) end
+    end
     for i = 0, n - 1 do
       local o = P + i * 7
-      local scope, rpm, burst, soft = ARGV[o], tonumber(ARGV[o+1]), tonumber(ARGV[o+2]), ARGV[o+6] == '1'
-      local base = prefix .. '{' .. string.match(scope, '^[^/]+') .. '}:' .. scope
-      if rpm >= 0 then
-        redis.call('ZREMRANGEBYSCORE', base .. ':log', '-inf', now - WINDOW)
-        local count = redis.call('ZCARD', base .. ':log')
-        if count + 1 > rpm then
-          local oldest = redis.call('ZRANGE', base .. ':log', 0, 0, 'WITHSCORES')
-          local w = WINDOW
-          if oldest[2] then w = tonumber(oldest[2]) + WINDOW - now end
-          table.insert(broken, {'rpm', count, rpm})
-          if not soft then over = true; wait = math.max(wait, w) end
-        end
-      end
-      if burst >= 0 then
-        local rate = (rpm >= 0 and rpm or burst) / WINDOW
-        local b = redis.call('HMGET', base .. ':burst', 't', 'at')
-        local level = burst
-        if b[1] then level = math.min(burst, tonumber(b[1]) + (now - tonumber(b[2])) * rate) end
-        if level < 1 then
-          table.insert(broken, {'burst', burst - level, burst})
-          if not soft then over = true; wait = math.max(wait, (1 - level) / rate) end
-        end
-      end
+      local rpm, burst, soft = tonumber(ARGV[o+1]), tonumber(ARGV[o+2]), ARGV[o+6] == '1'
+      levels[i] = check_rate(base_of(ARGV[o]), rpm, burst, soft, brk)
     end
     if over then return {cjson.encode({'reject', wait, broken, 0})} end
     local key = rid .. '#' .. redis.call('INCR', prefix .. 'replays')
     for i = 0, n - 1 do
       local o = P + i * 7
-      local scope, rpm, burst = ARGV[o], tonumber(ARGV[o+1]), tonumber(ARGV[o+2])
-      local base = prefix .. '{' .. string.match(scope, '^[^/]+') .. '}:' .. scope
-      redis.call('ZADD', base .. ':log', now, key)
-      redis.call('PEXPIRE', base .. ':log', WINDOW)
-      if burst >= 0 then
-        local rate = (rpm >= 0 and rpm or burst) / WINDOW
-        local b = redis.call('HMGET', base .. ':burst', 't', 'at')
-        local level = burst
-        if b[1] then level = math.min(burst, tonumber(b[1]) + (now - tonumber(b[2])) * rate) end
-        redis.call('HSET', base .. ':burst', 't', level - 1, 'at', now)
-        redis.call('PEXPIRE', base .. ':burst', DAY)
-      end
+      count_rate(base_of(ARGV[o]), key, tonumber(ARGV[o+2]), levels[i])
     end
   end
   -- A retry is answered as the first call was (with its kept answer, binary, beside the
@@ -108,7 +111,6 @@ if known[1] then
   verdict[5] = 'retry'
   return {cjson.encode(verdict), running and '1' or '0', known[6] or ''}
 end
-local function base_of(scope) return prefix .. '{' .. string.match(scope, '^[^/]+') .. '}:' .. scope end
 -- A partial ask takes the most tokens every hard tpm and cost limit leaves, down to
 -- min_tokens (policy.grant); when not even that fits, min_tokens, refused below.
 local asked = tokens
@@ -162,24 +164,7 @@ for i = 0, n - 1 do
     end
   end
   local plan = {base = base, burst = burst, tpm = tpm, rpm = rpm}
-  if rpm >= 0 then
-    redis.call('ZREMRANGEBYSCORE', base .. ':log', '-inf', now - WINDOW)
-    local count = redis.call('ZCARD', base .. ':log')
-    if count + 1 > rpm then
-      local oldest = redis.call('ZRANGE', base .. ':log', 0, 0, 'WITHSCORES')
-      local wait = WINDOW
-      if oldest[2] then wait = tonumber(oldest[2]) + WINDOW - now end
-      brk('rpm', count, rpm, wait, soft)
-    end
-  end
-  if burst >= 0 then
-    local rate = (rpm >= 0 and rpm or burst) / WINDOW
-    local b = redis.call('HMGET', base .. ':burst', 't', 'at')
-    local level = burst
-    if b[1] then level = math.min(burst, tonumber(b[1]) + (now - tonumber(b[2])) * rate) end
-    plan.burst_level = level
-    if level < 1 then brk('burst', burst - level, burst, (1 - level) / rate, soft) end
-  end
+  plan.burst_level = check_rate(base, rpm, burst, soft, brk)
   if tpm >= 0 then
     local rate = tpm / WINDOW
     local b = redis.call('HMGET', base .. ':tpm', 't', 'at')
@@ -212,12 +197,7 @@ if decision == 'reject' then return {result} end
 local scopes = {}
 for _, p in ipairs(plans) do
   table.insert(scopes, p.base)
-  redis.call('ZADD', p.base .. ':log', now, rid)
-  redis.call('PEXPIRE', p.base .. ':log', WINDOW)
-  if p.burst >= 0 then
-    redis.call('HSET', p.base .. ':burst', 't', p.burst_level - 1, 'at', now)
-    redis.call('PEXPIRE', p.base .. ':burst', DAY)
-  end
+  count_rate(p.base, rid, p.burst, p.burst_level)
   if p.tpm >= 0 then
     redis.call('HSET', p.base .. ':tpm', 't', p.tpm_level - tokens, 'at', now)
     redis.call('PEXPIRE', p.base .. ':tpm', DAY)
