@@ -337,7 +337,8 @@ def _check_before_registering(spec: VersionSpec) -> str:
     if path is not None and not path.exists():
         return "not checked: no such artifact (the registry says so)"
     pushed = pushed_sha256(spec.artifact)
-    if pushed is not None and reader().pushed_artifact(pushed) is None:
+    registry = reader()
+    if pushed is not None and registry.pushed_artifact(pushed) is None:
         return "not checked: no such pushed artifact (the registry says so)"
     try:
         schema = IOSchema.model_validate(spec.io_schema)
@@ -362,7 +363,7 @@ def _check_before_registering(spec: VersionSpec) -> str:
             Path(scratch),
             defaults["artifact_cache_bytes"].default,
             defaults["artifact_fetch_timeout_s"].default,
-            reader(),
+            registry,
             deadline_s=defaults["artifact_fetch_deadline_s"].default,
         )
         try:
